@@ -1,0 +1,41 @@
+//! Errors of the connectors crate.
+
+use std::time::Duration;
+
+use kafka_protocol::ResponseError;
+
+/// Every error a connector can report.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kafka broker could not be reached, or the connection broke.
+    #[error("Kafka broker {broker}: {source}")]
+    Io {
+        broker: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A Kafka request or response could not be encoded or decoded.
+    #[error("Kafka protocol: {0}")]
+    Protocol(String),
+    /// The broker answered with an error code that is not retriable for this request.
+    #[error("Kafka {request} for transactional id '{transactional_id}' failed: {code} ({code_num})", code_num = .code.code())]
+    Broker {
+        request: &'static str,
+        transactional_id: String,
+        code: ResponseError,
+    },
+    /// A retriable answer (coordinator moving or loading, concurrent transaction) persisted.
+    #[error("Kafka {request} for transactional id '{transactional_id}' still failing after {waited:?}: {last}")]
+    RetriesExhausted {
+        request: &'static str,
+        transactional_id: String,
+        waited: Duration,
+        last: String,
+    },
+    /// An error from librdkafka.
+    #[error("librdkafka: {0}")]
+    Rdkafka(#[from] rdkafka::error::KafkaError),
+}
+
+/// The connectors crate's result.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

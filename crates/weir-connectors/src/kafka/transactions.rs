@@ -1,0 +1,241 @@
+//! Ending a Kafka transaction that another producer instance began.
+//!
+//! librdkafka can only commit the transaction its own producer instance has open. After a crash
+//! between "checkpoint n complete" and the commit, the transaction of checkpoint n is still open
+//! on the broker, and the process that began it is gone. What remains is what the checkpoint
+//! recorded: the transactional id, the producer id and the producer epoch. With those, Kafka's
+//! own requests finish the job: FindCoordinator (key type "transaction") locates the transaction
+//! coordinator, and EndTxn(commit) with that id and epoch commits it, exactly as the original
+//! producer would have. DescribeTransactions tells the coordinator's view of an id: its state,
+//! its current producer id and epoch, and the partitions in the open transaction.
+//!
+//! The answers to EndTxn must be told apart by the sink (see ARCHITECTURE.md): "no error" means
+//! committed now or already before (idempotent); INVALID_TXN_STATE means the transaction was
+//! aborted; PRODUCER_FENCED / INVALID_PRODUCER_EPOCH mean the epoch moved on (the broker
+//! aborted it on timeout, or a newer producer of the id fenced it); INVALID_PRODUCER_ID_MAPPING
+//! means the broker no longer maps this producer id to the transactional id.
+
+use std::time::{Duration, Instant};
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::{
+    DescribeTransactionsRequest, EndTxnRequest, FindCoordinatorRequest, ProducerId, TransactionalId,
+};
+use kafka_protocol::protocol::StrBytes;
+use tracing::debug;
+
+use super::wire::Connection;
+use crate::error::{Error, Result};
+
+/// FindCoordinator v2: the last version with a single key, the one librdkafka sends.
+const FIND_COORDINATOR_VERSION: i16 = 2;
+/// EndTxn v1: the version librdkafka's own commit sends, so a transaction begun by librdkafka
+/// (the pre-KIP-890 protocol, no epoch bump on commit) is ended on the terms it was begun with.
+const END_TXN_VERSION: i16 = 1;
+const DESCRIBE_TRANSACTIONS_VERSION: i16 = 0;
+/// FindCoordinator's key type for transaction coordinators (0 is consumer groups).
+const COORDINATOR_KEY_TYPE_TRANSACTION: i8 = 1;
+
+/// A transaction left open ("pre-committed") by a sink, as a checkpoint records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingTransaction {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+}
+
+/// How to end a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransactionResult {
+    Commit,
+    Abort,
+}
+
+/// The coordinator's final answer to EndTxn, once retriable answers are retried away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndTxnOutcome {
+    /// Ended as asked, now or already before (EndTxn is idempotent for the same result).
+    Completed,
+    /// The coordinator refused: the transaction cannot be ended this way any more. The code
+    /// says why (see the module documentation).
+    Rejected(ResponseError),
+}
+
+/// The transaction coordinator's view of a transactional id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionDescription {
+    /// Kafka's state name: Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit,
+    /// CompleteAbort, PrepareEpochFence, Dead.
+    pub state: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub timeout_ms: i32,
+    /// (topic, partition) pairs in the current transaction.
+    pub partitions: Vec<(String, i32)>,
+}
+
+/// Talks to transaction coordinators with plain Kafka protocol requests.
+#[derive(Debug, Clone)]
+pub struct TransactionsClient {
+    bootstrap: Vec<String>,
+    request_timeout: Duration,
+    retry_for: Duration,
+}
+
+impl TransactionsClient {
+    /// `bootstrap` is a comma-separated list of `host:port`, as in `bootstrap.servers`.
+    pub fn new(bootstrap: &str) -> Self {
+        Self {
+            bootstrap: bootstrap.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+            request_timeout: Duration::from_secs(10),
+            retry_for: Duration::from_secs(60),
+        }
+    }
+
+    /// How long retriable answers (coordinator loading or moving, a concurrent end in
+    /// progress, a broker that is away) are retried before giving up.
+    pub fn with_retry_for(mut self, retry_for: Duration) -> Self {
+        self.retry_for = retry_for;
+        self
+    }
+
+    /// The `host:port` of the transaction coordinator for `transactional_id`.
+    pub async fn find_coordinator(&self, transactional_id: &str) -> Result<String> {
+        self.retrying("FindCoordinator", transactional_id, || self.find_coordinator_once(transactional_id))
+            .await
+    }
+
+    /// The coordinator's view of `transactional_id`; `None` if it has never seen the id (or
+    /// the id expired).
+    pub async fn describe(&self, transactional_id: &str) -> Result<Option<TransactionDescription>> {
+        self.retrying("DescribeTransactions", transactional_id, || async {
+            let mut conn = self.coordinator_connection(transactional_id).await?;
+            let request = DescribeTransactionsRequest::default()
+                .with_transactional_ids(vec![TransactionalId(StrBytes::from_string(transactional_id.to_string()))]);
+            let response = conn.send(&request, DESCRIBE_TRANSACTIONS_VERSION).await?;
+            let state = response.transaction_states.into_iter().next().ok_or_else(|| {
+                Error::Protocol(format!("DescribeTransactions for '{transactional_id}' returned no state"))
+            })?;
+            match ResponseError::try_from_code(state.error_code) {
+                None => Ok(Some(TransactionDescription {
+                    state: state.transaction_state.as_str().to_string(),
+                    producer_id: state.producer_id.0,
+                    producer_epoch: state.producer_epoch,
+                    timeout_ms: state.transaction_timeout_ms,
+                    partitions: state
+                        .topics
+                        .into_iter()
+                        .flat_map(|t| {
+                            let topic = t.topic.0.as_str().to_string();
+                            t.partitions.into_iter().map(move |p| (topic.clone(), p))
+                        })
+                        .collect(),
+                })),
+                Some(ResponseError::TransactionalIdNotFound) => Ok(None),
+                Some(code) => Err(broker_error("DescribeTransactions", transactional_id, code)),
+            }
+        })
+        .await
+    }
+
+    /// Ends `pending` with `result` (EndTxn), as the producer that began it would have.
+    pub async fn end_transaction(&self, pending: &PendingTransaction, result: TransactionResult) -> Result<EndTxnOutcome> {
+        let id = pending.transactional_id.as_str();
+        self.retrying("EndTxn", id, || async {
+            let mut conn = self.coordinator_connection(id).await?;
+            let request = EndTxnRequest::default()
+                .with_transactional_id(TransactionalId(StrBytes::from_string(id.to_string())))
+                .with_producer_id(ProducerId(pending.producer_id))
+                .with_producer_epoch(pending.producer_epoch)
+                .with_committed(result == TransactionResult::Commit);
+            let response = conn.send(&request, END_TXN_VERSION).await?;
+            match ResponseError::try_from_code(response.error_code) {
+                None => Ok(EndTxnOutcome::Completed),
+                Some(
+                    code @ (ResponseError::InvalidTxnState
+                    | ResponseError::ProducerFenced
+                    | ResponseError::InvalidProducerEpoch
+                    | ResponseError::InvalidProducerIdMapping),
+                ) => Ok(EndTxnOutcome::Rejected(code)),
+                Some(code) => Err(broker_error("EndTxn", id, code)),
+            }
+        })
+        .await
+    }
+
+    async fn find_coordinator_once(&self, transactional_id: &str) -> Result<String> {
+        let mut last_error = None;
+        for broker in &self.bootstrap {
+            let answer = async {
+                let mut conn = Connection::connect(broker, self.request_timeout).await?;
+                let request = FindCoordinatorRequest::default()
+                    .with_key(StrBytes::from_string(transactional_id.to_string()))
+                    .with_key_type(COORDINATOR_KEY_TYPE_TRANSACTION);
+                let response = conn.send(&request, FIND_COORDINATOR_VERSION).await?;
+                match ResponseError::try_from_code(response.error_code) {
+                    None => Ok(format!("{}:{}", response.host.as_str(), response.port)),
+                    Some(code) => Err(broker_error("FindCoordinator", transactional_id, code)),
+                }
+            }
+            .await;
+            match answer {
+                Ok(coordinator) => return Ok(coordinator),
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| Error::Protocol("no bootstrap servers given".to_string())))
+    }
+
+    async fn coordinator_connection(&self, transactional_id: &str) -> Result<Connection> {
+        let coordinator = self.find_coordinator_once(transactional_id).await?;
+        Connection::connect(&coordinator, self.request_timeout).await
+    }
+
+    /// Runs `attempt` until it succeeds, fails for good, or retriable failures outlast
+    /// `retry_for`; back-off doubles from 50 ms to 1 s.
+    async fn retrying<T, F, Fut>(&self, request: &'static str, transactional_id: &str, mut attempt: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let started = Instant::now();
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            match attempt().await {
+                Err(e) if is_retriable(&e) => {
+                    if started.elapsed() >= self.retry_for {
+                        return Err(Error::RetriesExhausted {
+                            request,
+                            transactional_id: transactional_id.to_string(),
+                            waited: started.elapsed(),
+                            last: e.to_string(),
+                        });
+                    }
+                    debug!(request, transactional_id, error = %e, "retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+fn broker_error(request: &'static str, transactional_id: &str, code: ResponseError) -> Error {
+    Error::Broker { request, transactional_id: transactional_id.to_string(), code }
+}
+
+/// Connection failures, and the coordinator answers that mean "ask again (maybe elsewhere)".
+fn is_retriable(error: &Error) -> bool {
+    match error {
+        Error::Io { .. } => true,
+        Error::Broker { code, .. } => matches!(
+            code,
+            ResponseError::CoordinatorLoadInProgress
+                | ResponseError::CoordinatorNotAvailable
+                | ResponseError::NotCoordinator
+                | ResponseError::ConcurrentTransactions
+        ),
+        _ => false,
+    }
+}

@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# A real, single-node Apache Kafka broker (KRaft: broker + controller in one JVM) for weir's tests.
+#
+#   tests/kafka/broker.sh start | stop | status | clean
+#
+# The broker's jars come from Maven Central (org.apache.kafka:kafka_2.13 and its dependencies),
+# fetched with mvn once into $WEIR_CACHE_DIR/kafka-$KAFKA_VERSION/libs and reused after. Its data,
+# configuration and log live in $WEIR_CACHE_DIR/broker-$PORT/, outside the clone.
+#
+# Environment (all optional):
+#   WEIR_KAFKA_PORT             client port on 127.0.0.1 (default 9092)
+#   WEIR_KAFKA_CONTROLLER_PORT  KRaft controller port (default: client port + 1)
+#   WEIR_KAFKA_VERSION          Apache Kafka version (default 4.4.0; any 4.x)
+#   WEIR_CACHE_DIR              cache root (default ~/.cache/weir)
+#   WEIR_KAFKA_HEAP             JVM heap (default 1g)
+set -euo pipefail
+
+KAFKA_VERSION=${WEIR_KAFKA_VERSION:-4.4.0}
+PORT=${WEIR_KAFKA_PORT:-9092}
+CONTROLLER_PORT=${WEIR_KAFKA_CONTROLLER_PORT:-$((PORT + 1))}
+CACHE_DIR=${WEIR_CACHE_DIR:-$HOME/.cache/weir}
+DIST_DIR=$CACHE_DIR/kafka-$KAFKA_VERSION
+LIBS=$DIST_DIR/libs
+RUN_DIR=$CACHE_DIR/broker-$PORT
+DATA_DIR=$RUN_DIR/data
+LOG_FILE=$RUN_DIR/server.log
+PID_FILE=$RUN_DIR/broker.pid
+START_TIMEOUT_S=${WEIR_KAFKA_START_TIMEOUT:-90}
+
+die() { echo "broker.sh: $*" >&2; exit 1; }
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+running_pid() {
+  [[ -f $PID_FILE ]] || return 1
+  local pid
+  pid=$(cat "$PID_FILE")
+  kill -0 "$pid" 2>/dev/null || return 1
+  echo "$pid"
+}
+
+require_java() {
+  command -v java >/dev/null || die "java is not installed (Kafka $KAFKA_VERSION needs Java 17 or newer)"
+  local major
+  major=$(java -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p')
+  [[ ${major%%.*} -ge 17 ]] 2>/dev/null || die "java $major found; Kafka $KAFKA_VERSION needs Java 17 or newer"
+}
+
+fetch() {
+  if [[ -f $DIST_DIR/.complete ]]; then return 0; fi
+  command -v mvn >/dev/null || die "mvn (Maven) is not installed; it fetches Kafka $KAFKA_VERSION from Maven Central"
+  echo "broker.sh: fetching Apache Kafka $KAFKA_VERSION from Maven Central into $DIST_DIR" >&2
+  mkdir -p "$DIST_DIR"
+  # A throw-away POM whose only purpose is to let the dependency plugin resolve the broker.
+  cat > "$DIST_DIR/pom.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>weir.tests</groupId><artifactId>kafka-broker</artifactId><version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>2.25.5</version></dependency>
+  </dependencies>
+</project>
+POM
+  rm -rf "$LIBS"
+  if ! (cd "$DIST_DIR" && mvn -q -B dependency:copy-dependencies -DoutputDirectory=libs -DincludeScope=runtime \
+        > "$DIST_DIR/fetch.log" 2>&1); then
+    tail -n 30 "$DIST_DIR/fetch.log" >&2
+    die "mvn could not fetch org.apache.kafka:kafka_2.13:$KAFKA_VERSION (log: $DIST_DIR/fetch.log)"
+  fi
+  [[ -f $LIBS/kafka_2.13-$KAFKA_VERSION.jar ]] || die "mvn finished but $LIBS has no kafka_2.13-$KAFKA_VERSION.jar"
+  touch "$DIST_DIR/.complete"
+}
+
+write_config() {
+  mkdir -p "$RUN_DIR"
+  cat > "$RUN_DIR/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$PORT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$DATA_DIR
+num.partitions=1
+auto.create.topics.enable=false
+# One node: every internal topic has one replica, and transactions need no second in-sync replica.
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=4
+group.initial.rebalance.delay.ms=0
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+# Tests look at aborted transactions and producer fencing: keep the coordinator responsive.
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
+transaction.max.timeout.ms=900000
+PROPS
+  cat > "$RUN_DIR/log4j2.properties" <<LOG
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = $LOG_FILE
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.apache.name = org.apache.kafka
+logger.apache.level = INFO
+LOG
+}
+
+JAVA_ARGS=(-Xms256m "-Xmx${WEIR_KAFKA_HEAP:-1g}" -XX:+UseG1GC
+  "-Dlog4j2.configurationFile=$RUN_DIR/log4j2.properties" -cp "$LIBS/*")
+
+start() {
+  if pid=$(running_pid); then
+    echo "broker.sh: already running (pid $pid)" >&2
+    echo "bootstrap: 127.0.0.1:$PORT"
+    echo "log: $LOG_FILE"
+    return 0
+  fi
+  require_java
+  port_open "$PORT" && die "port $PORT on 127.0.0.1 is taken by another process (set WEIR_KAFKA_PORT)"
+  port_open "$CONTROLLER_PORT" && die "controller port $CONTROLLER_PORT is taken (set WEIR_KAFKA_CONTROLLER_PORT)"
+  fetch
+  write_config
+  if [[ ! -f $DATA_DIR/meta.properties ]]; then
+    local cluster_id
+    cluster_id=$(java "${JAVA_ARGS[@]}" kafka.tools.StorageTool random-uuid 2>>"$RUN_DIR/format.log")
+    java "${JAVA_ARGS[@]}" kafka.tools.StorageTool format -t "$cluster_id" -c "$RUN_DIR/server.properties" \
+      >>"$RUN_DIR/format.log" 2>&1 || { cat "$RUN_DIR/format.log" >&2; die "formatting $DATA_DIR failed"; }
+  fi
+  : > "$LOG_FILE"
+  # setsid: the broker outlives the shell (and the test process) that started it.
+  setsid java "${JAVA_ARGS[@]}" kafka.Kafka "$RUN_DIR/server.properties" >"$RUN_DIR/stdout.log" 2>&1 < /dev/null &
+  echo $! > "$PID_FILE"
+  local pid=$!
+  local waited=0
+  until port_open "$PORT" && grep -q "Kafka Server started" "$LOG_FILE" 2>/dev/null; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      tail -n 30 "$RUN_DIR/stdout.log" "$LOG_FILE" >&2 || true
+      die "the broker exited during start-up (log: $LOG_FILE)"
+    fi
+    if (( waited >= START_TIMEOUT_S * 5 )); then
+      die "the broker did not answer on 127.0.0.1:$PORT within ${START_TIMEOUT_S}s (log: $LOG_FILE)"
+    fi
+    sleep 0.2
+    waited=$((waited + 1))
+  done
+  echo "broker.sh: Apache Kafka $KAFKA_VERSION started (pid $pid)" >&2
+  echo "bootstrap: 127.0.0.1:$PORT"
+  echo "log: $LOG_FILE"
+}
+
+stop() {
+  local pid
+  if ! pid=$(running_pid); then
+    echo "broker.sh: not running" >&2
+    rm -f "$PID_FILE"
+    return 0
+  fi
+  kill "$pid"
+  for _ in $(seq 1 150); do
+    kill -0 "$pid" 2>/dev/null || { rm -f "$PID_FILE"; echo "broker.sh: stopped" >&2; return 0; }
+    sleep 0.2
+  done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$PID_FILE"
+  echo "broker.sh: stopped (killed after 30s)" >&2
+}
+
+status() {
+  local pid
+  if pid=$(running_pid) && port_open "$PORT"; then
+    echo "running (pid $pid)"
+    echo "bootstrap: 127.0.0.1:$PORT"
+    echo "log: $LOG_FILE"
+  else
+    echo "not running"
+    return 1
+  fi
+}
+
+# One start/stop at a time per port: test processes may ask for the broker concurrently.
+mkdir -p "$CACHE_DIR"
+exec 9>"$CACHE_DIR/broker-$PORT.lock"
+flock 9
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  status) status ;;
+  clean) stop; rm -rf "$RUN_DIR"; echo "broker.sh: removed $RUN_DIR" >&2 ;;
+  *) echo "usage: $0 start|stop|status|clean" >&2; exit 2 ;;
+esac

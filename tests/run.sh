@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs weir's whole test suite: starts the real Kafka broker (tests/kafka/broker.sh) unless
+# WEIR_KAFKA_BOOTSTRAP names one, runs every crate's tests against it, and stops the broker
+# again if this script started it.
+#
+# Builds go to $CARGO_TARGET_DIR (default ~/.cache/weir/target), outside the clone, so a fresh
+# clone on the same machine reuses earlier builds.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/weir/target}
+export CARGO_TERM_COLOR=never
+
+started_broker=no
+if [[ -z ${WEIR_KAFKA_BOOTSTRAP:-} ]]; then
+  if ! bash tests/kafka/broker.sh status >/dev/null 2>&1; then
+    started_broker=yes
+  fi
+  bootstrap=$(bash tests/kafka/broker.sh start | sed -n 's/^bootstrap: //p')
+  export WEIR_KAFKA_BOOTSTRAP=$bootstrap
+fi
+if [[ $started_broker == yes ]]; then
+  trap 'bash tests/kafka/broker.sh stop' EXIT
+fi
+echo "run.sh: Kafka at $WEIR_KAFKA_BOOTSTRAP" >&2
+
+cargo test --workspace --all-features --no-fail-fast "$@"
