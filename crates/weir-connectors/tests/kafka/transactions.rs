@@ -195,7 +195,7 @@ fn record_pending(transactional_id: &str, producer: &BaseProducer<StatsContext>)
 fn pending_transaction_of_killed_process(topic: &str, timeout_ms: u32) -> PendingTransaction {
     let transactional_id = TestBroker::unique_name("killed");
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_producer_left_pending", "--ignored", "--nocapture", "--test-threads=1"])
+        .args(["--exact", "transactions::child_producer_left_pending", "--ignored", "--nocapture", "--test-threads=1"])
         .env("WEIR_CHILD_TXN_ID", &transactional_id)
         .env("WEIR_CHILD_TOPIC", topic)
         .env("WEIR_CHILD_TXN_TIMEOUT_MS", timeout_ms.to_string())
