@@ -1,3 +1,20 @@
-//! Operator snapshots: Arrow batches written to and read from Parquet files on object storage,
-//! one file per (checkpoint, operator, subtask, table), with a manifest per checkpoint and
-//! retention of the last completed checkpoints. (Built in the runtime issue.)
+//! Operator snapshots for weir's checkpoints.
+//!
+//! An operator's state is a set of named tables of Arrow record batches. At a checkpoint each
+//! (checkpoint, operator, subtask, table) becomes one Parquet file on object storage (a local
+//! directory by default); when every task has acknowledged, the coordinator commits a manifest
+//! naming the files: the manifest's existence *is* the checkpoint's completion. Restores read
+//! the files back, re-splitting keyed state by key range when the parallelism changed, and
+//! retention keeps the last k completed checkpoints, deleting every file no retained manifest
+//! names.
+
+pub mod error;
+pub mod key_range;
+pub mod manifest;
+mod parquet_codec;
+pub mod store;
+
+pub use error::{Error, Result};
+pub use key_range::{KEY_HASH_COLUMN, owner_of};
+pub use manifest::{Manifest, StateFile};
+pub use store::{RetentionReport, StateStore, now_ms};

@@ -1,0 +1,33 @@
+//! Errors of the state crate.
+
+/// Every way reading or writing snapshots can fail.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("state storage: {0}")]
+    ObjectStore(#[from] object_store::Error),
+    #[error("state file encoding: {0}")]
+    Parquet(#[from] datafusion::parquet::errors::ParquetError),
+    #[error("state batches: {0}")]
+    Arrow(#[from] datafusion::arrow::error::ArrowError),
+    #[error("manifest of checkpoint {checkpoint_id}: {source}")]
+    Manifest {
+        checkpoint_id: u64,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("checkpoint {0} already has a manifest: it was committed before")]
+    ManifestExists(u64),
+    #[error("keyed state table has no '{column}' UInt64 column", column = crate::KEY_HASH_COLUMN)]
+    MissingKeyHash,
+    #[error("state directory {path}: {source}")]
+    Directory {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("state encoding task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// The state crate's result.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

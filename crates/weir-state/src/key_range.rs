@@ -1,0 +1,52 @@
+//! Keyed state is split by key-hash *range*, not modulo: subtask i of p owns the hashes in
+//! [i * 2^64 / p, (i + 1) * 2^64 / p). A row's owner at any parallelism follows from its hash
+//! alone, so state written at parallelism 2 can be re-split for 3 by filtering on the stored
+//! hash column, and the runtime's hash edges route records by the same rule.
+
+use datafusion::arrow::array::{Array, BooleanArray, UInt64Array};
+use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::record_batch::RecordBatch;
+
+use crate::error::{Error, Result};
+
+/// The column that carries each keyed state row's key hash.
+pub const KEY_HASH_COLUMN: &str = "_key_hash";
+
+/// The subtask (of `parallelism`) that owns `hash`.
+pub fn owner_of(hash: u64, parallelism: usize) -> usize {
+    ((u128::from(hash) * parallelism as u128) >> 64) as usize
+}
+
+/// The rows of `batch` that subtask `subtask` of `parallelism` owns.
+pub fn owned_rows(batch: &RecordBatch, subtask: usize, parallelism: usize) -> Result<RecordBatch> {
+    let hashes = batch
+        .column_by_name(KEY_HASH_COLUMN)
+        .and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
+        .ok_or(Error::MissingKeyHash)?;
+    let keep: BooleanArray = hashes
+        .iter()
+        .map(|hash| Some(hash.is_some_and(|h| owner_of(h, parallelism) == subtask)))
+        .collect();
+    Ok(filter_record_batch(batch, &keep)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_cover_the_hash_space_in_order() {
+        assert_eq!(owner_of(0, 3), 0);
+        assert_eq!(owner_of(u64::MAX, 3), 2);
+        assert_eq!(owner_of(u64::MAX / 3, 3), 0);
+        assert_eq!(owner_of(u64::MAX / 3 + 1, 3), 1);
+        assert_eq!(owner_of(u64::MAX / 2, 2), 0);
+        assert_eq!(owner_of(u64::MAX / 2 + 1, 2), 1);
+        let mut last = 0;
+        for i in 0..1000u64 {
+            let owner = owner_of(i.wrapping_mul(u64::MAX / 1000), 7);
+            assert!(owner >= last && owner < 7);
+            last = owner;
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! Where snapshots live: an object store (a local directory by default) under a root path.
+//!
+//! ```text
+//! <root>/checkpoints/<checkpoint id, 20 digits>/<operator>/<subtask>/<table>.parquet
+//! <root>/manifests/<checkpoint id, 20 digits>.json
+//! ```
+//! Zero-padded ids make listings sort by checkpoint.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use futures::TryStreamExt;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+
+use crate::error::{Error, Result};
+use crate::key_range::owned_rows;
+use crate::manifest::{Manifest, StateFile};
+use crate::parquet_codec;
+
+const CHECKPOINTS: &str = "checkpoints";
+const MANIFESTS: &str = "manifests";
+
+/// What `retain_last` removed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RetentionReport {
+    pub deleted_manifests: Vec<u64>,
+    pub deleted_files: usize,
+}
+
+/// Reads and writes one pipeline's snapshots.
+#[derive(Debug, Clone)]
+pub struct StateStore {
+    store: Arc<dyn ObjectStore>,
+    root: Path,
+}
+
+impl StateStore {
+    pub fn new(store: Arc<dyn ObjectStore>, root: Path) -> Self {
+        Self { store, root }
+    }
+
+    /// A store in a local directory, created if missing.
+    pub fn local(dir: &std::path::Path) -> Result<Self> {
+        let directory_error = |source| Error::Directory { path: dir.display().to_string(), source };
+        std::fs::create_dir_all(dir).map_err(directory_error)?;
+        let store = LocalFileSystem::new_with_prefix(dir)?;
+        Ok(Self::new(Arc::new(store), Path::default()))
+    }
+
+    /// Encodes `batches` as one Parquet file (off the async workers) and stores it.
+    pub async fn write_table(
+        &self,
+        checkpoint_id: u64,
+        operator: &str,
+        subtask: usize,
+        table: &str,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    ) -> Result<StateFile> {
+        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
+        let encoded = tokio::task::spawn_blocking(move || parquet_codec::encode(schema, &batches)).await??;
+        let relative = Path::from_iter([
+            CHECKPOINTS.to_string(),
+            checkpoint_dir(checkpoint_id),
+            operator.to_string(),
+            subtask.to_string(),
+            format!("{table}.parquet"),
+        ]);
+        let bytes = encoded.len() as u64;
+        self.store.put(&self.absolute(&relative), PutPayload::from(encoded)).await?;
+        Ok(StateFile {
+            operator: operator.to_string(),
+            subtask,
+            table: table.to_string(),
+            path: relative.to_string(),
+            bytes,
+            rows,
+        })
+    }
+
+    /// The batches of one state file.
+    pub async fn read_file(&self, file: &StateFile) -> Result<Vec<RecordBatch>> {
+        let bytes = self.store.get(&self.absolute(&Path::from(file.path.as_str()))).await?.bytes().await?;
+        Ok(tokio::task::spawn_blocking(move || parquet_codec::decode(bytes)).await??)
+    }
+
+    /// Every row of one table of `operator`, from all the subtasks that wrote it.
+    pub async fn read_table(&self, manifest: &Manifest, operator: &str, table: &str) -> Result<Vec<RecordBatch>> {
+        let mut batches = Vec::new();
+        for file in manifest.files_of(operator, table) {
+            batches.extend(self.read_file(file).await?);
+        }
+        Ok(batches)
+    }
+
+    /// The rows of a keyed table that subtask `subtask` of `parallelism` owns, whatever the
+    /// parallelism the snapshot was taken at.
+    pub async fn read_key_range(
+        &self,
+        manifest: &Manifest,
+        operator: &str,
+        table: &str,
+        subtask: usize,
+        parallelism: usize,
+    ) -> Result<Vec<RecordBatch>> {
+        self.read_table(manifest, operator, table)
+            .await?
+            .iter()
+            .map(|batch| owned_rows(batch, subtask, parallelism))
+            .filter(|batch| batch.as_ref().map_or(true, |b| b.num_rows() > 0))
+            .collect()
+    }
+
+    /// Commits a checkpoint: writes its manifest atomically and only if none exists yet
+    /// (a conditional put), so a checkpoint is completed exactly once.
+    pub async fn commit_manifest(&self, manifest: &Manifest) -> Result<()> {
+        let checkpoint_id = manifest.checkpoint_id;
+        let json = serde_json::to_vec_pretty(manifest).map_err(|source| Error::Manifest { checkpoint_id, source })?;
+        let options = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
+        match self.store.put_opts(&self.manifest_path(checkpoint_id), PutPayload::from(json), options).await {
+            Err(object_store::Error::AlreadyExists { .. }) => Err(Error::ManifestExists(checkpoint_id)),
+            other => other.map(|_| ()).map_err(Error::from),
+        }
+    }
+
+    pub async fn manifest(&self, checkpoint_id: u64) -> Result<Manifest> {
+        let bytes: Bytes = self.store.get(&self.manifest_path(checkpoint_id)).await?.bytes().await?;
+        serde_json::from_slice(&bytes).map_err(|source| Error::Manifest { checkpoint_id, source })
+    }
+
+    /// Ids of the completed (manifested) checkpoints, oldest first.
+    pub async fn completed_checkpoints(&self) -> Result<Vec<u64>> {
+        let prefix = self.absolute(&Path::from(MANIFESTS));
+        let metas: Vec<_> = self.store.list(Some(&prefix)).try_collect().await?;
+        let mut ids: Vec<u64> = metas
+            .iter()
+            .filter_map(|meta| meta.location.filename()?.strip_suffix(".json")?.parse().ok())
+            .collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// The manifest of the newest completed checkpoint, if any: where a restore starts.
+    pub async fn latest_manifest(&self) -> Result<Option<Manifest>> {
+        match self.completed_checkpoints().await?.last() {
+            Some(&id) => Ok(Some(self.manifest(id).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Keeps the newest `keep` completed checkpoints (at least one) and deletes the other
+    /// manifests, then every state file that no retained manifest names, except the files of
+    /// checkpoints newer than the newest manifest (they may still be in progress). Manifests go
+    /// first: a crash half-way leaves unreferenced files, never a manifest without its files.
+    pub async fn retain_last(&self, keep: usize) -> Result<RetentionReport> {
+        let completed = self.completed_checkpoints().await?;
+        let Some(&newest) = completed.last() else {
+            return Ok(RetentionReport::default());
+        };
+        let split = completed.len().saturating_sub(keep.max(1));
+        let (expired, retained) = completed.split_at(split);
+        let mut named = std::collections::HashSet::new();
+        for &id in retained {
+            named.extend(self.manifest(id).await?.files.into_iter().map(|f| f.path));
+        }
+        for &id in expired {
+            self.store.delete(&self.manifest_path(id)).await?;
+        }
+        let prefix = self.absolute(&Path::from(CHECKPOINTS));
+        let files: Vec<_> = self.store.list(Some(&prefix)).try_collect().await?;
+        let mut deleted_files = 0;
+        for meta in files {
+            let relative = self.relative(&meta.location);
+            let checkpoint = relative.split('/').nth(1).and_then(|dir| dir.parse::<u64>().ok());
+            let in_progress = checkpoint.is_none_or(|id| id > newest);
+            if !in_progress && !named.contains(&relative) {
+                self.store.delete(&meta.location).await?;
+                deleted_files += 1;
+            }
+        }
+        Ok(RetentionReport { deleted_manifests: expired.to_vec(), deleted_files })
+    }
+
+    fn manifest_path(&self, checkpoint_id: u64) -> Path {
+        self.absolute(&Path::from_iter([MANIFESTS.to_string(), format!("{}.json", checkpoint_dir(checkpoint_id))]))
+    }
+
+    fn absolute(&self, relative: &Path) -> Path {
+        self.root.parts().chain(relative.parts()).collect()
+    }
+
+    fn relative(&self, absolute: &Path) -> String {
+        absolute.prefix_match(&self.root).map(|parts| parts.collect::<Path>().to_string()).unwrap_or_default()
+    }
+}
+
+fn checkpoint_dir(checkpoint_id: u64) -> String {
+    format!("{checkpoint_id:020}")
+}
+
+/// Milliseconds since the epoch, for manifests.
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use datafusion::arrow::array::{Int64Array, StringArray, UInt64Array};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+    use crate::{KEY_HASH_COLUMN, owner_of};
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new(KEY_HASH_COLUMN, DataType::UInt64, false),
+            Field::new("key", DataType::Utf8, false),
+            Field::new("count", DataType::Int64, false),
+        ]))
+    }
+
+    /// Rows key-0..key-n with hashes spread over the whole u64 range.
+    fn keyed_batch(from: u64, to: u64) -> RecordBatch {
+        let hashes: UInt64Array = (from..to).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
+        let keys: StringArray = (from..to).map(|i| Some(format!("key-{i}"))).collect();
+        let counts: Int64Array = (from..to).map(|i| i as i64).collect();
+        RecordBatch::try_new(schema(), vec![Arc::new(hashes), Arc::new(keys), Arc::new(counts)]).unwrap()
+    }
+
+    fn keys_of(batches: &[RecordBatch]) -> Vec<String> {
+        let mut keys: Vec<String> = batches
+            .iter()
+            .flat_map(|b| {
+                let column = b.column_by_name("key").unwrap().as_any().downcast_ref::<StringArray>().unwrap();
+                column.iter().map(|k| k.unwrap().to_string()).collect::<Vec<_>>()
+            })
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    async fn checkpoint(store: &StateStore, id: u64, parallelism: usize, rows: u64) -> Manifest {
+        let mut files = Vec::new();
+        for subtask in 0..parallelism {
+            let batch = keyed_batch(0, rows);
+            let mine = owned_rows(&batch, subtask, parallelism).unwrap();
+            files.push(store.write_table(id, "count", subtask, "counts", schema(), vec![mine]).await.unwrap());
+        }
+        let manifest = Manifest {
+            checkpoint_id: id,
+            completed_at_ms: now_ms(),
+            parallelism: BTreeMap::from([("count".to_string(), parallelism)]),
+            files,
+        };
+        store.commit_manifest(&manifest).await.unwrap();
+        manifest
+    }
+
+    #[tokio::test]
+    async fn a_table_round_trips_through_parquet() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::local(dir.path()).unwrap();
+        let batches = vec![keyed_batch(0, 100), keyed_batch(100, 250)];
+        let file = store.write_table(7, "agg", 1, "groups", schema(), batches.clone()).await.unwrap();
+        assert_eq!(file.rows, 250);
+        assert_eq!(file.path, "checkpoints/00000000000000000007/agg/1/groups.parquet");
+        assert!(dir.path().join(&file.path).exists());
+        let read = store.read_file(&file).await.unwrap();
+        assert_eq!(keys_of(&read), keys_of(&batches));
+        let total: usize = read.iter().map(RecordBatch::num_rows).sum();
+        assert_eq!(total, 250);
+    }
+
+    #[tokio::test]
+    async fn a_manifest_is_committed_once_and_the_latest_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::local(dir.path()).unwrap();
+        assert_eq!(store.latest_manifest().await.unwrap(), None);
+        let first = checkpoint(&store, 1, 2, 10).await;
+        let second = checkpoint(&store, 2, 2, 10).await;
+        assert_eq!(store.completed_checkpoints().await.unwrap(), vec![1, 2]);
+        assert_eq!(store.latest_manifest().await.unwrap(), Some(second));
+        assert!(matches!(store.commit_manifest(&first).await, Err(Error::ManifestExists(1))));
+        assert_eq!(store.manifest(1).await.unwrap(), first);
+    }
+
+    #[tokio::test]
+    async fn keyed_state_taken_at_two_restores_at_three_by_key_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::local(dir.path()).unwrap();
+        let manifest = checkpoint(&store, 1, 2, 1000).await;
+        let mut all = Vec::new();
+        for subtask in 0..3 {
+            let mine = store.read_key_range(&manifest, "count", "counts", subtask, 3).await.unwrap();
+            for batch in &mine {
+                let hashes = batch.column_by_name(KEY_HASH_COLUMN).unwrap();
+                let hashes = hashes.as_any().downcast_ref::<UInt64Array>().unwrap();
+                assert!(hashes.iter().all(|h| owner_of(h.unwrap(), 3) == subtask));
+            }
+            assert!(!mine.is_empty(), "every new subtask gets some keys");
+            all.extend(mine);
+        }
+        assert_eq!(keys_of(&all), keys_of(&[keyed_batch(0, 1000)]), "every key exactly once");
+    }
+
+    #[tokio::test]
+    async fn retention_keeps_the_last_k_and_files_of_checkpoints_in_progress() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::local(dir.path()).unwrap();
+        for id in 1..=4 {
+            checkpoint(&store, id, 2, 10).await;
+        }
+        // An aborted checkpoint between completed ones, and one still in progress after them.
+        let aborted = store.write_table(3, "count", 0, "orphan", schema(), vec![keyed_batch(0, 5)]).await.unwrap();
+        let in_progress = store.write_table(5, "count", 0, "counts", schema(), vec![keyed_batch(0, 5)]).await.unwrap();
+
+        let report = store.retain_last(2).await.unwrap();
+        assert_eq!(report.deleted_manifests, vec![1, 2]);
+        assert_eq!(report.deleted_files, 2 + 2 + 1, "two files each of 1 and 2, and the orphan of 3");
+        assert_eq!(store.completed_checkpoints().await.unwrap(), vec![3, 4]);
+        for id in [3, 4] {
+            let manifest = store.manifest(id).await.unwrap();
+            for file in &manifest.files {
+                assert!(dir.path().join(&file.path).exists(), "{} kept", file.path);
+            }
+        }
+        assert!(!dir.path().join(&aborted.path).exists());
+        assert!(dir.path().join(&in_progress.path).exists());
+        assert!(!dir.path().join("checkpoints/00000000000000000001").join("count/0/counts.parquet").exists());
+        // Idempotent.
+        assert_eq!(store.retain_last(2).await.unwrap(), RetentionReport::default());
+    }
+
+    #[tokio::test]
+    async fn a_store_that_cannot_write_reports_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::local(dir.path()).unwrap();
+        // A file where the checkpoint directory must go: the write fails, nothing panics.
+        std::fs::write(dir.path().join("checkpoints"), b"not a directory").unwrap();
+        let result = store.write_table(1, "count", 0, "counts", schema(), vec![keyed_batch(0, 5)]).await;
+        assert!(matches!(result, Err(Error::ObjectStore(_))), "{result:?}");
+    }
+}
