@@ -138,8 +138,9 @@ start() {
       >>"$RUN_DIR/format.log" 2>&1 || { cat "$RUN_DIR/format.log" >&2; die "formatting $DATA_DIR failed"; }
   fi
   : > "$LOG_FILE"
-  # setsid: the broker outlives the shell (and the test process) that started it.
-  setsid java "${JAVA_ARGS[@]}" kafka.Kafka "$RUN_DIR/server.properties" >"$RUN_DIR/stdout.log" 2>&1 < /dev/null &
+  # setsid: the broker outlives the shell (and the test process) that started it. 9>&-: it must
+  # not inherit this script's lock, or every later start/stop would wait for the broker to exit.
+  setsid java "${JAVA_ARGS[@]}" kafka.Kafka "$RUN_DIR/server.properties" >"$RUN_DIR/stdout.log" 2>&1 < /dev/null 9>&- &
   echo $! > "$PID_FILE"
   local pid=$!
   local waited=0

@@ -103,3 +103,28 @@ fn status_of_a_broker_that_is_not_running() {
     assert!(!output.status.success());
     assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "not running");
 }
+
+/// The test command starts a broker and stops it when the tests end; a stop that waits on the
+/// broker itself (it once inherited the script's lock) would hang CI after every test passed.
+#[test]
+fn a_started_broker_stops_promptly() {
+    let port = free_port().to_string();
+    let envs = [
+        ("WEIR_KAFKA_PORT", port.clone()),
+        ("WEIR_KAFKA_CONTROLLER_PORT", free_port().to_string()),
+        ("WEIR_KAFKA_HEAP", "256m".to_string()),
+    ];
+    let started = run(&["start"], &envs);
+    assert!(started.status.success(), "{}", stderr(&started));
+    assert!(String::from_utf8_lossy(&started.stdout).contains(&format!("bootstrap: 127.0.0.1:{port}")));
+
+    let mut command = Command::new("timeout");
+    command.args(["60", "/bin/bash"]).arg(script()).arg("clean");
+    for (key, value) in &envs {
+        command.env(key, value);
+    }
+    let stopped = command.output().unwrap();
+    assert!(stopped.status.success(), "stop did not finish within 60 s: {}", stderr(&stopped));
+    assert!(stderr(&stopped).contains("broker.sh: stopped"), "{}", stderr(&stopped));
+    assert_eq!(run(&["status"], &envs).stdout, b"not running\n");
+}

@@ -119,6 +119,25 @@ fn read_to_end(topic: &str, isolation: &str) -> Vec<String> {
     seen
 }
 
+/// Waits until the coordinator has written the commit or abort markers of `transactional_id`'s
+/// last transaction. EndTxn (and librdkafka's commit/abort, which wait for it) is answered once
+/// the coordinator has logged its decision; the markers reach the partitions after that, and
+/// until they do a read_committed reader stops at the transaction's first offset.
+fn settle(transactional_id: &str) {
+    let rt = runtime();
+    let client = TransactionsClient::new(broker().bootstrap());
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let description = rt.block_on(client.describe(transactional_id)).unwrap();
+        let state = description.as_ref().map(|d| d.state.as_str());
+        if matches!(state, None | Some("CompleteCommit" | "CompleteAbort" | "Empty")) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{transactional_id} never settled: {description:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn sorted(mut v: Vec<String>) -> Vec<String> {
     v.sort();
     v
@@ -129,7 +148,8 @@ fn a_transaction_over_two_topics_is_all_or_nothing() {
     let rt = runtime();
     let topic_a = rt.block_on(broker().create_topic("two-a", 3)).unwrap();
     let topic_b = rt.block_on(broker().create_topic("two-b", 2)).unwrap();
-    let producer = transactional_producer(&TestBroker::unique_name("two-topics"), 60_000);
+    let transactional_id = TestBroker::unique_name("two-topics");
+    let producer = transactional_producer(&transactional_id, 60_000);
 
     producer.begin_transaction().unwrap();
     produce(&producer, &topic_a, &payloads("committed-a", 50));
@@ -140,6 +160,7 @@ fn a_transaction_over_two_topics_is_all_or_nothing() {
     produce(&producer, &topic_a, &payloads("aborted-a", 30));
     produce(&producer, &topic_b, &payloads("aborted-b", 30));
     producer.abort_transaction(TIMEOUT).unwrap();
+    settle(&transactional_id);
 
     let read_both = |isolation| [read_to_end(&topic_a, isolation), read_to_end(&topic_b, isolation)].concat();
     let mut expected = [payloads("committed-a", 50), payloads("committed-b", 50)].concat();
@@ -222,10 +243,12 @@ fn pending_transaction_of_killed_process(topic: &str, timeout_ms: u32) -> Pendin
 
 /// A committed marker from another producer, so a reader knows when it has read far enough.
 fn write_marker(topic: &str, marker: &str) {
-    let producer = transactional_producer(&TestBroker::unique_name("marker"), 60_000);
+    let transactional_id = TestBroker::unique_name("marker");
+    let producer = transactional_producer(&transactional_id, 60_000);
     producer.begin_transaction().unwrap();
     produce(&producer, topic, &[marker.to_string()]);
     producer.commit_transaction(TIMEOUT).unwrap();
+    settle(&transactional_id);
 }
 
 #[test]
@@ -244,6 +267,7 @@ fn resume_commit_of_a_killed_producers_transaction() {
 
     let outcome = rt.block_on(client.end_transaction(&pending, TransactionResult::Commit)).unwrap();
     assert_eq!(outcome, EndTxnOutcome::Completed);
+    settle(&pending.transactional_id);
     let after = read_to_end(&topic, "read_committed");
     assert_eq!(sorted(after), sorted([payloads("pending", 100), vec!["before".to_string()]].concat()));
     let description = rt.block_on(client.describe(&pending.transactional_id)).unwrap().unwrap();
@@ -274,6 +298,7 @@ fn commit_of_an_aborted_transaction_is_invalid_txn_state() {
     // Aborting again is idempotent.
     let abort = rt.block_on(client.end_transaction(&pending, TransactionResult::Abort)).unwrap();
     assert_eq!(abort, EndTxnOutcome::Completed);
+    settle(&pending.transactional_id);
     write_marker(&topic, "marker");
     assert_eq!(read_to_end(&topic, "read_committed"), vec!["marker".to_string()]);
 }
@@ -294,6 +319,7 @@ fn commit_after_a_new_producer_fenced_the_id_is_invalid_producer_epoch() {
     assert!(description.producer_epoch > pending.producer_epoch, "... a newer epoch: {description:?}");
     let outcome = rt.block_on(client.end_transaction(&pending, TransactionResult::Commit)).unwrap();
     assert_eq!(outcome, EndTxnOutcome::Rejected(ResponseError::InvalidProducerEpoch));
+    settle(&pending.transactional_id);
     write_marker(&topic, "marker");
     assert_eq!(read_to_end(&topic, "read_committed"), vec!["marker".to_string()]);
 }
@@ -316,6 +342,7 @@ fn commit_after_the_transaction_timed_out_is_invalid_producer_epoch() {
     }
     let outcome = rt.block_on(client.end_transaction(&pending, TransactionResult::Commit)).unwrap();
     assert_eq!(outcome, EndTxnOutcome::Rejected(ResponseError::InvalidProducerEpoch));
+    settle(&pending.transactional_id);
     write_marker(&topic, "marker");
     assert_eq!(read_to_end(&topic, "read_committed"), vec!["marker".to_string()]);
 }
