@@ -1,6 +1,33 @@
-//! weir's dataflow runtime: the messages that flow between operators, and (as it grows) tasks,
-//! channels, barrier alignment, the checkpoint coordinator and the streaming operators.
+//! weir's dataflow runtime.
+//!
+//! A pipeline is a [`Graph`] of operators, each run as `parallelism` subtasks; forward-connected
+//! operators of equal parallelism are fused into one task ([`graph::Chain`]). Tasks exchange
+//! [`Message`]s over bounded [`channel`]s; the [`task`] runner handles barriers for every
+//! checkpoint mode; the [`coordinator`] triggers checkpoints, commits their manifests through
+//! `weir-state` and tells the tasks (and so the sinks) when a checkpoint is complete; the
+//! [`pipeline`] supervisor restores the last completed checkpoint after any failure.
 
+pub mod channel;
+pub mod checkpoint;
+mod coordinator;
+pub mod error;
+pub mod failure;
+pub mod graph;
 pub mod message;
+pub mod metrics;
+pub mod operator;
+pub mod partition;
+pub mod pipeline;
+mod restore;
+mod task;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
-pub use message::{Barrier, Message};
+pub use checkpoint::{CheckpointConfig, CheckpointKind, CheckpointMode, CheckpointReport, CheckpointStatus};
+pub use error::{Error, Result};
+pub use failure::{FailureInjector, FailurePoint, Step};
+pub use graph::{Graph, NodeId};
+pub use message::{Barrier, BarrierKind, Message};
+pub use operator::{Collector, Operator, RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
+pub use partition::Partitioning;
+pub use pipeline::{PipelineConfig, PipelineHandle, PipelineState, PipelineStatus, RestartPolicy, start};

@@ -1,0 +1,258 @@
+//! The checkpoint coordinator of one pipeline attempt: triggers checkpoints at the sources,
+//! collects every task's acknowledgement with its state files, commits the manifest (the
+//! commit decision), then tells every task "complete"; aborts a checkpoint a task declined or
+//! that timed out; ends a bounded run with a final checkpoint; and fails the attempt when a
+//! task fails.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use weir_state::{Manifest, StateFile, StateStore, now_ms};
+
+use crate::checkpoint::{CheckpointConfig, CheckpointKind, CheckpointReport, CheckpointStatus, TaskCheckpointReport};
+use crate::error::{Error, Result};
+use crate::failure::{FailureInjector, Step};
+use crate::message::{Barrier, BarrierKind};
+use crate::pipeline::SharedStatus;
+use crate::task::{Control, TaskEvent, TaskId};
+
+/// The coordinator's line to one task.
+pub(crate) struct TaskLine {
+    pub control: mpsc::UnboundedSender<Control>,
+    pub is_source: bool,
+}
+
+struct InFlight {
+    barrier: Barrier,
+    started: Instant,
+    started_at_ms: u64,
+    acks: BTreeMap<TaskId, (Vec<StateFile>, TaskCheckpointReport)>,
+}
+
+pub(crate) struct Coordinator {
+    pub config: CheckpointConfig,
+    pub store: StateStore,
+    pub tasks: Vec<TaskLine>,
+    pub events: mpsc::UnboundedReceiver<TaskEvent>,
+    pub join: JoinSet<Result<()>>,
+    pub parallelism: BTreeMap<String, usize>,
+    /// Shared with the supervisor, so no id is used twice across attempts.
+    pub next_id: Arc<AtomicU64>,
+    pub status: Arc<SharedStatus>,
+    pub injector: Option<Arc<FailureInjector>>,
+    /// The running retention pass: one at a time, the last one awaited at shutdown.
+    pub retention: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Coordinator {
+    /// Runs the attempt to its end: Ok when a bounded run finished, Err when anything failed.
+    pub async fn run(mut self) -> Result<()> {
+        let mut in_flight: BTreeMap<u64, InFlight> = BTreeMap::new();
+        let sources = self.tasks.iter().filter(|t| t.is_source).count();
+        let (mut sources_finished, mut ended) = (0, 0);
+        let mut final_id: Option<u64> = None;
+        let mut final_done = false;
+        let mut ticker = self.config.interval.map(|every| {
+            let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticker
+        });
+        loop {
+            let checkpointing = self.config.interval.is_some();
+            if ended == self.tasks.len() && (!checkpointing || final_done) {
+                return self.shut_down().await;
+            }
+            let can_trigger = final_id.is_none() && in_flight.len() < self.config.max_concurrent;
+            let timeout_at = in_flight.values().map(|c| c.started + self.config.timeout).min();
+            let tick = async {
+                match &mut ticker {
+                    Some(ticker) if can_trigger => {
+                        ticker.tick().await;
+                    }
+                    _ => std::future::pending().await,
+                }
+            };
+            let expiry = async {
+                match timeout_at {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = tick => {
+                    let id = self.trigger(&mut in_flight, false);
+                    tracing::debug!(checkpoint = id, "checkpoint triggered");
+                }
+                event = self.events.recv() => {
+                    let Some(event) = event else { return Err(Error::Stopped("every task is gone".into())) };
+                    match event {
+                        TaskEvent::Ack { task, checkpoint_id, files, report } => {
+                            let Some(checkpoint) = in_flight.get_mut(&checkpoint_id) else { continue };
+                            checkpoint.acks.insert(task, (files, report));
+                            if checkpoint.acks.len() == self.tasks.len() {
+                                if let Some(checkpoint) = in_flight.remove(&checkpoint_id) {
+                                    let completed = self.complete(checkpoint).await?;
+                                    final_done |= completed && Some(checkpoint_id) == final_id;
+                                    if !completed && Some(checkpoint_id) == final_id {
+                                        return Err(Error::Stopped(format!("the final checkpoint {checkpoint_id} could not be committed")));
+                                    }
+                                }
+                            }
+                        }
+                        TaskEvent::Decline { task, checkpoint_id, reason } => {
+                            if let Some(checkpoint) = in_flight.remove(&checkpoint_id) {
+                                let reason = format!("task {}[{}] declined: {reason}", task.chain, task.subtask);
+                                self.abort(checkpoint, reason.clone());
+                                if Some(checkpoint_id) == final_id {
+                                    return Err(Error::Stopped(format!("the final checkpoint {checkpoint_id} failed: {reason}")));
+                                }
+                            }
+                        }
+                        TaskEvent::SourceFinished => {
+                            sources_finished += 1;
+                            if sources_finished == sources {
+                                if checkpointing {
+                                    final_id = Some(self.trigger(&mut in_flight, true));
+                                } else {
+                                    self.broadcast(Control::EndOfInput, |t| t.is_source);
+                                }
+                            }
+                        }
+                        TaskEvent::Ended => ended += 1,
+                        TaskEvent::Failed(error) => return Err(error),
+                    }
+                }
+                joined = self.join.join_next(), if !self.join.is_empty() => match joined {
+                    Some(Ok(Ok(()))) | None => {}
+                    Some(Ok(Err(error))) => return Err(error),
+                    Some(Err(error)) => return Err(error.into()),
+                },
+                _ = expiry => {
+                    let now = Instant::now();
+                    let expired: Vec<u64> = in_flight
+                        .iter()
+                        .filter(|(_, c)| c.started + self.config.timeout <= now)
+                        .map(|(id, _)| *id)
+                        .collect();
+                    for id in expired {
+                        if let Some(checkpoint) = in_flight.remove(&id) {
+                            self.abort(checkpoint, format!("not complete within {:?}", self.config.timeout));
+                            if Some(id) == final_id {
+                                return Err(Error::Stopped(format!("the final checkpoint {id} timed out")));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn trigger(&mut self, in_flight: &mut BTreeMap<u64, InFlight>, is_final: bool) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        // The final barrier follows all data: a final unaligned checkpoint would leave the data
+        // it overtook to transactions no checkpoint commits.
+        let kind = match self.config.mode.barrier_kind() {
+            BarrierKind::Unaligned | BarrierKind::AlignedTimeout(_) if is_final => BarrierKind::Aligned,
+            kind => kind,
+        };
+        let barrier = Barrier { checkpoint_id: id, kind, is_final };
+        let checkpoint = InFlight { barrier, started: Instant::now(), started_at_ms: now_ms(), acks: BTreeMap::new() };
+        self.status.checkpoint(report(&checkpoint, CheckpointStatus::InProgress));
+        in_flight.insert(id, checkpoint);
+        self.broadcast(Control::Trigger(barrier), |t| t.is_source);
+        id
+    }
+
+    /// Commits the manifest and notifies every task. False if the manifest could not be
+    /// written (the checkpoint is aborted instead).
+    async fn complete(&mut self, checkpoint: InFlight) -> Result<bool> {
+        let id = checkpoint.barrier.checkpoint_id;
+        let files = checkpoint.acks.values().flat_map(|(files, _)| files.iter().cloned()).collect();
+        let manifest = Manifest { checkpoint_id: id, completed_at_ms: now_ms(), parallelism: self.parallelism.clone(), files };
+        if let Err(error) = self.store.commit_manifest(&manifest).await {
+            self.abort(checkpoint, format!("the manifest could not be written: {error}"));
+            return Ok(false);
+        }
+        self.status.checkpoint(report(&checkpoint, CheckpointStatus::Completed));
+        self.step(Step::AfterManifestBeforeNotify, id)?;
+        let half = self.tasks.len() / 2;
+        for (index, task) in self.tasks.iter().enumerate() {
+            if index == half {
+                self.step(Step::MidNotify, id)?;
+            }
+            let _ = task.control.send(Control::Complete(id));
+        }
+        if self.retention.as_ref().is_none_or(|r| r.is_finished()) {
+            let (store, retained) = (self.store.clone(), self.config.retained);
+            self.retention = Some(tokio::spawn(retain(store, retained)));
+        }
+        Ok(true)
+    }
+
+    fn abort(&self, checkpoint: InFlight, reason: String) {
+        let id = checkpoint.barrier.checkpoint_id;
+        tracing::warn!(checkpoint = id, %reason, "checkpoint aborted");
+        self.status.checkpoint(report(&checkpoint, CheckpointStatus::Aborted(reason)));
+        self.broadcast(Control::Aborted(id), |_| true);
+    }
+
+    fn step(&self, step: Step, checkpoint: u64) -> Result<()> {
+        match &self.injector {
+            Some(injector) => injector.on_step(step, checkpoint, None),
+            None => Ok(()),
+        }
+    }
+
+    fn broadcast(&self, control: Control, to: impl Fn(&TaskLine) -> bool) {
+        for task in self.tasks.iter().filter(|t| to(t)) {
+            let _ = task.control.send(control.clone());
+        }
+    }
+
+    /// Every task ended and the final checkpoint (if any) is committed: stop the tasks.
+    async fn shut_down(mut self) -> Result<()> {
+        self.broadcast(Control::Shutdown, |_| true);
+        while let Some(joined) = self.join.join_next().await {
+            joined??;
+        }
+        if let Some(running) = self.retention.take() {
+            let _ = running.await;
+        }
+        retain(self.store.clone(), self.config.retained).await;
+        Ok(())
+    }
+}
+
+/// Keeps the last `retained` checkpoints. A failure is logged: the next pass tries again.
+async fn retain(store: StateStore, retained: usize) {
+    if let Err(error) = store.retain_last(retained).await {
+        tracing::warn!(%error, "removing old checkpoints failed; the next checkpoint tries again");
+    }
+}
+
+fn report(checkpoint: &InFlight, status: CheckpointStatus) -> CheckpointReport {
+    let tasks: Vec<TaskCheckpointReport> = checkpoint.acks.values().map(|(_, r)| r.clone()).collect();
+    let kind = match checkpoint.barrier.kind {
+        BarrierKind::Aligned => CheckpointKind::Aligned,
+        BarrierKind::AlignedTimeout(_) => CheckpointKind::AlignedTimeout { timed_out: tasks.iter().any(|t| t.unaligned) },
+        BarrierKind::Unaligned => CheckpointKind::Unaligned,
+        BarrierKind::AtLeastOnce => CheckpointKind::AtLeastOnce,
+    };
+    let inflight_rows = checkpoint.acks.values().flat_map(|(files, _)| files).filter(|f| f.table.starts_with("_inflight")).map(|f| f.rows).sum();
+    CheckpointReport {
+        id: checkpoint.barrier.checkpoint_id,
+        kind,
+        started_at_ms: checkpoint.started_at_ms,
+        duration_ms: checkpoint.started.elapsed().as_millis() as u64,
+        alignment_ms: tasks.iter().map(|t| t.alignment_ms).max().unwrap_or(0),
+        state_bytes: tasks.iter().map(|t| t.state_bytes).sum(),
+        inflight_bytes: tasks.iter().map(|t| t.inflight_bytes).sum(),
+        inflight_rows,
+        status,
+        tasks,
+    }
+}

@@ -1,0 +1,246 @@
+//! The pipeline graph: operators with their parallelism, and the edges between them; and the
+//! chains it runs as (operators fused into one task where nothing needs a channel).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::graph_err;
+use crate::operator::{Operator, Source, SubtaskInfo};
+use crate::partition::Partitioning;
+
+/// Makes one subtask's source.
+pub type SourceFactory = Arc<dyn Fn(&SubtaskInfo) -> Result<Box<dyn Source>> + Send + Sync>;
+/// Makes one subtask's operator.
+pub type OperatorFactory = Arc<dyn Fn(&SubtaskInfo) -> Result<Box<dyn Operator>> + Send + Sync>;
+
+/// Index of a node in its graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeId(pub usize);
+
+#[derive(Clone)]
+pub enum NodeKind {
+    Source(SourceFactory),
+    Operator { inputs: usize, factory: OperatorFactory },
+}
+
+/// One operator of the graph.
+#[derive(Clone)]
+pub struct Node {
+    pub name: String,
+    pub parallelism: usize,
+    pub kind: NodeKind,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.kind {
+            NodeKind::Source(_) => "source".to_string(),
+            NodeKind::Operator { inputs, .. } => format!("operator with {inputs} input(s)"),
+        };
+        write!(f, "{} ({kind}, parallelism {})", self.name, self.parallelism)
+    }
+}
+
+/// Records flow from `from` into input `input` of `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edge {
+    pub from: NodeId,
+    pub to: NodeId,
+    pub input: usize,
+    pub partitioning: Partitioning,
+}
+
+/// A dataflow graph. Nodes are added sources first, then each operator after the nodes that
+/// feed it, so the graph is acyclic by construction.
+#[derive(Debug, Clone, Default)]
+pub struct Graph {
+    nodes: Vec<Node>,
+    edges: Vec<Edge>,
+}
+
+/// Operators that run in one task: a head (with the chain's inputs) and the operators fused
+/// after it, each fed by the one before over a forward edge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chain {
+    pub nodes: Vec<NodeId>,
+    pub parallelism: usize,
+}
+
+impl Chain {
+    pub fn head(&self) -> NodeId {
+        self.nodes[0]
+    }
+
+    pub fn tail(&self) -> NodeId {
+        self.nodes[self.nodes.len() - 1]
+    }
+}
+
+impl Graph {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add_source(&mut self, name: &str, parallelism: usize, factory: SourceFactory) -> NodeId {
+        self.push(Node { name: name.to_string(), parallelism, kind: NodeKind::Source(factory) })
+    }
+
+    pub fn add_operator(&mut self, name: &str, parallelism: usize, inputs: usize, factory: OperatorFactory) -> NodeId {
+        self.push(Node { name: name.to_string(), parallelism, kind: NodeKind::Operator { inputs, factory } })
+    }
+
+    fn push(&mut self, node: Node) -> NodeId {
+        self.nodes.push(node);
+        NodeId(self.nodes.len() - 1)
+    }
+
+    pub fn connect(&mut self, from: NodeId, to: NodeId, input: usize, partitioning: Partitioning) {
+        self.edges.push(Edge { from, to, input, partitioning });
+    }
+
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.0]
+    }
+
+    pub fn edges(&self) -> &[Edge] {
+        &self.edges
+    }
+
+    /// The edge into input `input` of `node`.
+    pub fn input_edge(&self, node: NodeId, input: usize) -> Option<&Edge> {
+        self.edges.iter().find(|e| e.to == node && e.input == input)
+    }
+
+    pub fn outgoing(&self, node: NodeId) -> impl Iterator<Item = &Edge> {
+        self.edges.iter().filter(move |e| e.from == node)
+    }
+
+    /// The same graph with every node at `parallelism` (forward edges stay valid), for a
+    /// restore at another parallelism.
+    pub fn with_parallelism(&self, parallelism: usize) -> Graph {
+        let mut graph = self.clone();
+        for node in &mut graph.nodes {
+            node.parallelism = parallelism;
+        }
+        graph
+    }
+
+    /// Checks what the runtime relies on, with a message that names the offending part.
+    pub fn validate(&self) -> Result<()> {
+        let mut seen = BTreeMap::new();
+        for (index, node) in self.nodes.iter().enumerate() {
+            if node.name.is_empty() || !node.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                graph_err!("operator name '{}' must be non-empty ASCII letters, digits, '_' or '-'", node.name);
+            }
+            if seen.insert(node.name.as_str(), index).is_some() {
+                graph_err!("two operators are named '{}'", node.name);
+            }
+            if node.parallelism == 0 {
+                graph_err!("operator '{}' has parallelism 0", node.name);
+            }
+            let id = NodeId(index);
+            match node.kind {
+                NodeKind::Source(_) => {
+                    if self.edges.iter().any(|e| e.to == id) {
+                        graph_err!("source '{}' cannot have an input", node.name);
+                    }
+                }
+                NodeKind::Operator { inputs, .. } => {
+                    if inputs == 0 {
+                        graph_err!("operator '{}' has no inputs", node.name);
+                    }
+                    for input in 0..inputs {
+                        let count = self.edges.iter().filter(|e| e.to == id && e.input == input).count();
+                        if count != 1 {
+                            graph_err!("input {input} of '{}' has {count} edges; it needs exactly one", node.name);
+                        }
+                    }
+                }
+            }
+        }
+        for edge in &self.edges {
+            let (Some(from), Some(to)) = (self.nodes.get(edge.from.0), self.nodes.get(edge.to.0)) else {
+                graph_err!("an edge names a node that does not exist");
+            };
+            if edge.from.0 >= edge.to.0 {
+                graph_err!("edge {} -> {} goes backwards: add a node after the nodes feeding it", from.name, to.name);
+            }
+            if let NodeKind::Operator { inputs, .. } = to.kind {
+                if edge.input >= inputs {
+                    graph_err!("edge {} -> {} names input {} of {inputs}", from.name, to.name, edge.input);
+                }
+            }
+            if edge.partitioning == Partitioning::Forward && from.parallelism != to.parallelism {
+                graph_err!(
+                    "forward edge {} -> {} joins parallelism {} to {}; use hash or round-robin",
+                    from.name,
+                    to.name,
+                    from.parallelism,
+                    to.parallelism
+                );
+            }
+            if let Partitioning::Hash(keys) = &edge.partitioning {
+                if keys.is_empty() {
+                    graph_err!("hash edge {} -> {} has no key columns", from.name, to.name);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The chains the graph runs as. With `chaining`, an operator joins the chain of the node
+    /// feeding it when that is its only input, over a forward edge, and the feeding node has no
+    /// other output.
+    pub fn chains(&self, chaining: bool) -> Vec<Chain> {
+        let mut chain_of: Vec<Option<usize>> = vec![None; self.nodes.len()];
+        let mut chains: Vec<Chain> = Vec::new();
+        for (index, node) in self.nodes.iter().enumerate() {
+            let id = NodeId(index);
+            let fused_into = match node.kind {
+                NodeKind::Operator { inputs: 1, .. } if chaining => self
+                    .input_edge(id, 0)
+                    .filter(|e| e.partitioning == Partitioning::Forward && self.outgoing(e.from).count() == 1)
+                    .and_then(|e| chain_of[e.from.0])
+                    .filter(|&c| chains[c].tail() == self.input_edge(id, 0).map_or(id, |e| e.from)),
+                _ => None,
+            };
+            match fused_into {
+                Some(c) => {
+                    chains[c].nodes.push(id);
+                    chain_of[index] = Some(c);
+                }
+                None => {
+                    chains.push(Chain { nodes: vec![id], parallelism: node.parallelism });
+                    chain_of[index] = Some(chains.len() - 1);
+                }
+            }
+        }
+        chains
+    }
+
+    /// A readable description: chains (tasks), operators with parallelism, edges.
+    pub fn describe(&self, chaining: bool) -> String {
+        let mut text = String::new();
+        for chain in self.chains(chaining) {
+            let names: Vec<&str> = chain.nodes.iter().map(|id| self.node(*id).name.as_str()).collect();
+            let _ = writeln!(text, "task [{}] x{}", names.join(" -> "), chain.parallelism);
+        }
+        for edge in &self.edges {
+            let _ = writeln!(
+                text,
+                "edge {} -> {} (input {}): {}",
+                self.node(edge.from).name,
+                self.node(edge.to).name,
+                edge.input,
+                edge.partitioning
+            );
+        }
+        text
+    }
+}

@@ -1,0 +1,117 @@
+//! Live counters of a running pipeline: per operator subtask and per channel. Tasks update
+//! atomics; readers take a snapshot whenever they like.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use crate::channel::ChannelMetrics;
+
+/// Counters of one operator subtask.
+#[derive(Debug)]
+pub struct OperatorMetrics {
+    pub records_in: AtomicU64,
+    pub records_out: AtomicU64,
+    pub batches_in: AtomicU64,
+    /// Nanoseconds the subtask's task had output it could not queue (back-pressure).
+    pub backpressure_ns: AtomicU64,
+    /// The subtask's current watermark (`i64::MIN` before the first).
+    pub watermark: AtomicI64,
+}
+
+impl Default for OperatorMetrics {
+    fn default() -> Self {
+        Self {
+            records_in: AtomicU64::new(0),
+            records_out: AtomicU64::new(0),
+            batches_in: AtomicU64::new(0),
+            backpressure_ns: AtomicU64::new(0),
+            watermark: AtomicI64::new(i64::MIN),
+        }
+    }
+}
+
+/// A point-in-time copy of one operator subtask's counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OperatorSample {
+    pub operator: String,
+    pub subtask: usize,
+    pub records_in: u64,
+    pub records_out: u64,
+    pub backpressure_ms: u64,
+    pub watermark: Option<i64>,
+}
+
+/// A point-in-time copy of one channel's counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChannelSample {
+    pub from: String,
+    pub from_subtask: usize,
+    pub to: String,
+    pub to_subtask: usize,
+    pub records: u64,
+    pub bytes: u64,
+    pub blocked_ms: u64,
+    pub queued_batches: u64,
+}
+
+/// Every counter of one pipeline attempt.
+#[derive(Debug, Default)]
+pub struct MetricsRegistry {
+    operators: Mutex<Vec<(String, usize, Arc<OperatorMetrics>)>>,
+    channels: Mutex<Vec<(String, usize, String, usize, Arc<ChannelMetrics>)>>,
+}
+
+impl MetricsRegistry {
+    pub(crate) fn operator(&self, operator: &str, subtask: usize) -> Arc<OperatorMetrics> {
+        let metrics = Arc::new(OperatorMetrics::default());
+        self.operators.lock().unwrap_or_else(|p| p.into_inner()).push((operator.to_string(), subtask, metrics.clone()));
+        metrics
+    }
+
+    pub(crate) fn channel(&self, from: (&str, usize), to: (&str, usize), metrics: Arc<ChannelMetrics>) {
+        self.channels.lock().unwrap_or_else(|p| p.into_inner()).push((
+            from.0.to_string(),
+            from.1,
+            to.0.to_string(),
+            to.1,
+            metrics,
+        ));
+    }
+
+    pub fn operators(&self) -> Vec<OperatorSample> {
+        let operators = self.operators.lock().unwrap_or_else(|p| p.into_inner());
+        operators
+            .iter()
+            .map(|(operator, subtask, m)| {
+                let watermark = m.watermark.load(Ordering::Relaxed);
+                OperatorSample {
+                    operator: operator.clone(),
+                    subtask: *subtask,
+                    records_in: m.records_in.load(Ordering::Relaxed),
+                    records_out: m.records_out.load(Ordering::Relaxed),
+                    backpressure_ms: m.backpressure_ns.load(Ordering::Relaxed) / 1_000_000,
+                    watermark: (watermark != i64::MIN).then_some(watermark),
+                }
+            })
+            .collect()
+    }
+
+    pub fn channels(&self) -> Vec<ChannelSample> {
+        let channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        channels
+            .iter()
+            .map(|(from, from_subtask, to, to_subtask, m)| ChannelSample {
+                from: from.clone(),
+                from_subtask: *from_subtask,
+                to: to.clone(),
+                to_subtask: *to_subtask,
+                records: m.records_in.load(Ordering::Relaxed),
+                bytes: m.bytes_in.load(Ordering::Relaxed),
+                blocked_ms: m.blocked_ns.load(Ordering::Relaxed) / 1_000_000,
+                queued_batches: m.queued_batches.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,159 @@
+//! What an operator, a source and a sink implement. The task runner, not the operator, handles
+//! channels, barriers, alignment and in-flight data: an operator only sees the calls below.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+
+use crate::error::Result;
+
+/// Where a subtask sits in its operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubtaskInfo {
+    pub operator: String,
+    pub subtask: usize,
+    pub parallelism: usize,
+}
+
+impl SubtaskInfo {
+    /// An [`crate::Error::Operator`] for this subtask.
+    pub fn error(&self, message: impl std::fmt::Display) -> crate::Error {
+        crate::Error::Operator { operator: self.operator.clone(), subtask: self.subtask, message: message.to_string() }
+    }
+}
+
+/// One named table of an operator's snapshot.
+///
+/// A table with a [`weir_state::KEY_HASH_COLUMN`] column is *keyed*: on restore each subtask
+/// gets the rows whose key hash it owns, at whatever parallelism. Any other table is restored
+/// as the *union* of all subtasks' rows (every subtask sees them all and keeps what is its own,
+/// like Flink's union list state): source positions and pending sink transactions are of this
+/// kind.
+#[derive(Debug, Clone)]
+pub struct StateTable {
+    pub name: String,
+    pub schema: SchemaRef,
+    pub batches: Vec<RecordBatch>,
+}
+
+/// The tables an operator subtask gets back on restore, by name. Empty on a fresh start.
+#[derive(Debug, Clone, Default)]
+pub struct RestoredState {
+    /// The checkpoint restored from, if any.
+    pub checkpoint_id: Option<u64>,
+    pub tables: HashMap<String, Vec<RecordBatch>>,
+}
+
+impl RestoredState {
+    pub fn table(&self, name: &str) -> &[RecordBatch] {
+        self.tables.get(name).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// What an operator emits while it handles a call.
+#[derive(Debug, Default)]
+pub struct Collector {
+    pub(crate) batches: Vec<RecordBatch>,
+    pub(crate) watermark: Option<i64>,
+}
+
+impl Collector {
+    pub fn emit(&mut self, batch: RecordBatch) {
+        if batch.num_rows() > 0 {
+            self.batches.push(batch);
+        }
+    }
+
+    /// Advances the operator's output watermark.
+    pub fn emit_watermark(&mut self, watermark: i64) {
+        self.watermark = Some(self.watermark.map_or(watermark, |w| w.max(watermark)));
+    }
+}
+
+/// An operator with one or more inputs (a sink is an operator with no outputs).
+///
+/// Checkpoint `n`: `snapshot(n)` is called once the task has taken its snapshot point; its
+/// tables are written off the hot path. `checkpoint_complete(n)` follows when the coordinator
+/// has committed the manifest of `n` (a sink's second phase: commit), and
+/// `checkpoint_aborted(n)` when `n` was given up.
+#[async_trait]
+pub trait Operator: Send {
+    async fn open(&mut self, _info: &SubtaskInfo, _restored: RestoredState) -> Result<()> {
+        Ok(())
+    }
+
+    /// A batch on input `input` (0-based, in the order the graph's edges name them).
+    async fn process_batch(&mut self, input: usize, batch: RecordBatch, out: &mut Collector) -> Result<()>;
+
+    /// The subtask's watermark advanced (the minimum over its inputs). By default it is
+    /// forwarded as it is.
+    async fn process_watermark(&mut self, watermark: i64, out: &mut Collector) -> Result<()> {
+        out.emit_watermark(watermark);
+        Ok(())
+    }
+
+    async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
+        Ok(Vec::new())
+    }
+
+    async fn checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
+
+    async fn checkpoint_aborted(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
+
+    /// All inputs ended: emit what is still held (a bounded run's final results).
+    async fn finish(&mut self, _out: &mut Collector) -> Result<()> {
+        Ok(())
+    }
+
+    /// The pipeline is shutting down normally; not called when it fails.
+    async fn close(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// What a source's `next` produced.
+#[derive(Debug)]
+pub enum SourceEvent {
+    Batch(RecordBatch),
+    Watermark(i64),
+    /// Nothing right now; the task checks its control messages and asks again.
+    Idle,
+    /// A bounded source has no more records.
+    End,
+}
+
+/// A source: the start of the graph. Its snapshot holds its read position; restored, it
+/// replays from there.
+#[async_trait]
+pub trait Source: Send {
+    async fn open(&mut self, _info: &SubtaskInfo, _restored: RestoredState) -> Result<()> {
+        Ok(())
+    }
+
+    /// The next event. It must return within a short time (about 100 ms at most, `Idle` if
+    /// there is nothing), because the task only takes checkpoint triggers between calls.
+    async fn next(&mut self) -> Result<SourceEvent>;
+
+    /// The read position as of now: the barrier follows everything `next` returned so far.
+    async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
+        Ok(Vec::new())
+    }
+
+    async fn checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
+
+    async fn checkpoint_aborted(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        Ok(())
+    }
+}

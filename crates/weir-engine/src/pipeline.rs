@@ -1,0 +1,349 @@
+//! Running a pipeline: builds the tasks and channels of an attempt from the graph and the last
+//! completed checkpoint, runs it under the coordinator, and on any failure tears everything
+//! down and starts a new attempt from the last completed checkpoint, with exponential back-off
+//! up to a cap. A pipeline started on a store that already holds checkpoints resumes from the
+//! newest, so a process that crashed picks up where it committed.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::{Notify, mpsc};
+use tokio::task::JoinSet;
+use weir_state::{StateStore, now_ms};
+
+use crate::channel::{ChannelBounds, channel};
+use crate::checkpoint::{CheckpointConfig, CheckpointReport, CheckpointStatus};
+use crate::coordinator::{Coordinator, TaskLine};
+use crate::error::Result;
+use crate::failure::FailureInjector;
+use crate::graph::{Graph, NodeKind};
+use crate::metrics::MetricsRegistry;
+use crate::operator::SubtaskInfo;
+use crate::partition::Router;
+use crate::restore::Restorer;
+use crate::task::{InputChannel, Member, OutputChannel, OutputEdge, SourceHead, Task, TaskContext, TaskId, inflight_to_table};
+
+/// How failed attempts are retried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestartPolicy {
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    /// Give up (status failed) after this many restarts in a row without a completed
+    /// checkpoint; `None`: never.
+    pub max_restarts: Option<u32>,
+}
+
+impl Default for RestartPolicy {
+    fn default() -> Self {
+        Self { initial_backoff: Duration::from_millis(100), max_backoff: Duration::from_secs(30), max_restarts: None }
+    }
+}
+
+/// Everything about how a pipeline runs, apart from its graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PipelineConfig {
+    pub checkpoint: CheckpointConfig,
+    pub channel: ChannelBounds,
+    /// Fuse forward-connected operators of equal parallelism into one task.
+    pub chaining: bool,
+    pub restart: RestartPolicy,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        Self {
+            checkpoint: CheckpointConfig::default(),
+            channel: ChannelBounds::default(),
+            chaining: true,
+            restart: RestartPolicy::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PipelineState {
+    Running,
+    /// An attempt failed; waiting out the back-off before restoring.
+    Recovering,
+    /// A bounded run ended and its final checkpoint committed.
+    Finished,
+    /// Restarts were exhausted.
+    Failed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErrorRecord {
+    pub at_ms: u64,
+    pub message: String,
+}
+
+/// What a pipeline reports about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PipelineStatus {
+    pub state: PipelineState,
+    pub attempts: u32,
+    pub restarts: u32,
+    /// The checkpoint the current attempt restored, if any.
+    pub restored_from: Option<u64>,
+    /// Failures, oldest first (the last 100).
+    pub errors: Vec<ErrorRecord>,
+    /// Checkpoints, oldest first (the last 1000).
+    pub checkpoints: Vec<CheckpointReport>,
+}
+
+const KEPT_ERRORS: usize = 100;
+const KEPT_CHECKPOINTS: usize = 1000;
+
+/// The status and live counters, shared by the supervisor, the coordinator and readers.
+#[derive(Debug)]
+pub struct SharedStatus {
+    status: Mutex<PipelineStatus>,
+    metrics: Mutex<Arc<MetricsRegistry>>,
+}
+
+impl SharedStatus {
+    fn update(&self, f: impl FnOnce(&mut PipelineStatus)) {
+        f(&mut self.status.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    /// Records a checkpoint's report, replacing an earlier one of the same id.
+    pub(crate) fn checkpoint(&self, report: CheckpointReport) {
+        self.update(|status| {
+            match status.checkpoints.iter_mut().rev().find(|c| c.id == report.id) {
+                Some(existing) => *existing = report,
+                None => status.checkpoints.push(report),
+            }
+            let excess = status.checkpoints.len().saturating_sub(KEPT_CHECKPOINTS);
+            status.checkpoints.drain(..excess);
+        });
+    }
+
+    fn completed_checkpoints(&self) -> usize {
+        let status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        status.checkpoints.iter().filter(|c| c.status == CheckpointStatus::Completed).count()
+    }
+}
+
+/// A running pipeline.
+#[derive(Debug)]
+pub struct PipelineHandle {
+    shared: Arc<SharedStatus>,
+    supervisor: tokio::task::JoinHandle<Result<()>>,
+}
+
+impl PipelineHandle {
+    pub fn status(&self) -> PipelineStatus {
+        self.shared.status.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The counters of the current attempt.
+    pub fn metrics(&self) -> Arc<MetricsRegistry> {
+        self.shared.metrics.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Waits for a bounded pipeline to finish, or for it to fail for good.
+    pub async fn wait(self) -> Result<()> {
+        self.supervisor.await?
+    }
+
+    /// Stops everything at once, as a crash would: no final checkpoint, no close, nothing
+    /// committed that was not already.
+    pub async fn kill(self) {
+        self.supervisor.abort();
+        let _ = self.supervisor.await;
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.supervisor.is_finished()
+    }
+}
+
+/// Starts `graph` on the tokio runtime it is called from, resuming from the newest checkpoint
+/// in `store`.
+pub fn start(graph: Graph, config: PipelineConfig, store: StateStore, injector: Option<Arc<FailureInjector>>) -> Result<PipelineHandle> {
+    graph.validate()?;
+    let shared = Arc::new(SharedStatus {
+        status: Mutex::new(PipelineStatus {
+            state: PipelineState::Running,
+            attempts: 0,
+            restarts: 0,
+            restored_from: None,
+            errors: Vec::new(),
+            checkpoints: Vec::new(),
+        }),
+        metrics: Mutex::new(Arc::new(MetricsRegistry::default())),
+    });
+    let supervisor = tokio::spawn(supervise(graph, config, store, injector, shared.clone()));
+    Ok(PipelineHandle { shared, supervisor })
+}
+
+async fn supervise(
+    graph: Graph,
+    config: PipelineConfig,
+    store: StateStore,
+    injector: Option<Arc<FailureInjector>>,
+    shared: Arc<SharedStatus>,
+) -> Result<()> {
+    let next_id = Arc::new(AtomicU64::new(1));
+    let mut backoff = config.restart.initial_backoff;
+    let mut failures_in_a_row = 0;
+    loop {
+        let completed_before = shared.completed_checkpoints();
+        let result = run_attempt(&graph, &config, &store, injector.clone(), &shared, &next_id).await;
+        let error = match result {
+            Ok(()) => {
+                shared.update(|s| s.state = PipelineState::Finished);
+                return Ok(());
+            }
+            Err(error) => error,
+        };
+        if shared.completed_checkpoints() > completed_before {
+            failures_in_a_row = 0;
+            backoff = config.restart.initial_backoff;
+        }
+        failures_in_a_row += 1;
+        tracing::warn!(%error, "pipeline attempt failed");
+        let give_up = config.restart.max_restarts.is_some_and(|max| failures_in_a_row > max);
+        shared.update(|s| {
+            s.errors.push(ErrorRecord { at_ms: now_ms(), message: error.to_string() });
+            let excess = s.errors.len().saturating_sub(KEPT_ERRORS);
+            s.errors.drain(..excess);
+            s.state = if give_up { PipelineState::Failed } else { PipelineState::Recovering };
+        });
+        if give_up {
+            return Err(error);
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(config.restart.max_backoff);
+        shared.update(|s| s.restarts += 1);
+    }
+}
+
+/// One attempt: restore, build, run until finished or failed. Dropping it (a kill, or the
+/// supervisor moving on) aborts every task of the attempt.
+async fn run_attempt(
+    graph: &Graph,
+    config: &PipelineConfig,
+    store: &StateStore,
+    injector: Option<Arc<FailureInjector>>,
+    shared: &Arc<SharedStatus>,
+    next_id: &Arc<AtomicU64>,
+) -> Result<()> {
+    let manifest = store.latest_manifest().await?;
+    if let Some(manifest) = &manifest {
+        next_id.fetch_max(manifest.checkpoint_id + 1, Ordering::SeqCst);
+    }
+    let registry = Arc::new(MetricsRegistry::default());
+    *shared.metrics.lock().unwrap_or_else(|p| p.into_inner()) = registry.clone();
+    shared.update(|s| {
+        s.state = PipelineState::Running;
+        s.attempts += 1;
+        s.restored_from = manifest.as_ref().map(|m| m.checkpoint_id);
+    });
+
+    let chains = graph.chains(config.chaining);
+    let mut chain_of = vec![0; graph.nodes().len()];
+    for (index, chain) in chains.iter().enumerate() {
+        for node in &chain.nodes {
+            chain_of[node.0] = index;
+        }
+    }
+    let wakeups: Vec<Vec<Arc<Notify>>> =
+        chains.iter().map(|c| (0..c.parallelism).map(|_| Arc::new(Notify::new())).collect()).collect();
+    let mut inputs: Vec<Vec<Vec<InputChannel>>> =
+        chains.iter().map(|c| (0..c.parallelism).map(|_| Vec::new()).collect()).collect();
+    let mut outputs: Vec<Vec<Vec<OutputEdge>>> =
+        chains.iter().map(|c| (0..c.parallelism).map(|_| Vec::new()).collect()).collect();
+    for edge in graph.edges() {
+        let (from, to) = (chain_of[edge.from.0], chain_of[edge.to.0]);
+        if from == to {
+            continue; // fused: no channel
+        }
+        let (from_node, to_node) = (graph.node(edge.from), graph.node(edge.to));
+        for sender in 0..from_node.parallelism {
+            let receivers = Router::receivers_of(&edge.partitioning, sender, to_node.parallelism);
+            let mut channels = Vec::new();
+            for &receiver in &receivers {
+                let (tx, rx) = channel(config.channel, wakeups[to][receiver].clone(), wakeups[from][sender].clone());
+                registry.channel((&from_node.name, sender), (&to_node.name, receiver), tx.metrics().clone());
+                inputs[to][receiver].push(InputChannel::new(rx, edge.input));
+                channels.push(OutputChannel {
+                    sender: tx,
+                    inflight_table: inflight_to_table(&to_node.name, edge.input, receiver),
+                    pending: Default::default(),
+                });
+            }
+            let router = Router::new(edge.partitioning.clone(), receivers, to_node.parallelism);
+            outputs[from][sender].push(OutputEdge { router, channels });
+        }
+    }
+
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let mut restorer = Restorer::new(store, manifest.as_ref());
+    let mut join = JoinSet::new();
+    let mut lines = Vec::new();
+    let mut inputs = inputs.into_iter();
+    let mut outputs = outputs.into_iter();
+    for (index, chain) in chains.iter().enumerate() {
+        let (mut chain_inputs, mut chain_outputs) =
+            (inputs.next().unwrap_or_default().into_iter(), outputs.next().unwrap_or_default().into_iter());
+        for subtask in 0..chain.parallelism {
+            let id = TaskId { chain: index, subtask };
+            let mut source = None;
+            let mut members = Vec::new();
+            for node_id in &chain.nodes {
+                let node = graph.node(*node_id);
+                let info = SubtaskInfo { operator: node.name.clone(), subtask, parallelism: node.parallelism };
+                let restored = restorer.operator_state(&node.name, subtask, node.parallelism).await?;
+                let metrics = registry.operator(&node.name, subtask);
+                match &node.kind {
+                    NodeKind::Source(factory) => {
+                        source = Some(SourceHead { source: factory(&info)?, info, metrics, restored });
+                    }
+                    NodeKind::Operator { factory, .. } => {
+                        members.push(Member { operator: factory(&info)?, info, metrics, restored });
+                    }
+                }
+            }
+            let replay = restorer.replay(graph, chain.head(), subtask, chain.parallelism).await?;
+            let (control_tx, control_rx) = mpsc::unbounded_channel();
+            lines.push(TaskLine { control: control_tx, is_source: source.is_some() });
+            let ctx = TaskContext {
+                id,
+                store: store.clone(),
+                events: events_tx.clone(),
+                control: control_rx,
+                wakeup: wakeups[index][subtask].clone(),
+                injector: injector.clone(),
+            };
+            let task = Task::new(
+                ctx,
+                source,
+                members,
+                chain_inputs.next().unwrap_or_default(),
+                chain_outputs.next().unwrap_or_default(),
+                replay,
+            );
+            join.spawn(task.run());
+        }
+    }
+    drop(events_tx);
+    let parallelism: BTreeMap<String, usize> = graph.nodes().iter().map(|n| (n.name.clone(), n.parallelism)).collect();
+    let coordinator = Coordinator {
+        config: config.checkpoint.clone(),
+        store: store.clone(),
+        tasks: lines,
+        events: events_rx,
+        join,
+        parallelism,
+        next_id: next_id.clone(),
+        status: shared.clone(),
+        injector,
+        retention: None,
+    };
+    coordinator.run().await
+}

@@ -1,0 +1,817 @@
+//! The task runner: one subtask of one chain, on a tokio task. It reads its input channels,
+//! drives its operators, queues their output, and handles barriers for every checkpoint mode
+//! (DESIGN.md, "the contract"):
+//!
+//! - aligned: an input that delivered barrier n is not read until every input has; then the
+//!   chain snapshots and the barrier follows the data already queued on the outputs;
+//! - unaligned: the barrier is taken out of its input queue as soon as it is queued, the chain
+//!   snapshots at once, and the barrier goes to the head of every output queue. The data it
+//!   overtook (input and output) and the data that still reaches the chain from inputs whose
+//!   barrier n has not arrived are the snapshot's in-flight data;
+//! - aligned with a timeout: aligned until the timeout, then as unaligned for that checkpoint;
+//! - at-least-once: no input is ever blocked; the snapshot is taken when the last barrier
+//!   arrives.
+//!
+//! Output is queued per channel in the task ("pending") when a channel is full; while anything
+//! is pending the task reads no input. That is the back-pressure, and it keeps the task free to
+//! take an overtaking barrier or a control message while it waits.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::record_batch::RecordBatch;
+use tokio::sync::{Notify, mpsc};
+use tokio::task::JoinSet;
+use weir_state::{StateFile, StateStore};
+
+use crate::channel::{Receiver, Sender};
+use crate::checkpoint::TaskCheckpointReport;
+use crate::error::{Error, Result};
+use crate::failure::{FailureInjector, Step};
+use crate::message::{Barrier, BarrierKind, Message};
+use crate::metrics::OperatorMetrics;
+use crate::operator::{Collector, Operator, RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
+use crate::partition::Router;
+
+/// The name of the in-flight table a receiving subtask writes for its input `input`.
+pub(crate) fn inflight_in_table(input: usize) -> String {
+    format!("_inflight_in_{input}")
+}
+
+/// The name of the in-flight table a sending subtask writes for its channel to `receiver`'s
+/// subtask `subtask`, input `input`.
+pub(crate) fn inflight_to_table(receiver: &str, input: usize, subtask: usize) -> String {
+    format!("_inflight_to_{receiver}_{input}_{subtask}")
+}
+
+/// A task: chain `chain`, subtask `subtask`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct TaskId {
+    pub chain: usize,
+    pub subtask: usize,
+}
+
+/// From the coordinator to a task.
+#[derive(Debug, Clone)]
+pub(crate) enum Control {
+    /// Sources only: take a snapshot and emit this barrier.
+    Trigger(Barrier),
+    /// Sources only: every source is finished and there is no final checkpoint; end the output.
+    EndOfInput,
+    Complete(u64),
+    Aborted(u64),
+    Shutdown,
+}
+
+/// From a task to the coordinator.
+#[derive(Debug)]
+pub(crate) enum TaskEvent {
+    Ack { task: TaskId, checkpoint_id: u64, files: Vec<StateFile>, report: TaskCheckpointReport },
+    Decline { task: TaskId, checkpoint_id: u64, reason: String },
+    /// A bounded source has nothing more to read.
+    SourceFinished,
+    /// The task's output has ended.
+    Ended,
+    /// The task failed off its main loop (writing a snapshot).
+    Failed(Error),
+}
+
+/// One operator of the chain with its counters.
+pub(crate) struct Member {
+    pub info: SubtaskInfo,
+    pub operator: Box<dyn Operator>,
+    pub metrics: Arc<OperatorMetrics>,
+    pub restored: RestoredState,
+}
+
+pub(crate) struct SourceHead {
+    pub info: SubtaskInfo,
+    pub source: Box<dyn Source>,
+    pub metrics: Arc<OperatorMetrics>,
+    pub restored: RestoredState,
+}
+
+pub(crate) struct InputChannel {
+    pub receiver: Receiver,
+    pub input: usize,
+    pub ended: bool,
+    pub watermark: i64,
+    /// Aligned checkpoints this channel delivered the barrier of and waits on.
+    pub blocked_for: BTreeSet<u64>,
+}
+
+impl InputChannel {
+    pub fn new(receiver: Receiver, input: usize) -> Self {
+        Self { receiver, input, ended: false, watermark: i64::MIN, blocked_for: BTreeSet::new() }
+    }
+}
+
+pub(crate) struct OutputChannel {
+    pub sender: Sender,
+    /// The in-flight table this channel's overtaken data goes to.
+    pub inflight_table: String,
+    pub pending: VecDeque<Message>,
+}
+
+pub(crate) struct OutputEdge {
+    pub router: Router,
+    pub channels: Vec<OutputChannel>,
+}
+
+/// What a task shares with the rest of its pipeline attempt.
+pub(crate) struct TaskContext {
+    pub id: TaskId,
+    pub store: StateStore,
+    pub events: mpsc::UnboundedSender<TaskEvent>,
+    pub control: mpsc::UnboundedReceiver<Control>,
+    pub wakeup: Arc<Notify>,
+    pub injector: Option<Arc<FailureInjector>>,
+}
+
+/// A snapshot point taken, waiting for its in-flight data to be complete.
+struct TakenSnapshot {
+    tables: Vec<(String, StateTable)>,
+    inflight_in: BTreeMap<usize, Vec<RecordBatch>>,
+    inflight_out: Vec<(String, Vec<RecordBatch>)>,
+    alignment: Duration,
+}
+
+/// One checkpoint's barriers as they arrive at this task.
+struct Alignment {
+    barrier: Barrier,
+    started: Instant,
+    arrived: Vec<bool>,
+    /// Set once the chain snapshotted; from then on, data from inputs not yet arrived is
+    /// in-flight data of the checkpoint.
+    taken: Option<TakenSnapshot>,
+    /// An aligned checkpoint that switched to unaligned on its timeout.
+    timed_out: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Running,
+    /// A bounded source is exhausted and waits for the final barrier or the end of input.
+    SourceFinished,
+    /// The output ended; waiting for the final "complete" and the shutdown.
+    Ended,
+}
+
+pub(crate) struct Task {
+    ctx: TaskContext,
+    source: Option<SourceHead>,
+    members: Vec<Member>,
+    inputs: Vec<InputChannel>,
+    outputs: Vec<OutputEdge>,
+    /// In-flight data of the restored checkpoint, fed to the chain before any new input.
+    replay: Vec<(usize, RecordBatch)>,
+    alignments: BTreeMap<u64, Alignment>,
+    watermark: i64,
+    next_input: usize,
+    phase: Phase,
+    writes: JoinSet<()>,
+}
+
+impl Task {
+    pub fn new(
+        ctx: TaskContext,
+        source: Option<SourceHead>,
+        members: Vec<Member>,
+        inputs: Vec<InputChannel>,
+        outputs: Vec<OutputEdge>,
+        replay: Vec<(usize, RecordBatch)>,
+    ) -> Self {
+        Self {
+            ctx,
+            source,
+            members,
+            inputs,
+            outputs,
+            replay,
+            alignments: BTreeMap::new(),
+            watermark: i64::MIN,
+            next_input: 0,
+            phase: Phase::Running,
+            writes: JoinSet::new(),
+        }
+    }
+
+    fn head_info(&self) -> &SubtaskInfo {
+        match &self.source {
+            Some(head) => &head.info,
+            None => &self.members[0].info,
+        }
+    }
+
+    /// The counters of the chain's last operator (the source if it is alone).
+    fn tail_metrics(&self) -> Option<&Arc<OperatorMetrics>> {
+        self.members.last().map(|m| &m.metrics).or(self.source.as_ref().map(|s| &s.metrics))
+    }
+
+    /// Runs the task until the coordinator shuts it down (Ok) or something fails (Err).
+    pub async fn run(mut self) -> Result<()> {
+        self.open().await?;
+        let replay = std::mem::take(&mut self.replay);
+        for (input, batch) in replay {
+            self.process_input(input, batch).await?;
+        }
+        loop {
+            while let Ok(control) = self.ctx.control.try_recv() {
+                if self.on_control(control).await? {
+                    return self.close().await;
+                }
+            }
+            while self.writes.try_join_next().is_some() {}
+            self.take_overtaking_barriers().await?;
+            self.check_alignment_timeouts().await?;
+            if !self.flush() {
+                let started = Instant::now();
+                let stop = self.wait().await?;
+                self.record_backpressure(started.elapsed());
+                if stop {
+                    return self.close().await;
+                }
+                continue;
+            }
+            let worked = match self.source.is_some() {
+                true => self.step_source().await?,
+                false => self.step_inputs().await?,
+            };
+            if worked {
+                tokio::task::consume_budget().await;
+            } else if self.wait().await? {
+                return self.close().await;
+            }
+        }
+    }
+
+    async fn open(&mut self) -> Result<()> {
+        if let Some(head) = &mut self.source {
+            let restored = std::mem::take(&mut head.restored);
+            head.source.open(&head.info, restored).await?;
+        }
+        for member in &mut self.members {
+            let restored = std::mem::take(&mut member.restored);
+            member.operator.open(&member.info, restored).await?;
+        }
+        Ok(())
+    }
+
+    async fn close(mut self) -> Result<()> {
+        if let Some(head) = &mut self.source {
+            head.source.close().await?;
+        }
+        for member in &mut self.members {
+            member.operator.close().await?;
+        }
+        // Snapshot writes still running finish (or are dropped with the task set).
+        while self.writes.join_next().await.is_some() {}
+        Ok(())
+    }
+
+    /// Waits for input, output space, a control message or an alignment timeout. Returns
+    /// whether the task must stop.
+    async fn wait(&mut self) -> Result<bool> {
+        let deadline = self.next_alignment_deadline();
+        let sleep = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = self.ctx.wakeup.notified() => Ok(false),
+            control = self.ctx.control.recv() => match control {
+                Some(control) => self.on_control(control).await,
+                None => Err(Error::Stopped("the coordinator is gone".into())),
+            },
+            _ = sleep => Ok(false),
+        }
+    }
+
+    fn record_backpressure(&self, waited: Duration) {
+        let nanos = waited.as_nanos() as u64;
+        if let Some(metrics) = self.tail_metrics() {
+            metrics.backpressure_ns.fetch_add(nanos, Ordering::Relaxed);
+        }
+        for channel in self.outputs.iter().flat_map(|e| &e.channels) {
+            if !channel.pending.is_empty() {
+                channel.sender.metrics().blocked_ns.fetch_add(nanos, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Handles a control message; returns whether the task must stop now.
+    async fn on_control(&mut self, control: Control) -> Result<bool> {
+        match control {
+            Control::Trigger(barrier) => self.on_trigger(barrier).await?,
+            Control::EndOfInput => self.end_output().await?,
+            Control::Complete(id) => {
+                if let Some(head) = &mut self.source {
+                    head.source.checkpoint_complete(id).await?;
+                }
+                for member in &mut self.members {
+                    member.operator.checkpoint_complete(id).await?;
+                }
+            }
+            Control::Aborted(id) => {
+                if self.alignments.remove(&id).is_some() {
+                    self.unblock(id);
+                }
+                if let Some(head) = &mut self.source {
+                    head.source.checkpoint_aborted(id).await?;
+                }
+                for member in &mut self.members {
+                    member.operator.checkpoint_aborted(id).await?;
+                }
+            }
+            Control::Shutdown => return Ok(true),
+        }
+        Ok(false)
+    }
+
+    // ----- sources -------------------------------------------------------------------------
+
+    async fn step_source(&mut self) -> Result<bool> {
+        if self.phase != Phase::Running {
+            return Ok(false);
+        }
+        let Some(head) = &mut self.source else { return Ok(false) };
+        match head.source.next().await? {
+            SourceEvent::Batch(batch) => {
+                head.metrics.records_out.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+                let out = Collector { batches: vec![batch], watermark: None };
+                self.forward_through_chain(0, out).await?;
+            }
+            SourceEvent::Watermark(watermark) => {
+                head.metrics.watermark.store(watermark, Ordering::Relaxed);
+                let out = Collector { batches: Vec::new(), watermark: Some(watermark) };
+                self.forward_through_chain(0, out).await?;
+            }
+            SourceEvent::Idle => {}
+            SourceEvent::End => {
+                self.phase = Phase::SourceFinished;
+                self.send(TaskEvent::SourceFinished);
+            }
+        }
+        Ok(true)
+    }
+
+    async fn on_trigger(&mut self, barrier: Barrier) -> Result<()> {
+        if self.source.is_none() || self.phase == Phase::Ended {
+            return Ok(());
+        }
+        let tables = self.snapshot_chain(barrier.checkpoint_id).await?;
+        let inflight_out = self.forward_barrier(barrier, barrier.overtakes());
+        let taken = TakenSnapshot { tables, inflight_in: BTreeMap::new(), inflight_out, alignment: Duration::ZERO };
+        self.write_snapshot(barrier, taken, barrier.overtakes());
+        if barrier.is_final {
+            self.end_output().await?;
+        }
+        Ok(())
+    }
+
+    // ----- operators with inputs ----------------------------------------------------------
+
+    /// Reads one message from the next readable input; false if there was none.
+    async fn step_inputs(&mut self) -> Result<bool> {
+        if self.phase == Phase::Ended {
+            return Ok(false);
+        }
+        let count = self.inputs.len();
+        for k in 0..count {
+            let c = (self.next_input + k) % count;
+            let channel = &self.inputs[c];
+            if channel.ended || !channel.blocked_for.is_empty() {
+                continue;
+            }
+            if let Some(message) = channel.receiver.pop() {
+                self.next_input = c + 1;
+                self.on_message(c, message).await?;
+                return Ok(true);
+            }
+        }
+        if self.inputs.iter().all(|c| c.ended) {
+            self.end_output().await?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    async fn on_message(&mut self, c: usize, message: Message) -> Result<()> {
+        let input = self.inputs[c].input;
+        match message {
+            Message::Data(batch) => {
+                for alignment in self.alignments.values_mut() {
+                    if let (Some(taken), false) = (&mut alignment.taken, alignment.arrived[c]) {
+                        taken.inflight_in.entry(input).or_default().push(batch.clone());
+                    }
+                }
+                self.process_input(input, batch).await?;
+            }
+            Message::Watermark(watermark) => {
+                let channel = &mut self.inputs[c];
+                channel.watermark = channel.watermark.max(watermark);
+                self.advance_watermark().await?;
+            }
+            Message::Barrier(barrier) => self.on_barrier(c, barrier, Vec::new()).await?,
+            Message::End => {
+                self.inputs[c].ended = true;
+                self.inputs[c].blocked_for.clear();
+                let ids: Vec<u64> = self.alignments.keys().copied().collect();
+                for id in ids {
+                    if let Some(alignment) = self.alignments.get_mut(&id) {
+                        alignment.arrived[c] = true;
+                    }
+                    self.try_complete(id).await?;
+                }
+                self.advance_watermark().await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn process_input(&mut self, input: usize, batch: RecordBatch) -> Result<()> {
+        let info = &self.members[0].info;
+        if let Some(injector) = &self.ctx.injector {
+            injector.on_batch(&info.operator, info.subtask)?;
+        }
+        let member = &mut self.members[0];
+        member.metrics.records_in.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+        member.metrics.batches_in.fetch_add(1, Ordering::Relaxed);
+        let mut out = Collector::default();
+        member.operator.process_batch(input, batch, &mut out).await?;
+        self.forward_through_chain(1, out).await
+    }
+
+    /// The watermark of the task is the minimum over the inputs still open.
+    async fn advance_watermark(&mut self) -> Result<()> {
+        let open = self.inputs.iter().filter(|c| !c.ended);
+        let watermark = open.map(|c| c.watermark).min().unwrap_or(i64::MAX);
+        if watermark <= self.watermark || watermark == i64::MIN {
+            return Ok(());
+        }
+        self.watermark = watermark;
+        let member = &mut self.members[0];
+        member.metrics.watermark.store(watermark, Ordering::Relaxed);
+        let mut out = Collector::default();
+        member.operator.process_watermark(watermark, &mut out).await?;
+        self.forward_through_chain(1, out).await
+    }
+
+    /// Feeds what member `from - 1` emitted through members `from..`, then queues what the
+    /// tail emitted on the outputs.
+    async fn forward_through_chain(&mut self, from: usize, mut current: Collector) -> Result<()> {
+        if let Some(previous) = from.checked_sub(1).and_then(|i| self.members.get(i)) {
+            let rows: usize = current.batches.iter().map(RecordBatch::num_rows).sum();
+            previous.metrics.records_out.fetch_add(rows as u64, Ordering::Relaxed);
+        }
+        for index in from..self.members.len() {
+            let member = &mut self.members[index];
+            let mut produced = Collector::default();
+            for batch in current.batches {
+                member.metrics.records_in.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+                member.operator.process_batch(0, batch, &mut produced).await?;
+            }
+            if let Some(watermark) = current.watermark {
+                member.metrics.watermark.store(watermark, Ordering::Relaxed);
+                member.operator.process_watermark(watermark, &mut produced).await?;
+            }
+            let rows: usize = produced.batches.iter().map(RecordBatch::num_rows).sum();
+            member.metrics.records_out.fetch_add(rows as u64, Ordering::Relaxed);
+            current = produced;
+        }
+        for batch in current.batches {
+            self.emit(batch)?;
+        }
+        if let Some(watermark) = current.watermark {
+            self.emit_control(Message::Watermark(watermark));
+        }
+        Ok(())
+    }
+
+    /// All input ended (or a source finished): let the chain emit what it holds, end the
+    /// output, and tell the coordinator.
+    async fn end_output(&mut self) -> Result<()> {
+        if self.phase == Phase::Ended {
+            return Ok(());
+        }
+        for index in 0..self.members.len() {
+            let mut out = Collector::default();
+            self.members[index].operator.finish(&mut out).await?;
+            self.forward_through_chain(index + 1, out).await?;
+        }
+        self.emit_control(Message::End);
+        self.phase = Phase::Ended;
+        self.send(TaskEvent::Ended);
+        Ok(())
+    }
+
+    // ----- barriers --------------------------------------------------------------------------
+
+    /// Takes every overtaking (unaligned) barrier queued on any input.
+    async fn take_overtaking_barriers(&mut self) -> Result<()> {
+        for c in 0..self.inputs.len() {
+            if self.inputs[c].ended {
+                continue;
+            }
+            while let Some((barrier, overtaken)) = self.inputs[c].receiver.take_overtaking_barrier() {
+                self.on_barrier(c, barrier, overtaken).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn on_barrier(&mut self, c: usize, barrier: Barrier, overtaken: Vec<RecordBatch>) -> Result<()> {
+        let id = barrier.checkpoint_id;
+        // A newer barrier on an input means an older checkpoint this input has not delivered
+        // will never align here: give it up cleanly.
+        let stale: Vec<u64> =
+            self.alignments.iter().filter(|(old, a)| **old < id && !a.arrived[c]).map(|(old, _)| *old).collect();
+        for old in stale {
+            self.alignments.remove(&old);
+            self.unblock(old);
+            let reason = format!("barrier {id} arrived before barrier {old} on an input");
+            self.send(TaskEvent::Decline { task: self.ctx.id, checkpoint_id: old, reason });
+        }
+        if !self.alignments.contains_key(&id) {
+            let arrived = self.inputs.iter().map(|c| c.ended).collect();
+            let alignment = Alignment { barrier, started: Instant::now(), arrived, taken: None, timed_out: false };
+            self.alignments.insert(id, alignment);
+        }
+        let snapshot_taken = self.alignments.get(&id).is_some_and(|a| a.taken.is_some());
+        if !snapshot_taken {
+            match barrier.kind {
+                BarrierKind::Unaligned => self.take_snapshot_ahead(id).await?,
+                BarrierKind::Aligned | BarrierKind::AlignedTimeout(_) => {
+                    self.inputs[c].blocked_for.insert(id);
+                }
+                BarrierKind::AtLeastOnce => {}
+            }
+        }
+        let input = self.inputs[c].input;
+        if let Some(alignment) = self.alignments.get_mut(&id) {
+            alignment.arrived[c] = true;
+            if let Some(taken) = &mut alignment.taken {
+                if !overtaken.is_empty() {
+                    taken.inflight_in.entry(input).or_default().extend(overtaken);
+                }
+            }
+        }
+        self.try_complete(id).await
+    }
+
+    /// Unaligned: snapshot the chain now and send the barrier ahead of the queued output.
+    async fn take_snapshot_ahead(&mut self, id: u64) -> Result<()> {
+        let Some(barrier) = self.alignments.get(&id).map(|a| a.barrier) else { return Ok(()) };
+        let tables = self.snapshot_chain(id).await?;
+        let inflight_out = self.forward_barrier(barrier, true);
+        if let Some(alignment) = self.alignments.get_mut(&id) {
+            alignment.taken =
+                Some(TakenSnapshot { tables, inflight_in: BTreeMap::new(), inflight_out, alignment: Duration::ZERO });
+        }
+        Ok(())
+    }
+
+    /// Completes checkpoint `id` here if every input delivered its barrier.
+    async fn try_complete(&mut self, id: u64) -> Result<()> {
+        let Some(alignment) = self.alignments.get(&id) else { return Ok(()) };
+        if !alignment.arrived.iter().all(|a| *a) {
+            return Ok(());
+        }
+        let barrier = alignment.barrier;
+        if alignment.taken.is_none() {
+            let tables = self.snapshot_chain(id).await?;
+            let inflight_out = self.forward_barrier(barrier, false);
+            if let Some(alignment) = self.alignments.get_mut(&id) {
+                alignment.taken =
+                    Some(TakenSnapshot { tables, inflight_in: BTreeMap::new(), inflight_out, alignment: Duration::ZERO });
+            }
+        }
+        let Some(alignment) = self.alignments.remove(&id) else { return Ok(()) };
+        self.unblock(id);
+        if let Some(mut taken) = alignment.taken {
+            taken.alignment = alignment.started.elapsed();
+            let unaligned = barrier.kind == BarrierKind::Unaligned || alignment.timed_out;
+            self.write_snapshot(barrier, taken, unaligned);
+        }
+        Ok(())
+    }
+
+    fn unblock(&mut self, id: u64) {
+        for channel in &mut self.inputs {
+            channel.blocked_for.remove(&id);
+        }
+    }
+
+    fn next_alignment_deadline(&self) -> Option<Instant> {
+        self.alignments
+            .values()
+            .filter(|a| a.taken.is_none())
+            .filter_map(|a| match a.barrier.kind {
+                BarrierKind::AlignedTimeout(timeout) => Some(a.started + timeout),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Aligned checkpoints that aligned for longer than their timeout become unaligned: the
+    /// chain snapshots now, the barrier overtakes the output, blocked inputs are released,
+    /// and the barriers still queued on late inputs are taken with the data they overtake.
+    async fn check_alignment_timeouts(&mut self) -> Result<()> {
+        let now = Instant::now();
+        let expired: Vec<u64> = self
+            .alignments
+            .iter()
+            .filter(|(_, a)| a.taken.is_none())
+            .filter(|(_, a)| matches!(a.barrier.kind, BarrierKind::AlignedTimeout(t) if now >= a.started + t))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in expired {
+            self.take_snapshot_ahead(id).await?;
+            self.unblock(id);
+            for c in 0..self.inputs.len() {
+                let input = self.inputs[c].input;
+                let Some(alignment) = self.alignments.get_mut(&id) else { break };
+                alignment.timed_out = true;
+                if alignment.arrived[c] {
+                    continue;
+                }
+                if let Some((_, overtaken)) = self.inputs[c].receiver.take_barrier(id) {
+                    alignment.arrived[c] = true;
+                    if let Some(taken) = &mut alignment.taken {
+                        taken.inflight_in.entry(input).or_default().extend(overtaken);
+                    }
+                }
+            }
+            self.try_complete(id).await?;
+        }
+        Ok(())
+    }
+
+    async fn snapshot_chain(&mut self, id: u64) -> Result<Vec<(String, StateTable)>> {
+        let mut tables = Vec::new();
+        if let Some(head) = &mut self.source {
+            for table in head.source.snapshot(id).await? {
+                tables.push((head.info.operator.clone(), table));
+            }
+        }
+        for member in &mut self.members {
+            for table in member.operator.snapshot(id).await? {
+                tables.push((member.info.operator.clone(), table));
+            }
+        }
+        Ok(tables)
+    }
+
+    /// Sends `barrier` on every output channel: after the queued data, or `ahead` of it
+    /// (unaligned). Returns the data overtaken, per in-flight table.
+    fn forward_barrier(&mut self, barrier: Barrier, ahead: bool) -> Vec<(String, Vec<RecordBatch>)> {
+        let mut overtaken = Vec::new();
+        for channel in self.outputs.iter_mut().flat_map(|e| &mut e.channels) {
+            if !ahead {
+                channel.pending.push_back(Message::Barrier(barrier));
+                continue;
+            }
+            let last_barrier = channel.pending.iter().rposition(|m| matches!(m, Message::Barrier(_)));
+            let data = match last_barrier {
+                // An earlier barrier is still pending here: go right behind it.
+                Some(position) => {
+                    let data = pending_data(channel.pending.iter().skip(position + 1));
+                    channel.pending.insert(position + 1, Message::Barrier(barrier));
+                    data
+                }
+                None => {
+                    let mut data = channel.sender.push_barrier_ahead(barrier);
+                    data.extend(pending_data(channel.pending.iter()));
+                    data
+                }
+            };
+            if !data.is_empty() {
+                overtaken.push((channel.inflight_table.clone(), data));
+            }
+        }
+        overtaken
+    }
+
+    /// Writes the snapshot off the task's loop and acknowledges (or declines) it.
+    fn write_snapshot(&mut self, barrier: Barrier, taken: TakenSnapshot, unaligned: bool) {
+        let id = barrier.checkpoint_id;
+        let task = self.ctx.id;
+        let store = self.ctx.store.clone();
+        let events = self.ctx.events.clone();
+        let injector = self.ctx.injector.clone();
+        let head = self.head_info().clone();
+        let tail = self.members.last().map_or_else(|| head.clone(), |m| m.info.clone());
+        let operators: Vec<String> = self
+            .source
+            .iter()
+            .map(|s| s.info.operator.clone())
+            .chain(self.members.iter().map(|m| m.info.operator.clone()))
+            .collect();
+        let alignment_ms = taken.alignment.as_millis() as u64;
+        self.writes.spawn(async move {
+            let written = write_tables(&store, id, &head, &tail, taken, injector.as_deref()).await;
+            let event = match written {
+                Ok((files, inflight_bytes)) => {
+                    let state_bytes = files.iter().filter(|f| !f.table.starts_with("_inflight")).map(|f| f.bytes).sum();
+                    if let Some(Err(error)) = injector.as_ref().map(|i| i.on_step(Step::AfterSnapshotBeforeAck, id, Some(&head.operator))) {
+                        let _ = events.send(TaskEvent::Failed(error));
+                        return;
+                    }
+                    let report = TaskCheckpointReport {
+                        operators,
+                        subtask: head.subtask,
+                        state_bytes,
+                        inflight_bytes,
+                        alignment_ms,
+                        unaligned,
+                    };
+                    TaskEvent::Ack { task, checkpoint_id: id, files, report }
+                }
+                Err(error) => TaskEvent::Decline { task, checkpoint_id: id, reason: error.to_string() },
+            };
+            let _ = events.send(event);
+        });
+    }
+
+    // ----- output ---------------------------------------------------------------------------
+
+    fn emit(&mut self, batch: RecordBatch) -> Result<()> {
+        for edge in &mut self.outputs {
+            for (channel, part) in edge.router.route(&batch)? {
+                edge.channels[channel].pending.push_back(Message::Data(part));
+            }
+        }
+        Ok(())
+    }
+
+    fn emit_control(&mut self, message: Message) {
+        for channel in self.outputs.iter_mut().flat_map(|e| &mut e.channels) {
+            channel.pending.push_back(message.clone());
+        }
+    }
+
+    /// Moves pending output into the channels; true when nothing is left pending.
+    fn flush(&mut self) -> bool {
+        let mut all_sent = true;
+        for channel in self.outputs.iter_mut().flat_map(|e| &mut e.channels) {
+            while let Some(message) = channel.pending.pop_front() {
+                if let Err(message) = channel.sender.try_push(message) {
+                    channel.pending.push_front(message);
+                    all_sent = false;
+                    break;
+                }
+            }
+        }
+        all_sent
+    }
+
+    fn send(&self, event: TaskEvent) {
+        // The coordinator gone means the attempt is over; the task learns it from its control
+        // channel.
+        let _ = self.ctx.events.send(event);
+    }
+}
+
+fn pending_data<'a>(messages: impl Iterator<Item = &'a Message>) -> Vec<RecordBatch> {
+    messages
+        .filter_map(|m| match m {
+            Message::Data(batch) => Some(batch.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Writes one snapshot's tables; returns the files and the bytes of in-flight data.
+async fn write_tables(
+    store: &StateStore,
+    id: u64,
+    head: &SubtaskInfo,
+    tail: &SubtaskInfo,
+    taken: TakenSnapshot,
+    injector: Option<&FailureInjector>,
+) -> Result<(Vec<StateFile>, u64)> {
+    if let Some(injector) = injector {
+        injector.on_step(Step::SnapshotWrite, id, Some(&head.operator))?;
+    }
+    let mut files = Vec::new();
+    for (operator, table) in taken.tables {
+        files.push(store.write_table(id, &operator, head.subtask, &table.name, table.schema, table.batches).await?);
+    }
+    let mut inflight_bytes = 0;
+    let inflight = taken
+        .inflight_in
+        .into_iter()
+        .map(|(input, batches)| (head, inflight_in_table(input), batches))
+        .chain(taken.inflight_out.into_iter().map(|(table, batches)| (tail, table, batches)));
+    for (writer, table, batches) in inflight {
+        let Some(schema) = batches.first().map(RecordBatch::schema) else { continue };
+        let file = store.write_table(id, &writer.operator, writer.subtask, &table, schema, batches).await?;
+        inflight_bytes += file.bytes;
+        files.push(file);
+    }
+    Ok((files, inflight_bytes))
+}

@@ -1,0 +1,121 @@
+//! Concurrent checkpoints, a failing snapshot write, rescaling on restore, retention.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir_engine::testkit::{Delivery, TxnLog, rows};
+use weir_engine::{CheckpointMode, CheckpointStatus, FailureInjector, FailurePoint, Graph, Partitioning, PipelineState, Step, start};
+use weir_state::StateStore;
+
+use crate::harness::{Throttle, await_completed, config, expected_counts, finish, keyed_count_graph, sink_node, source_node, source_rows, spec};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_checkpoints_in_flight_at_once_both_complete() {
+    let source = spec("source", 9, 1, 3_000, 10);
+    let log = TxnLog::new();
+    let mut graph = Graph::new();
+    let source_id = source_node(&mut graph, &source, 1);
+    let throttle = graph.add_operator("throttle", 1, 1, Arc::new(|_| Ok(Box::new(Throttle(Duration::from_millis(2))))));
+    graph.connect(source_id, throttle, 0, Partitioning::RoundRobin);
+    let sink = sink_node(&mut graph, "sink", 1, &log, Delivery::ExactlyOnce);
+    graph.connect(throttle, sink, 0, Partitioning::Forward);
+    let dir = tempfile::tempdir().unwrap();
+    // Aligned barriers wait behind ~40 ms of queue; one is triggered every 15 ms.
+    let mut config = config(CheckpointMode::aligned(), 15);
+    config.checkpoint.max_concurrent = 2;
+    config.channel.max_batches = 20;
+    let status = finish(start(graph, config, StateStore::local(dir.path()).unwrap(), None).unwrap()).await;
+    let completed: Vec<_> = status.checkpoints.iter().filter(|c| c.status == CheckpointStatus::Completed).collect();
+    let overlapping = completed.windows(2).any(|pair| {
+        let (a, b) = (pair[0], pair[1]);
+        b.started_at_ms < a.started_at_ms + a.duration_ms
+    });
+    assert!(overlapping, "no two completed checkpoints were in flight together: {completed:?}");
+    assert!(status.checkpoints.iter().all(|c| c.status == CheckpointStatus::Completed), "{:?}", status.checkpoints);
+    assert_eq!(rows(&log.committed()), source_rows(&source));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_snapshot_write_aborts_that_checkpoint_and_the_pipeline_goes_on() {
+    let a = spec("a", 11, 2, 400, 20);
+    let mut b = spec("b", 12, 2, 400, 20);
+    b.delay_per_batch = vec![Duration::from_millis(1); 2];
+    let log = TxnLog::new();
+    let dir = tempfile::tempdir().unwrap();
+    let injector = Arc::new(FailureInjector::new([FailurePoint::Step {
+        step: Step::SnapshotWrite,
+        checkpoint: Some(2),
+        operator: Some("count".into()),
+    }]));
+    let handle =
+        start(keyed_count_graph(&a, &b, 2, &log), config(CheckpointMode::aligned(), 10), StateStore::local(dir.path()).unwrap(), Some(injector.clone()))
+            .unwrap();
+    let status = finish(handle).await;
+    assert!(injector.all_fired());
+    assert_eq!(status.restarts, 0, "a declined checkpoint is not a failure");
+    let second = status.checkpoints.iter().find(|c| c.id == 2).unwrap();
+    assert!(matches!(&second.status, CheckpointStatus::Aborted(reason) if reason.contains("injected")), "{second:?}");
+    assert!(status.checkpoints.iter().any(|c| c.id > 2 && c.status == CheckpointStatus::Completed));
+    assert_eq!(rows(&log.committed()), expected_counts(&[&a, &b]), "the aborted checkpoint's records are committed by the next");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_at_parallelism_three_from_a_checkpoint_at_two_gives_the_same_output() {
+    let mut a = spec("a", 21, 6, 400, 20);
+    let mut b = spec("b", 22, 6, 400, 20);
+    a.delay_per_batch = vec![Duration::from_millis(1); 3];
+    b.delay_per_batch = vec![Duration::from_millis(1); 3];
+    let log = TxnLog::new();
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::local(dir.path()).unwrap();
+    let graph = keyed_count_graph(&a, &b, 2, &log);
+    let mode = CheckpointMode::unaligned();
+    let first = start(graph.clone(), config(mode, 10), store.clone(), None).unwrap();
+    await_completed(&first, 3, Duration::from_secs(20)).await;
+    first.kill().await;
+    let taken_at_two = store.latest_manifest().await.unwrap().unwrap();
+    assert_eq!(taken_at_two.parallelism.get("count"), Some(&2));
+
+    let second = start(graph.with_parallelism(3), config(mode, 10), store.clone(), None).unwrap();
+    let status = finish(second).await;
+    assert_eq!(status.restored_from, Some(taken_at_two.checkpoint_id));
+    assert_eq!(status.state, PipelineState::Finished);
+    assert_eq!(rows(&log.committed()), expected_counts(&[&a, &b]));
+    assert_eq!(log.unresolved(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_last_k_checkpoints_are_kept() {
+    let a = spec("a", 31, 2, 500, 10);
+    let mut b = spec("b", 32, 2, 500, 10);
+    b.delay_per_batch = vec![Duration::from_millis(1); 2];
+    let log = TxnLog::new();
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::local(dir.path()).unwrap();
+    let mut config = config(CheckpointMode::aligned(), 10);
+    config.checkpoint.retained = 2;
+    let status = finish(start(keyed_count_graph(&a, &b, 2, &log), config, store.clone(), None).unwrap()).await;
+    let completed: Vec<u64> =
+        status.checkpoints.iter().filter(|c| c.status == CheckpointStatus::Completed).map(|c| c.id).collect();
+    assert!(completed.len() > 4, "{completed:?}");
+    let kept = store.completed_checkpoints().await.unwrap();
+    assert_eq!(kept, completed[completed.len() - 2..].to_vec());
+    let dirs: Vec<u64> = std::fs::read_dir(dir.path().join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().parse().unwrap())
+        .filter(|id: &u64| {
+            std::fs::read_dir(dir.path().join("checkpoints").join(format!("{id:020}")))
+                .map(|d| walk_files(d) > 0)
+                .unwrap_or(false)
+        })
+        .collect();
+    assert!(dirs.iter().all(|id| kept.contains(id)), "files left of {dirs:?}, kept {kept:?}");
+}
+
+fn walk_files(dir: std::fs::ReadDir) -> usize {
+    dir.map(|e| {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() { walk_files(std::fs::read_dir(e.path()).unwrap()) } else { 1 }
+    })
+    .sum()
+}
