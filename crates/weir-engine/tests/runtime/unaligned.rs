@@ -11,13 +11,13 @@ use weir_state::StateStore;
 
 use crate::harness::{Throttle, config, finish, sink_node, source_node, source_rows, spec};
 
-const PER_BATCH: Duration = Duration::from_millis(3);
-const QUEUE: usize = 30;
+const PER_BATCH: Duration = Duration::from_millis(5);
+const QUEUE: usize = 40;
 
-/// source -> (round-robin) throttle, 3 ms a batch -> sink: the queue in front of the throttle
-/// holds QUEUE batches, about 90 ms of work.
+/// source -> (round-robin) throttle, 5 ms a batch -> sink: the queue in front of the throttle
+/// holds QUEUE batches, about 200 ms of work.
 fn back_pressured(log: &TxnLog) -> (Graph, weir_engine::testkit::SourceSpec) {
-    let source = spec("source", 5, 1, 4_000, 10);
+    let source = spec("source", 5, 1, 3_000, 10);
     let mut graph = Graph::new();
     let source_id = source_node(&mut graph, &source, 1);
     let throttle = graph.add_operator("throttle", 1, 1, Arc::new(|_| Ok(Box::new(Throttle(PER_BATCH)))));
