@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use datafusion::arrow::array::{Array, StringArray, UInt32Array, UInt64Array};
 use datafusion::arrow::record_batch::RecordBatch;
-use weir_engine::testkit::{Delivery, Recorder, TxnLog};
+use weir_engine::testkit::{Delivery, Recorder, SourceSpec, TxnLog};
 use weir_engine::{CheckpointMode, CheckpointStatus, Graph, Partitioning, start};
 use weir_state::{Manifest, StateStore};
 
@@ -34,21 +34,21 @@ pub async fn position(store: &StateStore, manifest: &Manifest, source: &str) -> 
     batches[0].column(1).as_any().downcast_ref::<UInt64Array>().unwrap().value(0)
 }
 
-/// fast (no delay) and slow (a pause per batch) -> recorder (two inputs) -> sink.
-pub fn fast_and_slow(log: &TxnLog) -> Graph {
+/// fast (1 ms a batch) and slow (8 ms a batch) -> recorder (two inputs) -> sink.
+pub fn fast_and_slow(log: &TxnLog, delivery: Delivery) -> (Graph, SourceSpec, SourceSpec) {
     let mut fast = spec("fast", 1, 1, 2_000, 10);
     fast.delay_per_batch = vec![Duration::from_millis(1)];
     let mut slow = spec("slow", 2, 1, 300, 10);
     slow.delay_per_batch = vec![Duration::from_millis(8)];
     let mut graph = Graph::new();
-    let fast = source_node(&mut graph, &fast, 1);
-    let slow = source_node(&mut graph, &slow, 1);
+    let fast_node = source_node(&mut graph, &fast, 1);
+    let slow_node = source_node(&mut graph, &slow, 1);
     let recorder = graph.add_operator("recorder", 1, 2, Arc::new(|_| Ok(Box::new(Recorder::new()))));
-    graph.connect(fast, recorder, 0, Partitioning::Forward);
-    graph.connect(slow, recorder, 1, Partitioning::Forward);
-    let sink = sink_node(&mut graph, "sink", 1, log, Delivery::ExactlyOnce);
+    graph.connect(fast_node, recorder, 0, Partitioning::Forward);
+    graph.connect(slow_node, recorder, 1, Partitioning::Forward);
+    let sink = sink_node(&mut graph, "sink", 1, log, delivery);
     graph.connect(recorder, sink, 0, Partitioning::Forward);
-    graph
+    (graph, fast, slow)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -58,7 +58,8 @@ async fn an_aligned_snapshot_holds_nothing_after_the_barrier_of_the_fast_input()
     let mut config = config(CheckpointMode::aligned(), 20);
     config.checkpoint.retained = 100;
     let log = TxnLog::new();
-    let handle = start(fast_and_slow(&log), config, store.clone(), None).unwrap();
+    let (graph, _, _) = fast_and_slow(&log, Delivery::ExactlyOnce);
+    let handle = start(graph, config, store.clone(), None).unwrap();
     let status = crate::harness::finish(handle).await;
     let completed: Vec<_> = status.checkpoints.iter().filter(|c| c.status == CheckpointStatus::Completed).collect();
     assert!(completed.len() >= 3, "{status:?}");

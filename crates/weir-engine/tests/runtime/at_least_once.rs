@@ -3,30 +3,18 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use weir_engine::testkit::{Delivery, Recorder, TxnLog, rows};
-use weir_engine::{CheckpointMode, CheckpointStatus, FailureInjector, FailurePoint, Graph, Partitioning, start};
+use weir_engine::testkit::{Delivery, TxnLog, rows};
+use weir_engine::{CheckpointMode, CheckpointStatus, FailureInjector, FailurePoint, start};
 use weir_state::StateStore;
 
-use crate::aligned::{position, seen};
-use crate::harness::{config, finish, sink_node, source_node, spec};
+use crate::aligned::{fast_and_slow, position, seen};
+use crate::harness::{config, finish};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_least_once_never_blocks_and_recovers_with_duplicates_but_no_loss() {
-    let mut fast = spec("fast", 1, 1, 2_000, 10);
-    fast.delay_per_batch = vec![Duration::from_millis(1)];
-    let mut slow = spec("slow", 2, 1, 300, 10);
-    slow.delay_per_batch = vec![Duration::from_millis(8)];
     let log = TxnLog::new();
-    let mut graph = Graph::new();
-    let fast_node = source_node(&mut graph, &fast, 1);
-    let slow_node = source_node(&mut graph, &slow, 1);
-    let recorder = graph.add_operator("recorder", 1, 2, Arc::new(|_| Ok(Box::new(Recorder::new()))));
-    graph.connect(fast_node, recorder, 0, Partitioning::Forward);
-    graph.connect(slow_node, recorder, 1, Partitioning::Forward);
-    let sink = sink_node(&mut graph, "sink", 1, &log, Delivery::AtLeastOnce);
-    graph.connect(recorder, sink, 0, Partitioning::Forward);
+    let (graph, fast, slow) = fast_and_slow(&log, Delivery::AtLeastOnce);
 
     let dir = tempfile::tempdir().unwrap();
     let store = StateStore::local(dir.path()).unwrap();
