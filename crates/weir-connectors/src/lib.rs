@@ -1,11 +1,12 @@
 //! weir's sources and sinks.
 //!
-//! So far this holds the Kafka pieces the exactly-once sink rests on: a minimal client for the
+//! `nexmark`: the Nexmark generator, the embedded default source. `kafka`: so far the pieces the exactly-once sink rests on: a minimal client for the
 //! few Kafka protocol requests librdkafka cannot send for us (committing a transaction that an
 //! earlier process began), and, behind the `testing` feature, the helper every Kafka test uses
 //! to reach the real broker of `tests/kafka/broker.sh`.
 
 pub mod error;
 pub mod kafka;
+pub mod nexmark;
 
 pub use error::{Error, Result};

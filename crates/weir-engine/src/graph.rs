@@ -244,3 +244,102 @@ impl Graph {
         text
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+    use datafusion::arrow::record_batch::RecordBatch;
+
+    use super::*;
+    use crate::operator::{Collector, SourceEvent};
+
+    struct Nothing;
+
+    #[async_trait]
+    impl Source for Nothing {
+        async fn next(&mut self) -> Result<SourceEvent> {
+            Ok(SourceEvent::End)
+        }
+    }
+
+    #[async_trait]
+    impl Operator for Nothing {
+        async fn process_batch(&mut self, _: usize, _: RecordBatch, _: &mut Collector) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    fn source(graph: &mut Graph, name: &str, parallelism: usize) -> NodeId {
+        graph.add_source(name, parallelism, Arc::new(|_| Ok(Box::new(Nothing))))
+    }
+
+    fn operator(graph: &mut Graph, name: &str, parallelism: usize, inputs: usize) -> NodeId {
+        graph.add_operator(name, parallelism, inputs, Arc::new(|_| Ok(Box::new(Nothing))))
+    }
+
+    fn names(graph: &Graph, chaining: bool) -> Vec<Vec<String>> {
+        graph
+            .chains(chaining)
+            .iter()
+            .map(|c| c.nodes.iter().map(|n| graph.node(*n).name.clone()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn forward_edges_of_equal_parallelism_are_fused_into_one_task() {
+        let mut graph = Graph::new();
+        let s = source(&mut graph, "source", 2);
+        let filter = operator(&mut graph, "filter", 2, 1);
+        let project = operator(&mut graph, "project", 2, 1);
+        let count = operator(&mut graph, "count", 2, 1);
+        let sink = operator(&mut graph, "sink", 2, 1);
+        graph.connect(s, filter, 0, Partitioning::Forward);
+        graph.connect(filter, project, 0, Partitioning::Forward);
+        graph.connect(project, count, 0, Partitioning::Hash(vec!["k".into()]));
+        graph.connect(count, sink, 0, Partitioning::Forward);
+        graph.validate().unwrap();
+        assert_eq!(names(&graph, true), vec![vec!["source", "filter", "project"], vec!["count", "sink"]]);
+        assert_eq!(names(&graph, false).len(), 5);
+    }
+
+    #[test]
+    fn a_node_with_two_outputs_or_an_operator_with_two_inputs_is_not_fused() {
+        let mut graph = Graph::new();
+        let a = source(&mut graph, "a", 1);
+        let b = source(&mut graph, "b", 1);
+        let join = operator(&mut graph, "join", 1, 2);
+        let left = operator(&mut graph, "left", 1, 1);
+        let right = operator(&mut graph, "right", 1, 1);
+        graph.connect(a, join, 0, Partitioning::Forward);
+        graph.connect(b, join, 1, Partitioning::Forward);
+        graph.connect(join, left, 0, Partitioning::Forward);
+        graph.connect(join, right, 0, Partitioning::Forward);
+        graph.validate().unwrap();
+        assert_eq!(names(&graph, true).len(), 5);
+    }
+
+    #[test]
+    fn invalid_graphs_are_refused_with_the_reason() {
+        let mut graph = Graph::new();
+        let s = source(&mut graph, "source", 2);
+        let sink = operator(&mut graph, "sink", 3, 1);
+        graph.connect(s, sink, 0, Partitioning::Forward);
+        let error = graph.validate().unwrap_err().to_string();
+        assert!(error.contains("forward edge source -> sink joins parallelism 2 to 3"), "{error}");
+
+        let mut graph = Graph::new();
+        source(&mut graph, "same", 1);
+        source(&mut graph, "same", 1);
+        assert!(graph.validate().unwrap_err().to_string().contains("two operators are named 'same'"));
+
+        let mut graph = Graph::new();
+        let s = source(&mut graph, "source", 1);
+        operator(&mut graph, "two", 1, 2);
+        graph.connect(s, NodeId(1), 0, Partitioning::Forward);
+        assert!(graph.validate().unwrap_err().to_string().contains("input 1 of 'two' has 0 edges"));
+
+        let mut graph = Graph::new();
+        source(&mut graph, "bad name", 1);
+        assert!(graph.validate().unwrap_err().to_string().contains("'bad name'"));
+    }
+}

@@ -80,10 +80,18 @@ impl Operator for KeyedCounter {
         let mut out_counts = Vec::with_capacity(batch.num_rows());
         for row in 0..batch.num_rows() {
             let key = keys.value(row);
-            let entry = self.counts.entry(key.to_string()).or_insert((hashes.value(row), 0));
-            entry.1 += 1;
-            out_keys.push(key.to_string());
-            out_counts.push(entry.1);
+            let count = match self.counts.get_mut(key) {
+                Some(entry) => {
+                    entry.1 += 1;
+                    entry.1
+                }
+                None => {
+                    self.counts.insert(key.to_string(), (hashes.value(row), 1));
+                    1
+                }
+            };
+            out_keys.push(key);
+            out_counts.push(count);
         }
         let columns: Vec<Arc<dyn Array>> =
             vec![Arc::new(StringArray::from(out_keys)), Arc::new(Int64Array::from(out_counts))];

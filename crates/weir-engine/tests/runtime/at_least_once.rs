@@ -26,6 +26,10 @@ async fn at_least_once_never_blocks_and_recovers_with_duplicates_but_no_loss() {
     let status = finish(handle).await;
     assert!(injector.all_fired());
     assert_eq!(status.restarts, 1);
+    assert_eq!(status.attempts, 2);
+    assert_eq!(status.errors.len(), 1);
+    assert!(status.errors[0].message.contains("injected failure: recorder[0] at batch 150"), "{:?}", status.errors);
+    assert!(status.restored_from.is_some(), "the second attempt restored a checkpoint");
 
     // Never blocked: some snapshot holds records the fast input sent after its barrier.
     let mut ahead = 0;

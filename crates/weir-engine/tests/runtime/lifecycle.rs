@@ -119,3 +119,37 @@ fn walk_files(dir: std::fs::ReadDir) -> usize {
     })
     .sum()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_records_and_back_pressure() {
+    let source = spec("source", 41, 1, 1_000, 10);
+    let log = TxnLog::new();
+    let mut graph = Graph::new();
+    let source_id = source_node(&mut graph, &source, 1);
+    let throttle = graph.add_operator("throttle", 1, 1, Arc::new(|_| Ok(Box::new(Throttle(Duration::from_millis(2))))));
+    graph.connect(source_id, throttle, 0, Partitioning::RoundRobin);
+    let sink = sink_node(&mut graph, "sink", 1, &log, Delivery::ExactlyOnce);
+    graph.connect(throttle, sink, 0, Partitioning::Forward);
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(CheckpointMode::aligned(), 50);
+    config.channel.max_batches = 4;
+    let handle = start(graph, config, StateStore::local(dir.path()).unwrap(), None).unwrap();
+    while !handle.is_finished() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let metrics = handle.metrics();
+    handle.wait().await.unwrap();
+    let operators = metrics.operators();
+    let of = |name: &str| operators.iter().find(|o| o.operator == name).unwrap().clone();
+    assert_eq!(of("source").records_out, 1_000);
+    assert_eq!(of("throttle").records_in, 1_000);
+    assert_eq!(of("throttle").records_out, 1_000);
+    assert_eq!(of("sink").records_in, 1_000);
+    assert!(of("source").backpressure_ms > 0, "the source waited on the throttle: {operators:?}");
+    let channels = metrics.channels();
+    assert_eq!(channels.len(), 1, "throttle -> sink is fused: {channels:?}");
+    assert_eq!((channels[0].from.as_str(), channels[0].to.as_str()), ("source", "throttle"));
+    assert_eq!(channels[0].records, 1_000);
+    assert!(channels[0].bytes > 0 && channels[0].blocked_ms > 0, "{channels:?}");
+    assert_eq!(channels[0].queued_batches, 0, "drained at the end");
+}

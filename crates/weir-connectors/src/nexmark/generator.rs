@@ -1,0 +1,477 @@
+//! Deterministic Nexmark events as Arrow batches.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, Int32Array, Int64Builder, StringBuilder, StructArray, TimestampMillisecondBuilder,
+};
+use datafusion::arrow::buffer::NullBuffer;
+use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::error::ArrowError;
+use datafusion::arrow::record_batch::RecordBatch;
+
+const PERSON_PROPORTION: u64 = 1;
+const AUCTION_PROPORTION: u64 = 3;
+const GROUP: u64 = 50;
+const FIRST_ID: i64 = 1000;
+const HOT_AUCTION_RATIO: u64 = 2;
+const HOT_SELLER_RATIO: u64 = 4;
+const HOT_BIDDER_RATIO: u64 = 4;
+const IN_FLIGHT_AUCTIONS: u64 = 100;
+const ACTIVE_PEOPLE: u64 = 1000;
+const HOT_CHANNELS: [&str; 4] = ["Google", "Facebook", "Baidu", "Apple"];
+const FIRST_NAMES: [&str; 11] = ["Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah", "Deiter", "Walter"];
+const LAST_NAMES: [&str; 9] = ["Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris"];
+const CITIES: [&str; 10] = ["Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland", "Bend", "Redmond", "Seattle", "Kent", "Cheyenne"];
+const STATES: [&str; 6] = ["AZ", "CA", "ID", "OR", "WA", "WY"];
+
+/// The kinds, as the `event_type` column holds them (the Flink suite's numbering).
+pub const PERSON: i32 = 0;
+pub const AUCTION: i32 = 1;
+pub const BID: i32 = 2;
+
+/// What the generator produces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NexmarkConfig {
+    pub seed: u64,
+    /// Events per second of event time (the spacing of `date_time`), and of wall-clock time
+    /// unless `as_fast_as_possible`.
+    pub rate: u64,
+    pub as_fast_as_possible: bool,
+    /// Stop after this many events (all splits together); `None`: never.
+    pub events: Option<u64>,
+    /// Event time of event 0, milliseconds since the epoch.
+    pub base_time_ms: i64,
+    /// The event space is cut into this many splits (event n belongs to split n mod splits);
+    /// subtasks share the splits, so a restore may change the parallelism up to this.
+    pub splits: u32,
+    pub batch_size: usize,
+}
+
+impl Default for NexmarkConfig {
+    fn default() -> Self {
+        Self {
+            seed: 0,
+            rate: 10_000,
+            as_fast_as_possible: false,
+            events: None,
+            base_time_ms: 1_700_000_000_000,
+            splits: 8,
+            batch_size: 1000,
+        }
+    }
+}
+
+/// The kind of event n.
+pub fn event_kind(n: u64) -> i32 {
+    match n % GROUP {
+        r if r < PERSON_PROPORTION => PERSON,
+        r if r < PERSON_PROPORTION + AUCTION_PROPORTION => AUCTION,
+        _ => BID,
+    }
+}
+
+fn person_fields() -> Fields {
+    Fields::from(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, false),
+        Field::new("email_address", DataType::Utf8, false),
+        Field::new("credit_card", DataType::Utf8, false),
+        Field::new("city", DataType::Utf8, false),
+        Field::new("state", DataType::Utf8, false),
+        Field::new("date_time", timestamp(), false),
+        Field::new("extra", DataType::Utf8, false),
+    ])
+}
+
+fn auction_fields() -> Fields {
+    Fields::from(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("item_name", DataType::Utf8, false),
+        Field::new("description", DataType::Utf8, false),
+        Field::new("initial_bid", DataType::Int64, false),
+        Field::new("reserve", DataType::Int64, false),
+        Field::new("date_time", timestamp(), false),
+        Field::new("expires", timestamp(), false),
+        Field::new("seller", DataType::Int64, false),
+        Field::new("category", DataType::Int64, false),
+        Field::new("extra", DataType::Utf8, false),
+    ])
+}
+
+fn bid_fields() -> Fields {
+    Fields::from(vec![
+        Field::new("auction", DataType::Int64, false),
+        Field::new("bidder", DataType::Int64, false),
+        Field::new("price", DataType::Int64, false),
+        Field::new("channel", DataType::Utf8, false),
+        Field::new("url", DataType::Utf8, false),
+        Field::new("date_time", timestamp(), false),
+        Field::new("extra", DataType::Utf8, false),
+    ])
+}
+
+fn timestamp() -> DataType {
+    DataType::Timestamp(TimeUnit::Millisecond, None)
+}
+
+/// The Flink suite's one-table layout: the kind, one nullable struct per kind, and the event
+/// time of every event as a top-level column to put a watermark on.
+pub fn nexmark_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("event_type", DataType::Int32, false),
+        Field::new("person", DataType::Struct(person_fields()), true),
+        Field::new("auction", DataType::Struct(auction_fields()), true),
+        Field::new("bid", DataType::Struct(bid_fields()), true),
+        Field::new("date_time", timestamp(), false),
+    ]))
+}
+
+/// SplitMix64: tiny, fast, and (unlike library generators, which may change between versions)
+/// fixed forever, so a replay after an upgrade still produces the same events.
+struct Random(u64);
+
+impl Random {
+    fn for_event(seed: u64, n: u64) -> Self {
+        let mut random = Random(seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        random.next();
+        random
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next() % n }
+    }
+
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Letters padding an event toward its average size: `base` plus up to `spread` more.
+    fn padding(&mut self, base: usize, spread: u64) -> String {
+        let len = base + self.below(spread) as usize;
+        self.letters(len)
+    }
+
+    fn letters(&mut self, len: usize) -> String {
+        (0..len).map(|_| char::from(b'a' + self.below(26) as u8)).collect()
+    }
+
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len() as u64) as usize]
+    }
+
+    /// Heavy-tailed prices: about 10^(6u) * 100.
+    fn price(&mut self) -> i64 {
+        (10f64.powf(self.unit() * 6.0) * 100.0).round() as i64
+    }
+}
+
+/// Makes events and batches of events.
+#[derive(Debug, Clone)]
+pub struct NexmarkGenerator {
+    config: NexmarkConfig,
+}
+
+/// Persons before event n (event n itself excluded).
+fn persons_before(n: u64) -> u64 {
+    (n / GROUP) * PERSON_PROPORTION + (n % GROUP).min(PERSON_PROPORTION)
+}
+
+fn auctions_before(n: u64) -> u64 {
+    (n / GROUP) * AUCTION_PROPORTION + (n % GROUP).saturating_sub(PERSON_PROPORTION).min(AUCTION_PROPORTION)
+}
+
+impl NexmarkGenerator {
+    pub fn new(config: NexmarkConfig) -> Self {
+        Self { config }
+    }
+
+    pub fn config(&self) -> &NexmarkConfig {
+        &self.config
+    }
+
+    /// Event time of event n.
+    pub fn event_time_ms(&self, n: u64) -> i64 {
+        let rate = self.config.rate.max(1);
+        self.config.base_time_ms + (u128::from(n) * 1000 / u128::from(rate)) as i64
+    }
+
+    /// A person id for event n to refer to: a hot one, or one of the recent people.
+    fn person_ref(random: &mut Random, n: u64, hot_ratio: u64) -> i64 {
+        let people = persons_before(n).max(1);
+        let offset = if random.below(hot_ratio) > 0 {
+            (people - 1) / hot_ratio * hot_ratio
+        } else {
+            people - 1 - random.below(people.min(ACTIVE_PEOPLE))
+        };
+        FIRST_ID + offset.min(people - 1) as i64
+    }
+
+    /// The events `numbers` as one batch, in that order.
+    pub fn batch(&self, numbers: &[u64]) -> Result<RecordBatch, ArrowError> {
+        let mut kinds = Vec::with_capacity(numbers.len());
+        let mut times = TimestampMillisecondBuilder::with_capacity(numbers.len());
+        let mut person = PersonColumns::default();
+        let mut auction = AuctionColumns::default();
+        let mut bid = BidColumns::default();
+        for &n in numbers {
+            let kind = event_kind(n);
+            let time = self.event_time_ms(n);
+            let mut random = Random::for_event(self.config.seed, n);
+            kinds.push(kind);
+            times.append_value(time);
+            person.push(kind == PERSON, n, time, &mut random);
+            auction.push(kind == AUCTION, n, time, &mut random);
+            bid.push(kind == BID, n, time, &mut random);
+        }
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int32Array::from(kinds)),
+            Arc::new(person.finish()?),
+            Arc::new(auction.finish()?),
+            Arc::new(bid.finish()?),
+            Arc::new(times.finish()),
+        ];
+        RecordBatch::try_new(nexmark_schema(), columns)
+    }
+}
+
+/// Builds a nullable struct column: children hold a placeholder where the row is of another
+/// kind, and the struct's null buffer marks it.
+fn struct_array(fields: Fields, children: Vec<ArrayRef>, valid: Vec<bool>) -> Result<StructArray, ArrowError> {
+    StructArray::try_new(fields, children, Some(NullBuffer::from(valid)))
+}
+
+#[derive(Default)]
+struct PersonColumns {
+    valid: Vec<bool>,
+    id: Int64Builder,
+    name: StringBuilder,
+    email: StringBuilder,
+    card: StringBuilder,
+    city: StringBuilder,
+    state: StringBuilder,
+    time: TimestampMillisecondBuilder,
+    extra: StringBuilder,
+}
+
+impl PersonColumns {
+    fn push(&mut self, here: bool, n: u64, time: i64, random: &mut Random) {
+        self.valid.push(here);
+        if !here {
+            self.id.append_value(0);
+            for column in [&mut self.name, &mut self.email, &mut self.card, &mut self.city, &mut self.state, &mut self.extra] {
+                column.append_value("");
+            }
+            self.time.append_value(0);
+            return;
+        }
+        self.id.append_value(FIRST_ID + persons_before(n) as i64);
+        self.name.append_value(format!("{} {}", random.pick(&FIRST_NAMES), random.pick(&LAST_NAMES)));
+        self.email.append_value(format!("{}@{}.com", random.letters(7), random.letters(5)));
+        let card: Vec<String> = (0..4).map(|_| format!("{:04}", random.below(10_000))).collect();
+        self.card.append_value(card.join(" "));
+        self.city.append_value(random.pick(&CITIES));
+        self.state.append_value(random.pick(&STATES));
+        self.time.append_value(time);
+        self.extra.append_value(random.padding(100, 40));
+    }
+
+    fn finish(mut self) -> Result<StructArray, ArrowError> {
+        let children: Vec<ArrayRef> = vec![
+            Arc::new(self.id.finish()),
+            Arc::new(self.name.finish()),
+            Arc::new(self.email.finish()),
+            Arc::new(self.card.finish()),
+            Arc::new(self.city.finish()),
+            Arc::new(self.state.finish()),
+            Arc::new(self.time.finish()),
+            Arc::new(self.extra.finish()),
+        ];
+        struct_array(person_fields(), children, self.valid)
+    }
+}
+
+#[derive(Default)]
+struct AuctionColumns {
+    valid: Vec<bool>,
+    id: Int64Builder,
+    item: StringBuilder,
+    description: StringBuilder,
+    initial: Int64Builder,
+    reserve: Int64Builder,
+    time: TimestampMillisecondBuilder,
+    expires: TimestampMillisecondBuilder,
+    seller: Int64Builder,
+    category: Int64Builder,
+    extra: StringBuilder,
+}
+
+impl AuctionColumns {
+    fn push(&mut self, here: bool, n: u64, time: i64, random: &mut Random) {
+        self.valid.push(here);
+        if !here {
+            for column in [&mut self.id, &mut self.initial, &mut self.reserve, &mut self.seller, &mut self.category] {
+                column.append_value(0);
+            }
+            for column in [&mut self.item, &mut self.description, &mut self.extra] {
+                column.append_value("");
+            }
+            self.time.append_value(0);
+            self.expires.append_value(0);
+            return;
+        }
+        self.id.append_value(FIRST_ID + auctions_before(n) as i64);
+        self.item.append_value(random.letters(20));
+        self.description.append_value(random.letters(100));
+        let initial = random.price();
+        self.initial.append_value(initial);
+        self.reserve.append_value(initial + random.price());
+        self.time.append_value(time);
+        // Open for up to about 20 s of event time: windows of 10 s see auctions close.
+        self.expires.append_value(time + 1 + random.below(20_000) as i64);
+        self.seller.append_value(NexmarkGenerator::person_ref(random, n, HOT_SELLER_RATIO));
+        self.category.append_value(10 + random.below(5) as i64);
+        self.extra.append_value(random.padding(300, 100));
+    }
+
+    fn finish(mut self) -> Result<StructArray, ArrowError> {
+        let children: Vec<ArrayRef> = vec![
+            Arc::new(self.id.finish()),
+            Arc::new(self.item.finish()),
+            Arc::new(self.description.finish()),
+            Arc::new(self.initial.finish()),
+            Arc::new(self.reserve.finish()),
+            Arc::new(self.time.finish()),
+            Arc::new(self.expires.finish()),
+            Arc::new(self.seller.finish()),
+            Arc::new(self.category.finish()),
+            Arc::new(self.extra.finish()),
+        ];
+        struct_array(auction_fields(), children, self.valid)
+    }
+}
+
+#[derive(Default)]
+struct BidColumns {
+    valid: Vec<bool>,
+    auction: Int64Builder,
+    bidder: Int64Builder,
+    price: Int64Builder,
+    channel: StringBuilder,
+    url: StringBuilder,
+    time: TimestampMillisecondBuilder,
+    extra: StringBuilder,
+}
+
+impl BidColumns {
+    fn push(&mut self, here: bool, n: u64, time: i64, random: &mut Random) {
+        self.valid.push(here);
+        if !here {
+            for column in [&mut self.auction, &mut self.bidder, &mut self.price] {
+                column.append_value(0);
+            }
+            for column in [&mut self.channel, &mut self.url, &mut self.extra] {
+                column.append_value("");
+            }
+            self.time.append_value(0);
+            return;
+        }
+        let auctions = auctions_before(n).max(1);
+        let auction = if random.below(HOT_AUCTION_RATIO) > 0 {
+            (auctions - 1) / HOT_AUCTION_RATIO * HOT_AUCTION_RATIO
+        } else {
+            auctions - 1 - random.below(auctions.min(IN_FLIGHT_AUCTIONS))
+        };
+        self.auction.append_value(FIRST_ID + auction as i64);
+        self.bidder.append_value(NexmarkGenerator::person_ref(random, n, HOT_BIDDER_RATIO));
+        self.price.append_value(random.price());
+        let (channel, url) = if random.below(10) > 0 {
+            let index = random.below(HOT_CHANNELS.len() as u64);
+            let channel = HOT_CHANNELS[index as usize];
+            (channel.to_string(), format!("https://www.nexmark.com/{}/item.htm?query=1&channel_id={index}", channel.to_lowercase()))
+        } else {
+            let channel = format!("channel-{}", random.below(10_000));
+            (channel.clone(), format!("https://www.nexmark.com/{}/{}/{}/item.htm?query=1", random.letters(5), random.letters(5), random.letters(5)))
+        };
+        self.channel.append_value(channel);
+        self.url.append_value(url);
+        self.time.append_value(time);
+        self.extra.append_value(random.padding(20, 20));
+    }
+
+    fn finish(mut self) -> Result<StructArray, ArrowError> {
+        let children: Vec<ArrayRef> = vec![
+            Arc::new(self.auction.finish()),
+            Arc::new(self.bidder.finish()),
+            Arc::new(self.price.finish()),
+            Arc::new(self.channel.finish()),
+            Arc::new(self.url.finish()),
+            Arc::new(self.time.finish()),
+            Arc::new(self.extra.finish()),
+        ];
+        struct_array(bid_fields(), children, self.valid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::{Array, AsArray, Int64Array, TimestampMillisecondArray};
+    use datafusion::arrow::datatypes::Int64Type;
+
+    use super::*;
+
+    fn generator() -> NexmarkGenerator {
+        NexmarkGenerator::new(NexmarkConfig::default())
+    }
+
+    #[test]
+    fn every_fifty_events_hold_one_person_three_auctions_and_forty_six_bids() {
+        let kinds: Vec<i32> = (0..500).map(event_kind).collect();
+        assert_eq!(kinds.iter().filter(|k| **k == PERSON).count(), 10);
+        assert_eq!(kinds.iter().filter(|k| **k == AUCTION).count(), 30);
+        assert_eq!(kinds.iter().filter(|k| **k == BID).count(), 460);
+        assert_eq!(&kinds[..5], &[PERSON, AUCTION, AUCTION, AUCTION, BID]);
+    }
+
+    #[test]
+    fn an_event_depends_on_its_number_and_seed_only() {
+        let generator = generator();
+        let all = generator.batch(&(0..200).collect::<Vec<_>>()).unwrap();
+        let some = generator.batch(&[150, 7, 51]).unwrap();
+        for (row, n) in [(0, 150usize), (1, 7), (2, 51)] {
+            assert_eq!(some.slice(row, 1), all.slice(n, 1), "event {n}");
+        }
+        let other_seed = NexmarkGenerator::new(NexmarkConfig { seed: 1, ..NexmarkConfig::default() });
+        assert_ne!(other_seed.batch(&[7]).unwrap(), generator.batch(&[7]).unwrap());
+    }
+
+    #[test]
+    fn ids_grow_and_references_point_at_people_and_auctions_that_exist() {
+        let batch = generator().batch(&(0..5000).collect::<Vec<_>>()).unwrap();
+        let person = batch.column(1).as_struct();
+        let auction = batch.column(2).as_struct();
+        let bid = batch.column(3).as_struct();
+        let person_ids = person.column(0).as_primitive::<Int64Type>();
+        let person_ids: Vec<i64> = (0..batch.num_rows()).filter(|r| person.is_valid(*r)).map(|r| person_ids.value(r)).collect();
+        assert_eq!(person_ids, (1000..1100).collect::<Vec<_>>());
+        let auction_ids = auction.column(0).as_primitive::<Int64Type>();
+        let auction_ids: Vec<i64> = (0..batch.num_rows()).filter(|r| auction.is_valid(*r)).map(|r| auction_ids.value(r)).collect();
+        assert_eq!(auction_ids, (1000..1300).collect::<Vec<_>>());
+        let bid_auctions = bid.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        let bidders = bid.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+        for row in (0..batch.num_rows()).filter(|r| bid.is_valid(*r)) {
+            assert!((1000..1300).contains(&bid_auctions.value(row)));
+            assert!((1000..1100).contains(&bidders.value(row)));
+        }
+        let times = batch.column(4).as_any().downcast_ref::<TimestampMillisecondArray>().unwrap();
+        assert_eq!(times.value(4999) - times.value(0), 499, "10,000 events per second of event time");
+    }
+}

@@ -1,0 +1,192 @@
+//! The Nexmark generator as a weir source. The event space is cut into splits (event n in
+//! split n mod splits); a subtask reads the splits s with s mod parallelism = its index, in
+//! turn, a batch at a time. Its snapshot holds the next event number of each split, so a
+//! restore, at any parallelism up to the number of splits, continues every split exactly.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{Array, UInt32Array, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::record_batch::RecordBatch;
+use weir_engine::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
+
+use super::generator::{NexmarkConfig, NexmarkGenerator};
+
+const POSITIONS: &str = "positions";
+
+/// One subtask of the Nexmark source.
+pub struct NexmarkSource {
+    generator: NexmarkGenerator,
+    /// Next event number of each split this subtask reads.
+    next: BTreeMap<u32, u64>,
+    turn: usize,
+    /// Wall-clock pacing: when this subtask started and how many events it produced since.
+    started: Option<(Instant, u64)>,
+    /// This subtask's share of the configured rate.
+    rate: f64,
+}
+
+impl NexmarkSource {
+    pub fn new(config: NexmarkConfig) -> Self {
+        Self { generator: NexmarkGenerator::new(config), next: BTreeMap::new(), turn: 0, started: None, rate: 0.0 }
+    }
+
+    fn limit(&self) -> u64 {
+        self.generator.config().events.unwrap_or(u64::MAX)
+    }
+}
+
+#[async_trait]
+impl Source for NexmarkSource {
+    async fn open(&mut self, info: &SubtaskInfo, restored: RestoredState) -> weir_engine::Result<()> {
+        let config = self.generator.config();
+        let splits = config.splits.max(1);
+        if info.parallelism > splits as usize {
+            return Err(info.error(format!(
+                "nexmark has {splits} splits and cannot run at parallelism {}; raise its 'splits' option",
+                info.parallelism
+            )));
+        }
+        for split in (0..splits).filter(|s| *s as usize % info.parallelism == info.subtask) {
+            self.next.insert(split, u64::from(split));
+        }
+        self.rate = config.rate as f64 * self.next.len() as f64 / f64::from(splits);
+        for batch in restored.table(POSITIONS) {
+            let (Some(splits), Some(next)) = (
+                batch.column(0).as_any().downcast_ref::<UInt32Array>(),
+                batch.column(1).as_any().downcast_ref::<UInt64Array>(),
+            ) else {
+                return Err(info.error("restored nexmark positions have the wrong types"));
+            };
+            for (split, n) in splits.values().iter().zip(next.values()) {
+                if let Some(position) = self.next.get_mut(split) {
+                    *position = *n;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn next(&mut self) -> weir_engine::Result<SourceEvent> {
+        let limit = self.limit();
+        let open: Vec<u32> = self.next.iter().filter(|(_, n)| **n < limit).map(|(s, _)| *s).collect();
+        if open.is_empty() {
+            return Ok(SourceEvent::End);
+        }
+        let config = self.generator.config();
+        let (stride, batch_size) = (u64::from(config.splits.max(1)), config.batch_size.max(1));
+        let split = open[self.turn % open.len()];
+        self.turn = self.turn.wrapping_add(1);
+        let Some(next) = self.next.get_mut(&split) else { return Ok(SourceEvent::Idle) };
+        let numbers: Vec<u64> = (0..batch_size as u64).map(|i| *next + i * stride).take_while(|n| *n < limit).collect();
+        *next += numbers.len() as u64 * stride;
+        if !config.as_fast_as_possible {
+            // Pace to the rate: wait until this subtask's share of it allows these events.
+            let (started, produced) = *self.started.get_or_insert((Instant::now(), 0));
+            let due = started + Duration::from_secs_f64(produced as f64 / self.rate.max(1e-9));
+            let wait = due.saturating_duration_since(Instant::now()).min(Duration::from_millis(100));
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
+            self.started = Some((started, produced + numbers.len() as u64));
+        }
+        let batch = self.generator.batch(&numbers)?;
+        Ok(SourceEvent::Batch(batch))
+    }
+
+    async fn snapshot(&mut self, _checkpoint_id: u64) -> weir_engine::Result<Vec<StateTable>> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("split", DataType::UInt32, false),
+            Field::new("next", DataType::UInt64, false),
+        ]));
+        let splits: UInt32Array = self.next.keys().copied().collect();
+        let next: UInt64Array = self.next.values().copied().collect();
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(splits), Arc::new(next)])?;
+        Ok(vec![StateTable { name: POSITIONS.into(), schema, batches: vec![batch] }])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use datafusion::arrow::util::display::array_value_to_string;
+
+    use super::*;
+
+    fn config(events: u64) -> NexmarkConfig {
+        NexmarkConfig { events: Some(events), as_fast_as_possible: true, splits: 6, batch_size: 7, ..NexmarkConfig::default() }
+    }
+
+    fn info(subtask: usize, parallelism: usize) -> SubtaskInfo {
+        SubtaskInfo { operator: "nexmark".into(), subtask, parallelism }
+    }
+
+    /// Every column of every row as text: events are compared whole.
+    fn rows(batch: &RecordBatch) -> Vec<String> {
+        (0..batch.num_rows())
+            .map(|r| {
+                let values: Vec<String> =
+                    batch.columns().iter().map(|c| array_value_to_string(c, r).unwrap()).collect();
+                values.join(" | ")
+            })
+            .collect()
+    }
+
+    async fn drain(source: &mut NexmarkSource, at_most: usize) -> Vec<String> {
+        let mut seen = Vec::new();
+        for _ in 0..at_most {
+            match source.next().await.unwrap() {
+                SourceEvent::Batch(batch) => seen.extend(rows(&batch)),
+                SourceEvent::End => break,
+                _ => {}
+            }
+        }
+        seen
+    }
+
+    #[tokio::test]
+    async fn a_restore_at_another_parallelism_continues_every_split_exactly() {
+        let mut expected = rows(&NexmarkGenerator::new(config(1000)).batch(&(0..1000).collect::<Vec<_>>()).unwrap());
+        expected.sort();
+
+        let mut seen = Vec::new();
+        let mut snapshots = Vec::new();
+        for subtask in 0..2 {
+            let mut source = NexmarkSource::new(config(1000));
+            source.open(&info(subtask, 2), RestoredState::default()).await.unwrap();
+            seen.extend(drain(&mut source, 10).await);
+            snapshots.extend(source.snapshot(1).await.unwrap().remove(0).batches);
+        }
+        let restored = RestoredState { checkpoint_id: Some(1), tables: HashMap::from([(POSITIONS.to_string(), snapshots)]) };
+        for subtask in 0..3 {
+            let mut source = NexmarkSource::new(config(1000));
+            source.open(&info(subtask, 3), restored.clone()).await.unwrap();
+            seen.extend(drain(&mut source, 1000).await);
+        }
+        seen.sort();
+        assert_eq!(seen.len(), 1000, "every event once");
+        assert_eq!(seen, expected);
+    }
+
+    #[tokio::test]
+    async fn more_subtasks_than_splits_is_an_error_that_names_the_option() {
+        let mut source = NexmarkSource::new(config(10));
+        let error = source.open(&info(0, 7), RestoredState::default()).await.unwrap_err();
+        assert!(error.to_string().contains("raise its 'splits' option"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn the_rate_paces_the_source_in_wall_clock_time() {
+        let config = NexmarkConfig { events: Some(600), rate: 2_000, splits: 1, batch_size: 100, ..NexmarkConfig::default() };
+        let mut source = NexmarkSource::new(config);
+        source.open(&info(0, 1), RestoredState::default()).await.unwrap();
+        let started = Instant::now();
+        assert_eq!(drain(&mut source, 100).await.len(), 600);
+        // 600 events at 2000/s: the last batch (events 500-599) is due at 250 ms.
+        assert!(started.elapsed() >= Duration::from_millis(240), "{:?}", started.elapsed());
+    }
+}
