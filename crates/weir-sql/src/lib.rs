@@ -1,2 +1,11 @@
-//! weir's SQL front end: statements, the catalog, and planning through DataFusion into the
-//! runtime's dataflow graph. (Built in the streaming SQL issue.)
+//! weir's SQL front end: statements, the catalog and the options of tables and pipelines.
+//! Parsing is sqlparser's (through DataFusion), column types are DataFusion's; planning queries
+//! into the runtime's graph is the next step of the streaming SQL issue.
+
+pub mod catalog;
+pub mod error;
+pub mod options;
+pub mod session;
+
+pub use error::{Error, Result};
+pub use session::{Output, Session};

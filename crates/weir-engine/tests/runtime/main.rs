@@ -1,6 +1,9 @@
 //! The runtime against the contract (DESIGN.md): each checkpoint mode, failures at random and
 //! at every named step, concurrent checkpoints, failing snapshot writes, rescaling, retention.
 
+// Test helpers panic on failure: that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod harness;
 
 mod aligned;

@@ -1,0 +1,28 @@
+//! Errors of the SQL front end. A parse error carries the line and column the parser stopped
+//! at, so clients can point at it.
+
+/// Every way a statement can be refused.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("SQL syntax error at line {line}, column {column}: {message}")]
+    Syntax { message: String, line: u64, column: u64 },
+    /// The statement parsed but cannot be planned (unknown table, unsupported feature...).
+    #[error("{0}")]
+    Plan(String),
+    /// A connector option is unknown or has a value outside the accepted ones.
+    #[error("table '{table}': {message}")]
+    Options { table: String, message: String },
+    #[error(transparent)]
+    DataFusion(#[from] datafusion::error::DataFusionError),
+}
+
+/// The SQL crate's result.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Returns early with an [`Error::Plan`] built like `format!` (DataFusion's `plan_err!` style).
+#[macro_export]
+macro_rules! plan_err {
+    ($($arg:tt)*) => {
+        return Err($crate::error::Error::Plan(format!($($arg)*)))
+    };
+}

@@ -1,0 +1,240 @@
+//! The connectors a table may name and the options each accepts. Validation happens at CREATE
+//! TABLE, so a typo fails then, with the option's name and what it accepts, never at run time.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// What values an option takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Integer { min: u64, max: u64 },
+    Boolean,
+    Text,
+    OneOf(&'static [&'static str]),
+    /// A duration such as '5 seconds', '200 ms', '1 minute'.
+    Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionSpec {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub required: bool,
+}
+
+const fn option(name: &'static str, kind: Kind) -> OptionSpec {
+    OptionSpec { name, kind, required: false }
+}
+
+const fn required(name: &'static str, kind: Kind) -> OptionSpec {
+    OptionSpec { name, kind, required: true }
+}
+
+const ANY_COUNT: Kind = Kind::Integer { min: 0, max: u64::MAX };
+
+/// Options every table accepts: which column is the event time, and how late its records may
+/// be (the watermark is the largest event time seen minus this delay).
+const EVENT_TIME: [OptionSpec; 2] = [option("event_time", Kind::Text), option("watermark_delay", Kind::Duration)];
+
+const NEXMARK: &[OptionSpec] = &[
+    option("seed", ANY_COUNT),
+    option("rate", Kind::Integer { min: 1, max: u64::MAX }),
+    option("events", ANY_COUNT),
+    option("splits", Kind::Integer { min: 1, max: 1024 }),
+    option("batch_size", Kind::Integer { min: 1, max: 1_000_000 }),
+    option("as_fast_as_possible", Kind::Boolean),
+];
+
+const KAFKA: &[OptionSpec] = &[
+    required("bootstrap.servers", Kind::Text),
+    required("topic", Kind::Text),
+    required("format", Kind::OneOf(&["json", "raw", "debezium_json", "upsert"])),
+    option("scan.startup.mode", Kind::OneOf(&["earliest", "latest", "group", "timestamp"])),
+    option("scan.startup.timestamp_ms", ANY_COUNT),
+    option("group.id", Kind::Text),
+    option("bad_records", Kind::OneOf(&["fail", "skip", "dead_letter"])),
+    option("dead_letter.topic", Kind::Text),
+    option("delivery", Kind::OneOf(&["exactly_once", "at_least_once", "none"])),
+    option("transactional_id.prefix", Kind::Text),
+    option("transaction.timeout.ms", Kind::Integer { min: 1000, max: 3_600_000 }),
+    option("key.fields", Kind::Text),
+];
+
+const FILESYSTEM: &[OptionSpec] =
+    &[required("path", Kind::Text), required("format", Kind::OneOf(&["parquet", "json"]))];
+
+const PREVIEW: &[OptionSpec] = &[option("capacity", Kind::Integer { min: 1, max: 10_000_000 })];
+
+const BLACKHOLE: &[OptionSpec] = &[];
+
+/// The connectors, with their own options.
+pub const CONNECTORS: &[(&str, &[OptionSpec])] = &[
+    ("nexmark", NEXMARK),
+    ("kafka", KAFKA),
+    ("filesystem", FILESYSTEM),
+    ("preview", PREVIEW),
+    ("blackhole", BLACKHOLE),
+];
+
+/// A table's connector and its validated options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectorOptions {
+    pub connector: String,
+    /// Every option but `connector`, by name, as written.
+    pub values: BTreeMap<String, String>,
+}
+
+impl ConnectorOptions {
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.values.get(name).map(String::as_str)
+    }
+
+    /// An integer option (validated already), or `default`.
+    pub fn integer(&self, name: &str, default: u64) -> u64 {
+        self.get(name).and_then(|v| v.parse().ok()).unwrap_or(default)
+    }
+
+    pub fn boolean(&self, name: &str, default: bool) -> bool {
+        self.get(name).and_then(parse_bool).unwrap_or(default)
+    }
+
+    pub fn duration(&self, name: &str) -> Option<Duration> {
+        self.get(name).and_then(|v| parse_duration(v).ok())
+    }
+}
+
+fn parse_bool(value: &str) -> Option<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    }
+}
+
+/// '5 seconds', '5s', '200 ms', '1 minute', '2 hours'.
+pub fn parse_duration(value: &str) -> Result<Duration, String> {
+    let value = value.trim();
+    let split = value.find(|c: char| !c.is_ascii_digit()).unwrap_or(value.len());
+    let (number, unit) = value.split_at(split);
+    let number: u64 = number.parse().map_err(|_| format!("'{value}' does not start with a number"))?;
+    let millis = match unit.trim().to_ascii_lowercase().as_str() {
+        "ms" | "millisecond" | "milliseconds" => 1,
+        "" | "s" | "second" | "seconds" => 1000,
+        "m" | "min" | "minute" | "minutes" => 60_000,
+        "h" | "hour" | "hours" => 3_600_000,
+        other => return Err(format!("unknown unit '{other}' in '{value}'")),
+    };
+    Ok(Duration::from_millis(number.saturating_mul(millis)))
+}
+
+fn accepted(kind: Kind) -> String {
+    match kind {
+        Kind::Integer { min, max } if max == u64::MAX => format!("an integer of at least {min}"),
+        Kind::Integer { min, max } => format!("an integer from {min} to {max}"),
+        Kind::Boolean => "'true' or 'false'".into(),
+        Kind::Text => "any text".into(),
+        Kind::OneOf(values) => format!("one of {}", values.iter().map(|v| format!("'{v}'")).collect::<Vec<_>>().join(", ")),
+        Kind::Duration => "a duration such as '5 seconds' or '200 ms'".into(),
+    }
+}
+
+fn check(spec: &OptionSpec, value: &str) -> Result<(), String> {
+    let valid = match spec.kind {
+        Kind::Integer { min, max } => value.parse::<u64>().is_ok_and(|v| (min..=max).contains(&v)),
+        Kind::Boolean => parse_bool(value).is_some(),
+        Kind::Text => !value.is_empty(),
+        Kind::OneOf(values) => values.contains(&value),
+        Kind::Duration => parse_duration(value).is_ok(),
+    };
+    if valid { Ok(()) } else { Err(format!("option '{}' = '{value}' is invalid: expected {}", spec.name, accepted(spec.kind))) }
+}
+
+/// Validates a table's WITH options; the error names the option and what it accepts.
+pub fn validate(options: BTreeMap<String, String>) -> Result<ConnectorOptions, String> {
+    let names: Vec<&str> = CONNECTORS.iter().map(|(name, _)| *name).collect();
+    let Some(connector) = options.get("connector").cloned() else {
+        return Err(format!("option 'connector' is missing: expected one of {}", names.join(", ")));
+    };
+    let Some((_, specs)) = CONNECTORS.iter().find(|(name, _)| *name == connector) else {
+        return Err(format!("connector '{connector}' is unknown: expected one of {}", names.join(", ")));
+    };
+    let mut values = options;
+    values.remove("connector");
+    for (name, value) in &values {
+        if connector == "kafka" && name.starts_with("kafka.") {
+            continue; // passed to librdkafka as it is
+        }
+        let Some(spec) = specs.iter().chain(EVENT_TIME.iter()).find(|s| s.name == name) else {
+            let known: Vec<&str> = specs.iter().chain(EVENT_TIME.iter()).map(|s| s.name).collect();
+            let extra = if connector == "kafka" { ", or 'kafka.<librdkafka property>'" } else { "" };
+            return Err(format!("option '{name}' is unknown for connector '{connector}': expected {}{extra}", known.join(", ")));
+        };
+        check(spec, value)?;
+    }
+    for spec in specs.iter().filter(|s| s.required) {
+        if !values.contains_key(spec.name) {
+            return Err(format!("option '{}' is required by connector '{connector}' ({})", spec.name, accepted(spec.kind)));
+        }
+    }
+    Ok(ConnectorOptions { connector, values })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn valid_options_pass_and_are_read_back() {
+        let nexmark = validate(options(&[("connector", "nexmark"), ("events", "1000"), ("as_fast_as_possible", "true")])).unwrap();
+        assert_eq!(nexmark.connector, "nexmark");
+        assert_eq!(nexmark.integer("events", 0), 1000);
+        assert!(nexmark.boolean("as_fast_as_possible", false));
+        let kafka = validate(options(&[
+            ("connector", "kafka"),
+            ("bootstrap.servers", "127.0.0.1:9092"),
+            ("topic", "in"),
+            ("format", "json"),
+            ("kafka.fetch.min.bytes", "1"),
+            ("event_time", "ts"),
+            ("watermark_delay", "5 seconds"),
+        ]))
+        .unwrap();
+        assert_eq!(kafka.duration("watermark_delay"), Some(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn errors_name_the_option_and_what_it_accepts() {
+        let error = |pairs: &[(&str, &str)]| validate(options(pairs)).unwrap_err();
+        assert_eq!(
+            error(&[("connector", "kafak")]),
+            "connector 'kafak' is unknown: expected one of nexmark, kafka, filesystem, preview, blackhole"
+        );
+        assert!(error(&[]).contains("option 'connector' is missing"));
+        assert_eq!(
+            error(&[("connector", "nexmark"), ("rate", "fast")]),
+            "option 'rate' = 'fast' is invalid: expected an integer of at least 1"
+        );
+        assert!(error(&[("connector", "nexmark"), ("speed", "1")]).starts_with("option 'speed' is unknown for connector 'nexmark': expected seed, rate,"));
+        assert_eq!(
+            error(&[("connector", "kafka"), ("bootstrap.servers", "b"), ("topic", "t"), ("format", "xml")]),
+            "option 'format' = 'xml' is invalid: expected one of 'json', 'raw', 'debezium_json', 'upsert'"
+        );
+        assert_eq!(
+            error(&[("connector", "filesystem"), ("format", "json")]),
+            "option 'path' is required by connector 'filesystem' (any text)"
+        );
+        assert!(error(&[("connector", "blackhole"), ("watermark_delay", "soon")]).contains("a duration such as '5 seconds'"));
+    }
+
+    #[test]
+    fn durations_read_the_usual_units() {
+        assert_eq!(parse_duration("200 ms"), Ok(Duration::from_millis(200)));
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("1 minute"), Ok(Duration::from_secs(60)));
+        assert!(parse_duration("5 fortnights").is_err());
+    }
+}

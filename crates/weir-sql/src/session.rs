@@ -1,0 +1,375 @@
+//! A SQL session: runs statements against its catalog and keeps the options (`SET`) that apply
+//! to the next pipeline.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::arrow::datatypes::{DataType, Schema};
+use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast::{
+    CreateTable, CreateTableOptions, Expr, ObjectName, ObjectType, Set, SqlOption, Statement, Value, ValueWithSpan,
+};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::parser::{Parser, ParserError};
+use weir_connectors::nexmark::nexmark_schema;
+
+use crate::catalog::{Catalog, TableDef, ViewDef};
+use crate::error::{Error, Result};
+use crate::options::{self, ConnectorOptions, parse_duration};
+use crate::plan_err;
+
+/// What a statement returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Done; a line saying what happened.
+    Done(String),
+    /// A result table.
+    Rows { columns: Vec<String>, rows: Vec<Vec<String>> },
+}
+
+/// Pipeline options set with `SET`, applied to the next pipeline.
+pub const PIPELINE_OPTIONS: &[(&str, &str)] = &[
+    ("checkpoint.mode", "'exactly_once' or 'at_least_once'"),
+    ("checkpoint.unaligned", "'true' or 'false'"),
+    ("checkpoint.aligned_timeout", "a duration such as '100 ms'"),
+    ("checkpoint.interval", "a duration such as '10 s', or 'off'"),
+    ("checkpoint.max_concurrent", "an integer from 1 to 16"),
+    ("checkpoint.retained", "an integer from 1 to 1000"),
+    ("parallelism", "an integer from 1 to 256"),
+];
+
+fn check_pipeline_option(name: &str, value: &str) -> Result<(), String> {
+    let Some((_, accepted)) = PIPELINE_OPTIONS.iter().find(|(n, _)| *n == name) else {
+        let names: Vec<&str> = PIPELINE_OPTIONS.iter().map(|(n, _)| *n).collect();
+        return Err(format!("'{name}' is not a pipeline option: expected one of {}", names.join(", ")));
+    };
+    let in_range = |min: u64, max: u64| value.parse::<u64>().is_ok_and(|v| (min..=max).contains(&v));
+    let valid = match name {
+        "checkpoint.mode" => matches!(value, "exactly_once" | "at_least_once"),
+        "checkpoint.unaligned" => matches!(value, "true" | "false"),
+        "checkpoint.aligned_timeout" => parse_duration(value).is_ok(),
+        "checkpoint.interval" => value == "off" || parse_duration(value).is_ok_and(|d| !d.is_zero()),
+        "checkpoint.max_concurrent" => in_range(1, 16),
+        "checkpoint.retained" => in_range(1, 1000),
+        _ => in_range(1, 256),
+    };
+    if valid { Ok(()) } else { Err(format!("'{name}' = '{value}' is invalid: expected {accepted}")) }
+}
+
+/// One user's statements and their effects.
+pub struct Session {
+    pub catalog: Catalog,
+    /// `SET` options, by name, as given.
+    pub options: BTreeMap<String, String>,
+    context: SessionContext,
+}
+
+impl Default for Session {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// "sql parser error: Expected: ..., found: x at Line: 1, Column: 8" -> (message, line, column).
+fn syntax_error(error: ParserError) -> Error {
+    let text = match error {
+        ParserError::ParserError(text) | ParserError::TokenizerError(text) => text,
+        ParserError::RecursionLimitExceeded => "the statement is nested too deeply".to_string(),
+    };
+    let (message, position) = match text.rsplit_once(" at Line: ") {
+        Some((message, position)) => (message.to_string(), position.to_string()),
+        None => (text, String::new()),
+    };
+    let mut numbers = position.split(", Column: ").map(|n| n.trim().parse::<u64>().unwrap_or(0));
+    let (line, column) = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+    Error::Syntax { message, line, column }
+}
+
+fn name_of(name: &ObjectName) -> String {
+    name.to_string().trim_matches('"').to_string()
+}
+
+/// An option value as text: quoted strings, numbers and booleans.
+fn option_value(expr: &Expr) -> Option<String> {
+    match expr {
+        Expr::Value(ValueWithSpan { value, .. }) => match value {
+            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => Some(s.clone()),
+            Value::Number(n, _) => Some(n.to_string()),
+            Value::Boolean(b) => Some(b.to_string()),
+            _ => None,
+        },
+        Expr::Identifier(ident) => Some(ident.value.clone()),
+        _ => None,
+    }
+}
+
+fn table_options(table: &str, options: &CreateTableOptions) -> Result<BTreeMap<String, String>> {
+    let list = match options {
+        CreateTableOptions::None => return Ok(BTreeMap::new()),
+        CreateTableOptions::With(list) => list,
+        _ => plan_err!("table '{table}': give its options as WITH (name = 'value', ...)"),
+    };
+    let mut map = BTreeMap::new();
+    for option in list {
+        let SqlOption::KeyValue { key, value } = option else {
+            plan_err!("table '{table}': option {option} is not of the form name = 'value'");
+        };
+        let Some(value) = option_value(value) else {
+            plan_err!("table '{table}': option '{}' needs a quoted value, as in {} = 'value'", key.value, key.value);
+        };
+        map.insert(key.value.clone(), value);
+    }
+    Ok(map)
+}
+
+impl Session {
+    pub fn new() -> Self {
+        // VARCHAR as Utf8, not Utf8View: what the JSON decoder, Parquet files and the Nexmark
+        // generator produce, so declared and produced schemas agree.
+        let config = SessionConfig::new().set_bool("datafusion.sql_parser.map_string_types_to_utf8view", false);
+        Self { catalog: Catalog::default(), options: BTreeMap::new(), context: SessionContext::new_with_config(config) }
+    }
+
+    /// Parses `sql` (one or more statements) and runs each in turn; stops at the first error.
+    pub async fn execute(&mut self, sql: &str) -> Result<Vec<Output>> {
+        let statements = Parser::parse_sql(&GenericDialect {}, sql).map_err(syntax_error)?;
+        let mut outputs = Vec::new();
+        for statement in statements {
+            outputs.push(self.run(statement).await?);
+        }
+        Ok(outputs)
+    }
+
+    async fn run(&mut self, statement: Statement) -> Result<Output> {
+        match statement {
+            Statement::CreateTable(create) => self.create_table(create).await,
+            Statement::CreateView(view) => {
+                let name = name_of(&view.name);
+                if self.catalog.contains(&name) && !view.or_replace {
+                    plan_err!("'{name}' exists already; use CREATE OR REPLACE VIEW to replace a view");
+                }
+                let query = view.query.to_string();
+                self.catalog.views.insert(name.clone(), ViewDef { name: name.clone(), query });
+                Ok(Output::Done(format!("created view {name}")))
+            }
+            Statement::Drop { object_type, if_exists, names, .. } => {
+                let mut dropped = Vec::new();
+                for name in names.iter().map(name_of) {
+                    let removed = match object_type {
+                        ObjectType::Table => self.catalog.tables.remove(&name).is_some(),
+                        ObjectType::View => self.catalog.views.remove(&name).is_some(),
+                        other => plan_err!("DROP {other} is not supported: weir drops tables and views"),
+                    };
+                    if !removed && !if_exists {
+                        plan_err!("there is no {} named '{name}'", object_type.to_string().to_lowercase());
+                    }
+                    dropped.push(name);
+                }
+                Ok(Output::Done(format!("dropped {}", dropped.join(", "))))
+            }
+            Statement::ShowTables { .. } => {
+                let tables = self.catalog.tables.values().map(|t| vec![t.name.clone(), "table".into(), t.connector.connector.clone()]);
+                let views = self.catalog.views.values().map(|v| vec![v.name.clone(), "view".into(), String::new()]);
+                let rows = tables.chain(views).collect();
+                Ok(Output::Rows { columns: vec!["name".into(), "kind".into(), "connector".into()], rows })
+            }
+            Statement::ExplainTable { table_name, .. } => self.describe(&name_of(&table_name)),
+            Statement::Set(Set::SingleAssignment { variable, values, .. }) => {
+                let name = name_of(&variable);
+                let value = match values.as_slice() {
+                    [value] => option_value(value),
+                    _ => None,
+                };
+                let Some(value) = value else { plan_err!("SET {name} needs one value, as in SET {name} = 'value'") };
+                check_pipeline_option(&name, &value).map_err(Error::Plan)?;
+                self.options.insert(name.clone(), value.clone());
+                Ok(Output::Done(format!("{name} = '{value}' for the next pipeline")))
+            }
+            Statement::Query(_) | Statement::Insert(_) | Statement::Explain { .. } => {
+                plan_err!("streaming queries are not planned yet in this build of weir")
+            }
+            other => {
+                let kind = other.to_string().split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+                plan_err!(
+                    "'{kind} ...' is not supported: weir runs CREATE TABLE, CREATE VIEW, DROP, SHOW TABLES, DESCRIBE, SET, INSERT INTO ... SELECT, SELECT and EXPLAIN"
+                )
+            }
+        }
+    }
+
+    async fn create_table(&mut self, mut create: CreateTable) -> Result<Output> {
+        let name = name_of(&create.name);
+        if self.catalog.contains(&name) && !create.or_replace {
+            if create.if_not_exists {
+                return Ok(Output::Done(format!("table {name} exists already")));
+            }
+            plan_err!("'{name}' exists already; use CREATE OR REPLACE TABLE to replace it");
+        }
+        let options = table_options(&name, &create.table_options)?;
+        let connector = options::validate(options).map_err(|message| Error::Options { table: name.clone(), message })?;
+        let schema = if connector.connector == "nexmark" {
+            if !create.columns.is_empty() {
+                plan_err!("table '{name}': the nexmark connector has a fixed schema; leave out the column list");
+            }
+            nexmark_schema()
+        } else {
+            if create.columns.is_empty() {
+                plan_err!("table '{name}': list its columns, as in CREATE TABLE {name} (id BIGINT, ts TIMESTAMP) WITH (...)");
+            }
+            // DataFusion's own CREATE TABLE planning turns the SQL types into Arrow types.
+            create.table_options = CreateTableOptions::None;
+            create.name = ObjectName::from(vec![datafusion::sql::sqlparser::ast::Ident::new("weir_column_types")]);
+            let plan = self.context.state().statement_to_plan(DFStatement::Statement(Box::new(Statement::CreateTable(create)))).await?;
+            match plan {
+                LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(table)) => Arc::new(table.input.schema().as_arrow().clone()),
+                other => plan_err!("table '{name}': could not read its columns ({})", other.display()),
+            }
+        };
+        let event_time = event_time_of(&name, &schema, &connector)?;
+        let table = TableDef { name: name.clone(), schema, connector, event_time };
+        self.catalog.tables.insert(name.clone(), table);
+        Ok(Output::Done(format!("created table {name}")))
+    }
+
+    fn describe(&self, name: &str) -> Result<Output> {
+        let Some(table) = self.catalog.tables.get(name) else {
+            if self.catalog.views.contains_key(name) {
+                plan_err!("'{name}' is a view; DESCRIBE shows tables (EXPLAIN a SELECT from it instead)");
+            }
+            plan_err!("there is no table named '{name}'");
+        };
+        let rows = table
+            .schema
+            .fields()
+            .iter()
+            .map(|field| {
+                let event_time = table.event_time.as_ref().filter(|(column, _)| column == field.name());
+                vec![
+                    field.name().clone(),
+                    field.data_type().to_string(),
+                    if field.is_nullable() { "YES" } else { "NO" }.to_string(),
+                    event_time.map(|(_, delay)| format!("event time, watermark delay {delay:?}")).unwrap_or_default(),
+                ]
+            })
+            .collect();
+        Ok(Output::Rows { columns: vec!["column".into(), "type".into(), "nullable".into(), "note".into()], rows })
+    }
+
+    /// The pipeline option `name` as set, if it was.
+    pub fn option(&self, name: &str) -> Option<&str> {
+        self.options.get(name).map(String::as_str)
+    }
+}
+
+/// The event time of a table: the `event_time` option's column (a timestamp) with the
+/// `watermark_delay` (zero if not given).
+fn event_time_of(table: &str, schema: &Schema, connector: &ConnectorOptions) -> Result<Option<(String, Duration)>> {
+    let delay = connector.duration("watermark_delay");
+    let Some(column) = connector.get("event_time") else {
+        if delay.is_some() {
+            plan_err!("table '{table}': 'watermark_delay' needs 'event_time', the column it applies to");
+        }
+        return Ok(None);
+    };
+    let Ok(field) = schema.field_with_name(column) else {
+        plan_err!("table '{table}': event_time column '{column}' is not one of its columns");
+    };
+    if !matches!(field.data_type(), DataType::Timestamp(_, _)) {
+        plan_err!("table '{table}': event_time column '{column}' is {}, not a TIMESTAMP", field.data_type());
+    }
+    Ok(Some((column.to_string(), delay.unwrap_or_default())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn run(session: &mut Session, sql: &str) -> Vec<Output> {
+        session.execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    async fn error(session: &mut Session, sql: &str) -> String {
+        session.execute(sql).await.map(|o| panic!("{sql} succeeded: {o:?}")).unwrap_err().to_string()
+    }
+
+    fn rows(output: &Output) -> Vec<Vec<String>> {
+        match output {
+            Output::Rows { rows, .. } => rows.clone(),
+            other => panic!("not rows: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn tables_and_views_are_created_shown_described_and_dropped() {
+        let mut session = Session::new();
+        run(&mut session, "CREATE TABLE bids WITH (connector = 'nexmark', events = '1000', as_fast_as_possible = 'true', event_time = 'date_time', watermark_delay = '5 seconds')").await;
+        run(
+            &mut session,
+            "CREATE TABLE clicks (user_id BIGINT NOT NULL, url VARCHAR, ts TIMESTAMP) WITH (connector = 'kafka', \"bootstrap.servers\" = '127.0.0.1:9092', topic = 'clicks', format = 'json', event_time = 'ts');
+             CREATE TABLE out (user_id BIGINT, n BIGINT) WITH (connector = 'blackhole');
+             CREATE VIEW recent AS SELECT user_id FROM clicks WHERE user_id > 10",
+        )
+        .await;
+        let shown = run(&mut session, "SHOW TABLES").await;
+        assert_eq!(
+            rows(&shown[0]),
+            vec![
+                vec!["bids".to_string(), "table".into(), "nexmark".into()],
+                vec!["clicks".into(), "table".into(), "kafka".into()],
+                vec!["out".into(), "table".into(), "blackhole".into()],
+                vec!["recent".into(), "view".into(), String::new()],
+            ]
+        );
+        let described = rows(&run(&mut session, "DESCRIBE clicks").await[0]);
+        assert_eq!(described[0], vec!["user_id", "Int64", "NO", ""]);
+        assert_eq!(described[1][1], "Utf8");
+        assert!(described[2][1].starts_with("Timestamp(ns"), "{described:?}");
+        assert_eq!(described[2][3], "event time, watermark delay 0ns");
+        let nexmark = rows(&run(&mut session, "DESCRIBE bids").await[0]);
+        assert_eq!(nexmark.iter().map(|r| r[0].as_str()).collect::<Vec<_>>(), vec!["event_type", "person", "auction", "bid", "date_time"]);
+        assert_eq!(nexmark[4][3], "event time, watermark delay 5s");
+        run(&mut session, "DROP VIEW recent; DROP TABLE out").await;
+        assert_eq!(rows(&run(&mut session, "SHOW TABLES").await[0]).len(), 2);
+        run(&mut session, "DROP TABLE IF EXISTS out").await;
+    }
+
+    #[tokio::test]
+    async fn bad_statements_say_what_is_wrong_and_where() {
+        let mut session = Session::new();
+        assert_eq!(
+            error(&mut session, "CREATE TABLE t (a BIGINT) WITH (connector = 'blackhole');\nSELEC 1").await,
+            "SQL syntax error at line 2, column 1: Expected: an SQL statement, found: SELEC"
+        );
+        assert_eq!(
+            error(&mut session, "CREATE TABLE t (a BIGINT) WITH (connector = 'nexmark', rate = '0')").await,
+            "table 't': option 'rate' = '0' is invalid: expected an integer of at least 1"
+        );
+        assert_eq!(
+            error(&mut session, "CREATE TABLE t (a BIGINT) WITH (connector = 'blackhole', event_time = 'a')").await,
+            "table 't': event_time column 'a' is Int64, not a TIMESTAMP"
+        );
+        assert!(error(&mut session, "CREATE TABLE n (a BIGINT) WITH (connector = 'nexmark')").await.contains("fixed schema"));
+        assert!(error(&mut session, "CREATE TABLE t WITH (connector = 'blackhole')").await.contains("list its columns"));
+        assert!(error(&mut session, "DESCRIBE nothing").await.contains("there is no table named 'nothing'"));
+        assert!(error(&mut session, "DROP TABLE nothing").await.contains("there is no table named 'nothing'"));
+        run(&mut session, "CREATE TABLE t (a BIGINT) WITH (connector = 'blackhole')").await;
+        assert!(error(&mut session, "CREATE TABLE t (a BIGINT) WITH (connector = 'blackhole')").await.contains("exists already"));
+        assert!(error(&mut session, "UPDATE t SET a = 1").await.contains("is not supported"));
+    }
+
+    #[tokio::test]
+    async fn set_takes_known_pipeline_options_only() {
+        let mut session = Session::new();
+        run(&mut session, "SET checkpoint.mode = 'at_least_once'; SET parallelism = 3; SET checkpoint.interval = '200 ms'").await;
+        assert_eq!(session.option("checkpoint.mode"), Some("at_least_once"));
+        assert_eq!(session.option("parallelism"), Some("3"));
+        assert_eq!(
+            error(&mut session, "SET checkpoint.mode = 'sometimes'").await,
+            "'checkpoint.mode' = 'sometimes' is invalid: expected 'exactly_once' or 'at_least_once'"
+        );
+        assert!(error(&mut session, "SET paralelism = 2").await.starts_with("'paralelism' is not a pipeline option"));
+    }
+}
