@@ -7,6 +7,9 @@
 //!
 //! cargo run --profile bench-fast -p weir-engine --features testkit --example runtime_bench [records]
 
+// A benchmark stops at its first error, with the reason.
+#![allow(clippy::expect_used)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -126,11 +126,10 @@ impl Sender {
             metrics.bytes_in.fetch_add(bytes as u64, Ordering::Relaxed);
             metrics.queued_batches.store(queue.batches as u64, Ordering::Relaxed);
         }
-        if let Message::Barrier(barrier) = &message {
-            if barrier.overtakes() {
+        if let Message::Barrier(barrier) = &message
+            && barrier.overtakes() {
                 queue.overtaking_barriers += 1;
             }
-        }
         queue.items.push_back(message);
         drop(queue);
         self.shared.receiver_wakeup.notify_one();

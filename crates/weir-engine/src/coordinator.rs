@@ -93,15 +93,14 @@ impl Coordinator {
                         TaskEvent::Ack { task, checkpoint_id, files, report } => {
                             let Some(checkpoint) = in_flight.get_mut(&checkpoint_id) else { continue };
                             checkpoint.acks.insert(task, (files, report));
-                            if checkpoint.acks.len() == self.tasks.len() {
-                                if let Some(checkpoint) = in_flight.remove(&checkpoint_id) {
+                            if checkpoint.acks.len() == self.tasks.len()
+                                && let Some(checkpoint) = in_flight.remove(&checkpoint_id) {
                                     let completed = self.complete(checkpoint).await?;
                                     final_done |= completed && Some(checkpoint_id) == final_id;
                                     if !completed && Some(checkpoint_id) == final_id {
                                         return Err(Error::Stopped(format!("the final checkpoint {checkpoint_id} could not be committed")));
                                     }
                                 }
-                            }
                         }
                         TaskEvent::Decline { task, checkpoint_id, reason } => {
                             if let Some(checkpoint) = in_flight.remove(&checkpoint_id) {

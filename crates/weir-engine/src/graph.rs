@@ -171,11 +171,10 @@ impl Graph {
             if edge.from.0 >= edge.to.0 {
                 graph_err!("edge {} -> {} goes backwards: add a node after the nodes feeding it", from.name, to.name);
             }
-            if let NodeKind::Operator { inputs, .. } = to.kind {
-                if edge.input >= inputs {
+            if let NodeKind::Operator { inputs, .. } = to.kind
+                && edge.input >= inputs {
                     graph_err!("edge {} -> {} names input {} of {inputs}", from.name, to.name, edge.input);
                 }
-            }
             if edge.partitioning == Partitioning::Forward && from.parallelism != to.parallelism {
                 graph_err!(
                     "forward edge {} -> {} joins parallelism {} to {}; use hash or round-robin",
@@ -185,11 +184,10 @@ impl Graph {
                     to.parallelism
                 );
             }
-            if let Partitioning::Hash(keys) = &edge.partitioning {
-                if keys.is_empty() {
+            if let Partitioning::Hash(keys) = &edge.partitioning
+                && keys.is_empty() {
                     graph_err!("hash edge {} -> {} has no key columns", from.name, to.name);
                 }
-            }
         }
         Ok(())
     }

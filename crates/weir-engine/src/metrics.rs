@@ -56,11 +56,19 @@ pub struct ChannelSample {
     pub queued_batches: u64,
 }
 
+/// One channel's ends and counters.
+#[derive(Debug)]
+struct ChannelEntry {
+    from: (String, usize),
+    to: (String, usize),
+    metrics: Arc<ChannelMetrics>,
+}
+
 /// Every counter of one pipeline attempt.
 #[derive(Debug, Default)]
 pub struct MetricsRegistry {
     operators: Mutex<Vec<(String, usize, Arc<OperatorMetrics>)>>,
-    channels: Mutex<Vec<(String, usize, String, usize, Arc<ChannelMetrics>)>>,
+    channels: Mutex<Vec<ChannelEntry>>,
 }
 
 impl MetricsRegistry {
@@ -71,13 +79,8 @@ impl MetricsRegistry {
     }
 
     pub(crate) fn channel(&self, from: (&str, usize), to: (&str, usize), metrics: Arc<ChannelMetrics>) {
-        self.channels.lock().unwrap_or_else(|p| p.into_inner()).push((
-            from.0.to_string(),
-            from.1,
-            to.0.to_string(),
-            to.1,
-            metrics,
-        ));
+        let entry = ChannelEntry { from: (from.0.to_string(), from.1), to: (to.0.to_string(), to.1), metrics };
+        self.channels.lock().unwrap_or_else(|p| p.into_inner()).push(entry);
     }
 
     pub fn operators(&self) -> Vec<OperatorSample> {
@@ -102,11 +105,11 @@ impl MetricsRegistry {
         let channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         channels
             .iter()
-            .map(|(from, from_subtask, to, to_subtask, m)| ChannelSample {
-                from: from.clone(),
-                from_subtask: *from_subtask,
-                to: to.clone(),
-                to_subtask: *to_subtask,
+            .map(|ChannelEntry { from, to, metrics: m }| ChannelSample {
+                from: from.0.clone(),
+                from_subtask: from.1,
+                to: to.0.clone(),
+                to_subtask: to.1,
                 records: m.records_in.load(Ordering::Relaxed),
                 bytes: m.bytes_in.load(Ordering::Relaxed),
                 blocked_ms: m.blocked_ns.load(Ordering::Relaxed) / 1_000_000,

@@ -291,7 +291,7 @@ async fn run_attempt(
     for (index, chain) in chains.iter().enumerate() {
         let (mut chain_inputs, mut chain_outputs) =
             (inputs.next().unwrap_or_default().into_iter(), outputs.next().unwrap_or_default().into_iter());
-        for subtask in 0..chain.parallelism {
+        for (subtask, wakeup) in wakeups[index].iter().enumerate() {
             let id = TaskId { chain: index, subtask };
             let mut source = None;
             let mut members = Vec::new();
@@ -317,7 +317,7 @@ async fn run_attempt(
                 store: store.clone(),
                 events: events_tx.clone(),
                 control: control_rx,
-                wakeup: wakeups[index][subtask].clone(),
+                wakeup: wakeup.clone(),
                 injector: injector.clone(),
             };
             let task = Task::new(

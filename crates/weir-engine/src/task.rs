@@ -554,11 +554,10 @@ impl Task {
         let input = self.inputs[c].input;
         if let Some(alignment) = self.alignments.get_mut(&id) {
             alignment.arrived[c] = true;
-            if let Some(taken) = &mut alignment.taken {
-                if !overtaken.is_empty() {
+            if let Some(taken) = &mut alignment.taken
+                && !overtaken.is_empty() {
                     taken.inflight_in.entry(input).or_default().extend(overtaken);
                 }
-            }
         }
         self.try_complete(id).await
     }

@@ -86,7 +86,7 @@ impl StateStore {
     /// The batches of one state file.
     pub async fn read_file(&self, file: &StateFile) -> Result<Vec<RecordBatch>> {
         let bytes = self.store.get(&self.absolute(&Path::from(file.path.as_str()))).await?.bytes().await?;
-        Ok(tokio::task::spawn_blocking(move || parquet_codec::decode(bytes)).await??)
+        tokio::task::spawn_blocking(move || parquet_codec::decode(bytes)).await?
     }
 
     /// Every row of one table of `operator`, from all the subtasks that wrote it.

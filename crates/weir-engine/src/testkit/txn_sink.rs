@@ -135,13 +135,12 @@ impl TxnLog {
     fn abort(&self, id: &str) {
         let mut log = self.lock();
         let log = &mut *log;
-        if let Some(txn) = log.txns.get_mut(id) {
-            if matches!(txn.state, TxnState::Open | TxnState::PreCommitted) {
+        if let Some(txn) = log.txns.get_mut(id)
+            && matches!(txn.state, TxnState::Open | TxnState::PreCommitted) {
                 txn.state = TxnState::Aborted;
                 txn.batches.clear();
                 log.aborts += 1;
             }
-        }
     }
 
     /// Aborts every unresolved transaction of the owners `owns` accepts.
