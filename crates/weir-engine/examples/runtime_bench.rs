@@ -13,35 +13,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use datafusion::arrow::record_batch::RecordBatch;
-use weir_engine::testkit::{KeyedCounter, ReplayableSource, SourceSpec};
-use weir_engine::{
-    CheckpointConfig, CheckpointMode, CheckpointStatus, Collector, Graph, Operator, Partitioning, PipelineConfig, Result, start,
-};
+use weir_engine::operators::Blackhole;
+use weir_engine::testkit::{KeyedCounter, ReplayableSource, SourceSpec, Throttle};
+use weir_engine::{CheckpointConfig, CheckpointMode, CheckpointStatus, Graph, Partitioning, PipelineConfig, start};
 use weir_state::StateStore;
-
-/// Drops what it gets.
-struct Discard;
-
-#[async_trait]
-impl Operator for Discard {
-    async fn process_batch(&mut self, _input: usize, _batch: RecordBatch, _out: &mut Collector) -> Result<()> {
-        Ok(())
-    }
-}
-
-/// Passes batches on after a pause each.
-struct Throttle(Duration);
-
-#[async_trait]
-impl Operator for Throttle {
-    async fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Collector) -> Result<()> {
-        tokio::time::sleep(self.0).await;
-        out.emit(batch);
-        Ok(())
-    }
-}
 
 fn spec(records: u64, batch_size: usize) -> SourceSpec {
     SourceSpec {
@@ -61,7 +36,7 @@ fn keyed_count(spec: &SourceSpec) -> Graph {
     let source = graph.add_source("source", 2, Arc::new(move |_| Ok(Box::new(ReplayableSource::new(spec.clone())))));
     let count = graph.add_operator("count", 2, 1, Arc::new(|_| Ok(Box::new(KeyedCounter::new("key")))));
     graph.connect(source, count, 0, Partitioning::Hash(vec!["key".into()]));
-    let sink = graph.add_operator("sink", 2, 1, Arc::new(|_| Ok(Box::new(Discard))));
+    let sink = graph.add_operator("sink", 2, 1, Arc::new(|_| Ok(Box::new(Blackhole))));
     graph.connect(count, sink, 0, Partitioning::Forward);
     graph
 }
@@ -116,7 +91,7 @@ async fn back_pressured_checkpoints(label: &str, mode: CheckpointMode) -> u64 {
     let source = graph.add_source("source", 1, Arc::new(move |_| Ok(Box::new(ReplayableSource::new(spec.clone())))));
     let throttle = graph.add_operator("throttle", 1, 1, Arc::new(|_| Ok(Box::new(Throttle(Duration::from_millis(2))))));
     graph.connect(source, throttle, 0, Partitioning::RoundRobin);
-    let sink = graph.add_operator("sink", 1, 1, Arc::new(|_| Ok(Box::new(Discard))));
+    let sink = graph.add_operator("sink", 1, 1, Arc::new(|_| Ok(Box::new(Blackhole))));
     graph.connect(throttle, sink, 0, Partitioning::Forward);
     let mut config = config(Some(Duration::from_millis(300)), mode);
     config.channel.max_batches = 64;

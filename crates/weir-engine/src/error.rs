@@ -10,6 +10,9 @@ pub enum Error {
     Graph(String),
     #[error("arrow: {0}")]
     Arrow(#[from] ArrowError),
+    /// Evaluating a DataFusion expression failed.
+    #[error("{0}")]
+    DataFusion(#[from] datafusion::error::DataFusionError),
     #[error("state: {0}")]
     State(#[from] weir_state::Error),
     /// An operator (or source or sink) failed; the message says which and why.

@@ -16,6 +16,7 @@ pub mod graph;
 pub mod message;
 pub mod metrics;
 pub mod operator;
+pub mod operators;
 pub mod partition;
 pub mod pipeline;
 mod restore;

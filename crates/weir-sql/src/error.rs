@@ -14,6 +14,8 @@ pub enum Error {
     Options { table: String, message: String },
     #[error(transparent)]
     DataFusion(#[from] datafusion::error::DataFusionError),
+    #[error(transparent)]
+    Engine(#[from] weir_engine::Error),
 }
 
 /// The SQL crate's result.

@@ -1,11 +1,13 @@
-//! weir's SQL front end: statements, the catalog and the options of tables and pipelines.
-//! Parsing is sqlparser's (through DataFusion), column types are DataFusion's; planning queries
-//! into the runtime's graph is the next step of the streaming SQL issue.
+//! weir's SQL front end: statements, the catalog, the options of tables and pipelines, and the
+//! planning of queries into the runtime's graph. Parsing is sqlparser's (through DataFusion);
+//! name resolution, types, optimisation and expressions are DataFusion's; the streaming
+//! operators are weir-engine's.
 
 pub mod catalog;
 pub mod error;
 pub mod options;
+pub mod planner;
 pub mod session;
 
 pub use error::{Error, Result};
-pub use session::{Output, Session};
+pub use session::{Output, PlannedPipeline, Session};

@@ -9,9 +9,13 @@ use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::catalog::view::ViewTable;
+use datafusion::datasource::empty::EmptyTable;
 use datafusion::sql::sqlparser::ast::{
-    CreateTable, CreateTableOptions, Expr, ObjectName, ObjectType, Set, SqlOption, Statement, Value, ValueWithSpan,
+    CreateTable, CreateTableOptions, Expr, Insert, ObjectName, ObjectType, Set, SqlOption, Statement, Value, ValueWithSpan,
 };
+use weir_engine::operators::PreviewBuffer;
+use weir_engine::{CheckpointMode, Graph, PipelineConfig};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use weir_connectors::nexmark::nexmark_schema;
@@ -20,15 +24,31 @@ use crate::catalog::{Catalog, TableDef, ViewDef};
 use crate::error::{Error, Result};
 use crate::options::{self, ConnectorOptions, parse_duration};
 use crate::plan_err;
+use crate::planner::{SinkTarget, build_graph};
 
 /// What a statement returns.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Output {
     /// Done; a line saying what happened.
     Done(String),
     /// A result table.
     Rows { columns: Vec<String>, rows: Vec<Vec<String>> },
+    /// A pipeline to start (INSERT INTO ... SELECT, or a bare SELECT into a preview).
+    Pipeline(Box<PlannedPipeline>),
 }
+
+/// A query planned into a graph, with the options it runs with.
+#[derive(Debug, Clone)]
+pub struct PlannedPipeline {
+    pub sql: String,
+    pub graph: Graph,
+    pub config: PipelineConfig,
+    /// For a bare SELECT: where its rows appear.
+    pub preview: Option<PreviewBuffer>,
+}
+
+/// Rows a bare SELECT's preview keeps.
+const PREVIEW_ROWS: usize = 10_000;
 
 /// Pipeline options set with `SET`, applied to the next pipeline.
 pub const PIPELINE_OPTIONS: &[(&str, &str)] = &[
@@ -188,8 +208,27 @@ impl Session {
                 self.options.insert(name.clone(), value.clone());
                 Ok(Output::Done(format!("{name} = '{value}' for the next pipeline")))
             }
-            Statement::Query(_) | Statement::Insert(_) | Statement::Explain { .. } => {
-                plan_err!("streaming queries are not planned yet in this build of weir")
+            Statement::Query(query) => {
+                let sql = query.to_string();
+                let buffer = PreviewBuffer::new(PREVIEW_ROWS);
+                let planned = self.plan_query(Statement::Query(query), &SinkTarget::Preview(buffer.clone())).await?;
+                Ok(Output::Pipeline(Box::new(PlannedPipeline { sql, graph: planned.0, config: planned.1, preview: Some(buffer) })))
+            }
+            Statement::Insert(insert) => {
+                let sql = insert.to_string();
+                let graph = self.plan_insert(insert).await?;
+                Ok(Output::Pipeline(Box::new(PlannedPipeline { sql, graph: graph.0, config: graph.1, preview: None })))
+            }
+            Statement::Explain { statement, .. } => {
+                let (graph, config) = match *statement {
+                    Statement::Insert(insert) => self.plan_insert(insert).await?,
+                    Statement::Query(query) => {
+                        self.plan_query(Statement::Query(query), &SinkTarget::Preview(PreviewBuffer::new(1))).await?
+                    }
+                    other => plan_err!("EXPLAIN shows the dataflow of a SELECT or an INSERT, not of '{other}'"),
+                };
+                let rows = graph.describe(config.chaining).lines().map(|line| vec![line.to_string()]).collect();
+                Ok(Output::Rows { columns: vec!["dataflow".into()], rows })
             }
             other => {
                 let kind = other.to_string().split_whitespace().take(2).collect::<Vec<_>>().join(" ");
@@ -256,6 +295,77 @@ impl Session {
             })
             .collect();
         Ok(Output::Rows { columns: vec!["column".into(), "type".into(), "nullable".into(), "note".into()], rows })
+    }
+
+    /// Plans `query` (a SELECT) into a graph writing to `sink`.
+    async fn plan_query(&mut self, query: Statement, sink: &SinkTarget) -> Result<(Graph, PipelineConfig)> {
+        self.register_catalog().await?;
+        let state = self.context.state();
+        let plan = state.statement_to_plan(DFStatement::Statement(Box::new(query))).await?;
+        let plan = state.optimize(&plan)?;
+        if let SinkTarget::Table(target) = sink {
+            let produced = plan.schema().fields().len();
+            let expected = target.schema.fields().len();
+            if produced != expected {
+                plan_err!("INSERT INTO {}: the query gives {produced} columns, the table has {expected}", target.name);
+            }
+        }
+        let config = self.pipeline_config()?;
+        let parallelism = self.option("parallelism").and_then(|p| p.parse().ok()).unwrap_or(1);
+        let graph = build_graph(&plan, &state, |name| self.catalog.tables.get(name).cloned(), sink, parallelism)?;
+        Ok((graph, config))
+    }
+
+    async fn plan_insert(&mut self, insert: Insert) -> Result<(Graph, PipelineConfig)> {
+        let target = insert.table.to_string();
+        let Some(table) = self.catalog.tables.get(target.trim_matches('"')).cloned() else {
+            plan_err!("INSERT INTO {target}: there is no table named '{target}'");
+        };
+        let Some(source) = insert.source else { plan_err!("INSERT INTO {target} needs a SELECT, as in INSERT INTO {target} SELECT ...") };
+        self.plan_query(Statement::Query(source), &SinkTarget::Table(table)).await
+    }
+
+    /// Makes every table and view known to DataFusion, so it can resolve names and types.
+    async fn register_catalog(&mut self) -> Result<()> {
+        for table in self.catalog.tables.values() {
+            self.context.deregister_table(table.name.as_str())?;
+            self.context.register_table(table.name.as_str(), Arc::new(EmptyTable::new(table.schema.clone())))?;
+        }
+        for view in self.catalog.views.values() {
+            self.context.deregister_table(view.name.as_str())?;
+            let statements = Parser::parse_sql(&GenericDialect {}, &view.query).map_err(syntax_error)?;
+            let Some(query) = statements.into_iter().next() else { plan_err!("view '{}' has no query", view.name) };
+            let state = self.context.state();
+            let plan = state.statement_to_plan(DFStatement::Statement(Box::new(query))).await?;
+            self.context.register_table(view.name.as_str(), Arc::new(ViewTable::new(plan, Some(view.query.clone()))))?;
+        }
+        Ok(())
+    }
+
+    /// The runtime configuration the `SET` options describe.
+    fn pipeline_config(&self) -> Result<PipelineConfig> {
+        let mut config = PipelineConfig::default();
+        let checkpoint = &mut config.checkpoint;
+        let duration = |name: &str| self.option(name).and_then(|v| parse_duration(v).ok());
+        if self.option("checkpoint.interval") == Some("off") {
+            checkpoint.interval = None;
+        } else if let Some(interval) = duration("checkpoint.interval") {
+            checkpoint.interval = Some(interval);
+        }
+        checkpoint.mode = match self.option("checkpoint.mode") {
+            Some("at_least_once") => CheckpointMode::AtLeastOnce,
+            _ => CheckpointMode::ExactlyOnce {
+                unaligned: self.option("checkpoint.unaligned") == Some("true"),
+                aligned_timeout: duration("checkpoint.aligned_timeout"),
+            },
+        };
+        if let Some(n) = self.option("checkpoint.max_concurrent").and_then(|v| v.parse().ok()) {
+            checkpoint.max_concurrent = n;
+        }
+        if let Some(n) = self.option("checkpoint.retained").and_then(|v| v.parse().ok()) {
+            checkpoint.retained = n;
+        }
+        Ok(config)
     }
 
     /// The pipeline option `name` as set, if it was.
@@ -371,5 +481,70 @@ mod tests {
             "'checkpoint.mode' = 'sometimes' is invalid: expected 'exactly_once' or 'at_least_once'"
         );
         assert!(error(&mut session, "SET paralelism = 2").await.starts_with("'paralelism' is not a pipeline option"));
+    }
+
+    async fn pipeline_of(session: &mut Session, sql: &str) -> PlannedPipeline {
+        match run(session, sql).await.pop() {
+            Some(Output::Pipeline(pipeline)) => *pipeline,
+            other => panic!("{sql}: no pipeline: {other:?}"),
+        }
+    }
+
+    /// The streaming answer equals DataFusion's batch answer over the same events.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stateless_query_streams_the_batch_answer() {
+        use datafusion::datasource::MemTable;
+        use weir_connectors::nexmark::{NexmarkConfig, NexmarkGenerator};
+        use weir_engine::testkit::rows;
+
+        let query = "SELECT bid.auction AS auction, bid.price * 908 / 1000 AS price, upper(bid.channel) AS channel \
+                     FROM nexmark WHERE event_type = 2 AND bid.auction % 7 = 0";
+        let mut session = Session::new();
+        run(
+            &mut session,
+            "CREATE TABLE nexmark WITH (connector = 'nexmark', events = '20000', as_fast_as_possible = 'true', splits = '4', batch_size = '500');
+             SET parallelism = 2; SET checkpoint.interval = '20 ms'",
+        )
+        .await;
+        let pipeline = pipeline_of(&mut session, query).await;
+        let preview = pipeline.preview.clone().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store = weir_state::StateStore::local(dir.path()).unwrap();
+        weir_engine::start(pipeline.graph, pipeline.config, store, None).unwrap().wait().await.unwrap();
+        let streamed = rows(&preview.batches());
+
+        let events = NexmarkGenerator::new(NexmarkConfig { events: Some(20_000), ..NexmarkConfig::default() })
+            .batch(&(0..20_000).collect::<Vec<_>>())
+            .unwrap();
+        let context = SessionContext::new();
+        let table = MemTable::try_new(events.schema(), vec![vec![events]]).unwrap();
+        context.register_table("nexmark", Arc::new(table)).unwrap();
+        let batch = rows(&context.sql(query).await.unwrap().collect().await.unwrap());
+        assert!(!batch.is_empty());
+        assert_eq!(streamed.len(), batch.len());
+        assert_eq!(streamed, batch);
+    }
+
+    #[tokio::test]
+    async fn explain_shows_the_dataflow_and_unsupported_queries_fail_at_planning() {
+        let mut session = Session::new();
+        run(
+            &mut session,
+            "CREATE TABLE nexmark WITH (connector = 'nexmark'); CREATE TABLE out (auction BIGINT, price BIGINT) WITH (connector = 'blackhole'); SET parallelism = 2",
+        )
+        .await;
+        let explained = run(&mut session, "EXPLAIN INSERT INTO out SELECT bid.auction, bid.price FROM nexmark WHERE event_type = 2").await;
+        assert_eq!(
+            rows(&explained[0]),
+            vec![
+                vec!["task [nexmark -> select -> out] x2".to_string()],
+                vec!["edge nexmark -> select (input 0): forward".to_string()],
+                vec!["edge select -> out (input 0): forward".to_string()],
+            ]
+        );
+        let unsupported = error(&mut session, "SELECT count(*) FROM nexmark").await;
+        assert!(unsupported.contains("is not supported yet"), "{unsupported}");
+        let mismatch = error(&mut session, "INSERT INTO out SELECT bid.auction FROM nexmark").await;
+        assert!(mismatch.contains("the query gives 1 columns, the table has 2"), "{mismatch}");
     }
 }

@@ -8,16 +8,19 @@
 //!   look inside a snapshot;
 //! - [`TransactionalSink`] over a [`TxnLog`]: an in-memory two-phase-commit sink whose log
 //!   outlives pipeline attempts (as Kafka does) and exposes only committed output;
+//! - [`Throttle`]: a slow pass-through stage, to fill queues and create back-pressure;
 //! - [`rows`]: batches as sorted printable rows, to compare outputs record by record.
 
 mod counter;
 mod recorder;
 mod source;
+mod throttle;
 mod txn_sink;
 
 pub use counter::KeyedCounter;
 pub use recorder::Recorder;
 pub use source::{ReplayableSource, SourceSpec};
+pub use throttle::Throttle;
 pub use txn_sink::{Delivery, TransactionalSink, TxnLog};
 
 use datafusion::arrow::record_batch::RecordBatch;

@@ -4,14 +4,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use datafusion::arrow::array::{Array, StringArray};
-use datafusion::arrow::record_batch::RecordBatch;
-use weir_engine::testkit::{Delivery, KeyedCounter, ReplayableSource, SourceSpec, TransactionalSink, TxnLog};
-use weir_engine::{
-    CheckpointConfig, CheckpointMode, Collector, Graph, Operator, Partitioning, PipelineConfig, PipelineHandle, RestartPolicy,
-    Result,
-};
+use weir_engine::testkit::{Delivery, KeyedCounter, ReplayableSource, SourceSpec, Throttle, TransactionalSink, TxnLog};
+use weir_engine::{CheckpointConfig, CheckpointMode, Graph, Partitioning, PipelineConfig, PipelineHandle, RestartPolicy};
 
 pub fn spec(name: &str, seed: u64, splits: u32, records_per_split: u64, batch_size: usize) -> SourceSpec {
     SourceSpec {
@@ -96,16 +91,15 @@ pub async fn await_completed(handle: &PipelineHandle, n: usize, within: Duration
     }
 }
 
-/// Passes batches on after a pause each: a slow stage that fills its input queue.
-pub struct Throttle(pub Duration);
-
-#[async_trait]
-impl Operator for Throttle {
-    async fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Collector) -> Result<()> {
-        tokio::time::sleep(self.0).await;
-        out.emit(batch);
-        Ok(())
-    }
+/// source -> (round-robin) throttle, `per_batch` a batch -> exactly-once sink into `log`.
+pub fn throttled_graph(source: &SourceSpec, per_batch: Duration, log: &TxnLog) -> Graph {
+    let mut graph = Graph::new();
+    let source_id = source_node(&mut graph, source, 1);
+    let throttle = graph.add_operator("throttle", 1, 1, Arc::new(move |_| Ok(Box::new(Throttle(per_batch)))));
+    graph.connect(source_id, throttle, 0, Partitioning::RoundRobin);
+    let sink = sink_node(&mut graph, "sink", 1, log, Delivery::ExactlyOnce);
+    graph.connect(throttle, sink, 0, Partitioning::Forward);
+    graph
 }
 
 /// The rows of the records `spec` produces, as the sink shows them.

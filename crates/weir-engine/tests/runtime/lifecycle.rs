@@ -3,22 +3,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir_engine::testkit::{Delivery, TxnLog, rows};
-use weir_engine::{CheckpointMode, CheckpointStatus, FailureInjector, FailurePoint, Graph, Partitioning, PipelineState, Step, start};
+use weir_engine::testkit::{TxnLog, rows};
+use weir_engine::{CheckpointMode, CheckpointStatus, FailureInjector, FailurePoint, PipelineState, Step, start};
 use weir_state::StateStore;
 
-use crate::harness::{Throttle, await_completed, config, expected_counts, finish, keyed_count_graph, sink_node, source_node, source_rows, spec};
+use crate::harness::{await_completed, config, expected_counts, finish, keyed_count_graph, source_rows, spec, throttled_graph};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_checkpoints_in_flight_at_once_both_complete() {
     let source = spec("source", 9, 1, 3_000, 10);
     let log = TxnLog::new();
-    let mut graph = Graph::new();
-    let source_id = source_node(&mut graph, &source, 1);
-    let throttle = graph.add_operator("throttle", 1, 1, Arc::new(|_| Ok(Box::new(Throttle(Duration::from_millis(2))))));
-    graph.connect(source_id, throttle, 0, Partitioning::RoundRobin);
-    let sink = sink_node(&mut graph, "sink", 1, &log, Delivery::ExactlyOnce);
-    graph.connect(throttle, sink, 0, Partitioning::Forward);
+    let graph = throttled_graph(&source, Duration::from_millis(2), &log);
     let dir = tempfile::tempdir().unwrap();
     // Aligned barriers wait behind ~40 ms of queue; one is triggered every 15 ms.
     let mut config = config(CheckpointMode::aligned(), 15);
@@ -124,12 +119,7 @@ fn walk_files(dir: std::fs::ReadDir) -> usize {
 async fn metrics_count_records_and_back_pressure() {
     let source = spec("source", 41, 1, 1_000, 10);
     let log = TxnLog::new();
-    let mut graph = Graph::new();
-    let source_id = source_node(&mut graph, &source, 1);
-    let throttle = graph.add_operator("throttle", 1, 1, Arc::new(|_| Ok(Box::new(Throttle(Duration::from_millis(2))))));
-    graph.connect(source_id, throttle, 0, Partitioning::RoundRobin);
-    let sink = sink_node(&mut graph, "sink", 1, &log, Delivery::ExactlyOnce);
-    graph.connect(throttle, sink, 0, Partitioning::Forward);
+    let graph = throttled_graph(&source, Duration::from_millis(2), &log);
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(CheckpointMode::aligned(), 50);
     config.channel.max_batches = 4;

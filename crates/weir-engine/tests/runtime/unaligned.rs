@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir_engine::testkit::{Delivery, TxnLog, rows};
-use weir_engine::{CheckpointMode, CheckpointReport, CheckpointStatus, FailureInjector, FailurePoint, Graph, Partitioning, Step, start};
+use weir_engine::testkit::{TxnLog, rows};
+use weir_engine::{CheckpointMode, CheckpointReport, CheckpointStatus, FailureInjector, FailurePoint, Graph, Step, start};
 use weir_state::StateStore;
 
-use crate::harness::{Throttle, config, finish, sink_node, source_node, source_rows, spec};
+use crate::harness::{config, finish, source_rows, spec, throttled_graph};
 
 const PER_BATCH: Duration = Duration::from_millis(8);
 const QUEUE: usize = 50;
@@ -18,13 +18,7 @@ const QUEUE: usize = 50;
 /// holds QUEUE batches, about 400 ms of work.
 fn back_pressured(log: &TxnLog) -> (Graph, weir_engine::testkit::SourceSpec) {
     let source = spec("source", 5, 1, 2_000, 10);
-    let mut graph = Graph::new();
-    let source_id = source_node(&mut graph, &source, 1);
-    let throttle = graph.add_operator("throttle", 1, 1, Arc::new(|_| Ok(Box::new(Throttle(PER_BATCH)))));
-    graph.connect(source_id, throttle, 0, Partitioning::RoundRobin);
-    let sink = sink_node(&mut graph, "sink", 1, log, Delivery::ExactlyOnce);
-    graph.connect(throttle, sink, 0, Partitioning::Forward);
-    (graph, source)
+    (throttled_graph(&source, PER_BATCH, log), source)
 }
 
 fn completed(checkpoints: &[CheckpointReport]) -> Vec<&CheckpointReport> {

@@ -1,0 +1,70 @@
+//! Filters and projections: DataFusion physical expressions evaluated batch by batch. No state,
+//! so nothing to snapshot.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, BooleanArray};
+use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::physical_expr::PhysicalExpr;
+
+use crate::error::{Error, Result};
+use crate::operator::{Collector, Operator};
+
+/// One step of a stateless operator.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Keep the rows for which the predicate is true.
+    Filter(Arc<dyn PhysicalExpr>),
+    /// Compute these expressions into a batch of `schema`.
+    Project { exprs: Vec<Arc<dyn PhysicalExpr>>, schema: SchemaRef },
+}
+
+/// Filters and projections in order.
+#[derive(Debug, Clone)]
+pub struct Stateless {
+    steps: Vec<Step>,
+}
+
+impl Stateless {
+    pub fn new(steps: Vec<Step>) -> Self {
+        Self { steps }
+    }
+
+    /// Runs every step over `batch`.
+    pub fn apply(&self, mut batch: RecordBatch) -> Result<RecordBatch> {
+        for step in &self.steps {
+            if batch.num_rows() == 0 {
+                break;
+            }
+            batch = match step {
+                Step::Filter(predicate) => {
+                    let mask = predicate.evaluate(&batch).and_then(|v| v.into_array(batch.num_rows()))?;
+                    let Some(mask) = mask.as_any().downcast_ref::<BooleanArray>() else {
+                        return Err(Error::Graph(format!("a filter predicate gave {} values, not booleans", mask.data_type())));
+                    };
+                    filter_record_batch(&batch, mask)?
+                }
+                Step::Project { exprs, schema } => {
+                    let columns: Vec<ArrayRef> = exprs
+                        .iter()
+                        .map(|e| e.evaluate(&batch).and_then(|v| v.into_array(batch.num_rows())))
+                        .collect::<datafusion::error::Result<_>>()?;
+                    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+                    RecordBatch::try_new_with_options(schema.clone(), columns, &options)?
+                }
+            };
+        }
+        Ok(batch)
+    }
+}
+
+#[async_trait]
+impl Operator for Stateless {
+    async fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Collector) -> Result<()> {
+        out.emit(self.apply(batch)?);
+        Ok(())
+    }
+}
