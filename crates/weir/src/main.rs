@@ -1,6 +1,9 @@
 //! The `weir` binary: one executable for every way of running weir.
 
+mod run;
+
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -22,6 +25,21 @@ enum Command {
         #[arg(long, env = "WEIR_LISTEN", default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
     },
+    /// Run a SQL file in this process (no service): its pipelines run until they finish or
+    /// Ctrl-C, then the rows of each SELECT are printed.
+    Run {
+        /// The SQL file.
+        file: PathBuf,
+        /// Where checkpoints go (under run/<file name>/).
+        #[arg(long, env = "WEIR_DATA_DIR", default_value = "weir-data")]
+        data_dir: PathBuf,
+        /// Continue from the checkpoints of the previous run of this file.
+        #[arg(long)]
+        resume: bool,
+        /// Rows printed per SELECT at most (the latest).
+        #[arg(long, default_value_t = 20)]
+        max_rows: usize,
+    },
 }
 
 #[tokio::main]
@@ -34,5 +52,8 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve { listen } => weir_server::serve(listen, |bound| println!("weir listening on http://{bound}"))
             .await
             .with_context(|| format!("serving on {listen}")),
+        Command::Run { file, data_dir, resume, max_rows } => {
+            run::run_file(&file, &run::RunOptions { data_dir, resume, max_rows }).await
+        }
     }
 }

@@ -44,3 +44,42 @@ fn serve_refuses_a_bad_listen_address() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("invalid"));
 }
+
+/// Every file in sql-examples/ runs to the end with `weir run` and prints its rows.
+#[test]
+fn every_sql_example_runs() {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sql-examples");
+    let mut files: Vec<_> = std::fs::read_dir(&examples)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 3, "{files:?}");
+    let data = tempfile::tempdir().unwrap();
+    for file in files {
+        let output = Command::new(WEIR)
+            .args(["run", "--max-rows", "5", "--data-dir"])
+            .arg(data.path())
+            .arg(&file)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{}: {stdout}\n{stderr}", file.display());
+        assert!(stdout.contains("pipeline 1 finished"), "{}: {stdout}", file.display());
+        assert!(stdout.contains("(5 rows, the latest)"), "{}: {stdout}", file.display());
+    }
+}
+
+#[test]
+fn run_reports_a_sql_error_with_its_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.sql");
+    std::fs::write(&file, "CREATE TABLE t (a BIGINT) WITH (connector = 'blackhole');\nSELEC a FROM t;\n").unwrap();
+    let output = Command::new(WEIR).arg("run").arg(&file).arg("--data-dir").arg(dir.path()).output().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("SQL syntax error at line 2, column 1"), "{stderr}");
+    assert!(stderr.contains("bad.sql"), "{stderr}");
+}

@@ -1,0 +1,131 @@
+//! `weir run FILE`: runs a SQL file in this process, without the service. DDL and SET apply in
+//! order; each INSERT or SELECT starts a pipeline with its own checkpoint directory under
+//! `<data dir>/run/<file name>/<n>`. weir waits for the pipelines (bounded ones finish; Ctrl-C
+//! stops unbounded ones, keeping their checkpoints for `--resume`), then prints the rows each
+//! SELECT produced.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use weir_engine::operators::PreviewBuffer;
+use weir_engine::{CheckpointStatus, PipelineHandle};
+use weir_sql::{Output, Session};
+use weir_state::StateStore;
+
+/// How `weir run` runs a file.
+pub struct RunOptions {
+    pub data_dir: PathBuf,
+    /// Continue from the checkpoints a previous run of the same file left, instead of starting
+    /// over.
+    pub resume: bool,
+    /// Rows printed per SELECT at most (the latest ones).
+    pub max_rows: usize,
+}
+
+struct Running {
+    number: usize,
+    sql: String,
+    handle: PipelineHandle,
+    preview: Option<PreviewBuffer>,
+}
+
+pub async fn run_file(path: &Path, options: &RunOptions) -> anyhow::Result<()> {
+    let sql = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut session = Session::new();
+    let outputs = session.execute(&sql).await.with_context(|| format!("in {}", path.display()))?;
+    let stem = path.file_stem().map_or_else(|| "sql".into(), |s| s.to_string_lossy().into_owned());
+    let mut running = Vec::new();
+    for output in outputs {
+        match output {
+            Output::Done(message) => println!("{message}"),
+            Output::Rows { columns, rows } => print_rows(&columns, &rows),
+            Output::Pipeline(pipeline) => {
+                let number = running.len() + 1;
+                let dir = options.data_dir.join("run").join(&stem).join(number.to_string());
+                if !options.resume && dir.exists() {
+                    std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+                }
+                let store = StateStore::local(&dir)?;
+                let handle = weir_engine::start(pipeline.graph, pipeline.config, store, None)?;
+                println!("pipeline {number} started (checkpoints in {}): {}", dir.display(), pipeline.sql);
+                running.push(Running { number, sql: pipeline.sql, handle, preview: pipeline.preview });
+            }
+        }
+    }
+    wait_for(&running).await;
+    let mut failed = false;
+    for pipeline in running {
+        let status = pipeline.handle.status();
+        let completed = status.checkpoints.iter().filter(|c| c.status == CheckpointStatus::Completed).count();
+        let finished = pipeline.handle.is_finished();
+        if finished {
+            if let Err(error) = pipeline.handle.wait().await {
+                eprintln!("pipeline {} failed: {error}", pipeline.number);
+                failed = true;
+                continue;
+            }
+            println!("pipeline {} finished: {completed} checkpoints", pipeline.number);
+        } else {
+            pipeline.handle.kill().await;
+            println!("pipeline {} stopped after {completed} checkpoints; --resume continues it", pipeline.number);
+        }
+        if let Some(preview) = pipeline.preview {
+            print_preview(&pipeline.sql, &preview, options.max_rows)?;
+        }
+    }
+    if failed {
+        anyhow::bail!("a pipeline failed");
+    }
+    Ok(())
+}
+
+/// Until every pipeline finished, or Ctrl-C.
+async fn wait_for(running: &[Running]) {
+    let all_finished = async {
+        while !running.iter().all(|r| r.handle.is_finished()) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::select! {
+        _ = all_finished => {}
+        _ = tokio::signal::ctrl_c() => eprintln!("stopping"),
+    }
+}
+
+fn print_preview(sql: &str, preview: &PreviewBuffer, max_rows: usize) -> anyhow::Result<()> {
+    let batches = preview.batches();
+    let total: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let mut skip = total.saturating_sub(max_rows);
+    let mut shown = Vec::new();
+    for batch in batches {
+        if skip >= batch.num_rows() {
+            skip -= batch.num_rows();
+            continue;
+        }
+        shown.push(batch.slice(skip, batch.num_rows() - skip));
+        skip = 0;
+    }
+    println!("{sql}");
+    println!("{}", pretty_format_batches(&shown)?);
+    println!("({} rows{})", shown.iter().map(|b| b.num_rows()).sum::<usize>(), if total > max_rows { ", the latest" } else { "" });
+    Ok(())
+}
+
+fn print_rows(columns: &[String], rows: &[Vec<String>]) {
+    let widths: Vec<usize> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| rows.iter().map(|r| r.get(i).map_or(0, String::len)).max().unwrap_or(0).max(c.len()))
+        .collect();
+    let line = |cells: &[String]| {
+        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        println!("{}", padded.join(" | ").trim_end());
+    };
+    line(columns);
+    println!("{}", widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("-+-"));
+    for row in rows {
+        line(row);
+    }
+}
