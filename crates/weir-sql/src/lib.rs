@@ -8,6 +8,8 @@ pub mod error;
 pub mod options;
 pub mod planner;
 pub mod session;
+#[cfg(test)]
+mod slt;
 
 pub use error::{Error, Result};
 pub use session::{Output, PlannedPipeline, Session};

@@ -1,0 +1,126 @@
+//! The sqllogictest runner: every `.slt` file under the repository's `tests/sql/` runs through
+//! a [`Session`], in process. A query runs as a real pipeline (bounded sources, checkpoints
+//! on) to its end, and its preview rows are the result; an INSERT runs to its end too.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::Array;
+use datafusion::arrow::util::display::array_value_to_string;
+use sqllogictest::{DBOutput, DefaultColumnType};
+
+use crate::{Output, Session};
+
+/// An error as sqllogictest sees it: our message, matched by `statement error <regex>`.
+#[derive(Debug)]
+struct SltError(String);
+
+impl std::fmt::Display for SltError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SltError {}
+
+struct SltSession {
+    session: Session,
+    data: tempfile::TempDir,
+    pipelines: usize,
+}
+
+#[async_trait]
+impl sqllogictest::AsyncDB for SltSession {
+    type Error = SltError;
+    type ColumnType = DefaultColumnType;
+
+    async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, SltError> {
+        let outputs = self.session.execute(sql).await.map_err(|e| SltError(e.to_string()))?;
+        let mut result = DBOutput::StatementComplete(0);
+        for output in outputs {
+            result = match output {
+                Output::Done(_) => DBOutput::StatementComplete(0),
+                Output::Rows { columns, rows } => {
+                    let rows = rows.into_iter().map(|row| row.into_iter().map(cell).collect()).collect();
+                    DBOutput::Rows { types: vec![DefaultColumnType::Text; columns.len()], rows }
+                }
+                Output::Pipeline(pipeline) => {
+                    self.pipelines += 1;
+                    let store = weir_state::StateStore::local(&self.data.path().join(self.pipelines.to_string()))
+                        .map_err(|e| SltError(e.to_string()))?;
+                    let handle = weir_engine::start(pipeline.graph, pipeline.config, store, None)
+                        .map_err(|e| SltError(e.to_string()))?;
+                    tokio::time::timeout(Duration::from_secs(120), handle.wait())
+                        .await
+                        .map_err(|_| SltError("the pipeline did not finish within 120 s".into()))?
+                        .map_err(|e| SltError(e.to_string()))?;
+                    match pipeline.preview {
+                        Some(preview) => {
+                            let batches = preview.batches();
+                            let columns = batches.first().map_or(0, |b| b.num_columns());
+                            let rows = batches
+                                .iter()
+                                .flat_map(|batch| {
+                                    (0..batch.num_rows()).map(move |row| {
+                                        batch
+                                            .columns()
+                                            .iter()
+                                            .map(|c| match c.is_null(row) {
+                                                true => "NULL".to_string(),
+                                                false => cell(array_value_to_string(c, row).unwrap_or_else(|e| format!("<{e}>"))),
+                                            })
+                                            .collect::<Vec<_>>()
+                                    })
+                                })
+                                .collect();
+                            DBOutput::Rows { types: vec![DefaultColumnType::Any; columns], rows }
+                        }
+                        None => DBOutput::StatementComplete(0),
+                    }
+                }
+            };
+        }
+        Ok(result)
+    }
+
+    /// Every pipeline ran to its end inside `run`: nothing is left to stop.
+    async fn shutdown(&mut self) {}
+
+    fn engine_name(&self) -> &str {
+        "weir"
+    }
+}
+
+/// An empty string shows as "(empty)" (as in DataFusion's .slt files): sqllogictest cannot tell
+/// an empty cell from a missing one.
+fn cell(text: String) -> String {
+    if text.is_empty() { "(empty)".to_string() } else { text }
+}
+
+fn slt_files() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/sql");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "slt"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_slt_file_passes() {
+    let files = slt_files();
+    assert!(!files.is_empty(), "no .slt files under tests/sql");
+    let mut failures = Vec::new();
+    for file in &files {
+        let mut runner = sqllogictest::Runner::new(|| async {
+            Ok(SltSession { session: Session::new(), data: tempfile::tempdir().map_err(|e| SltError(e.to_string()))?, pipelines: 0 })
+        });
+        if let Err(error) = runner.run_file_async(file).await {
+            failures.push(format!("{}: {error}", file.display()));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
