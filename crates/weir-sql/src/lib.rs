@@ -8,6 +8,7 @@ pub mod error;
 pub mod options;
 pub mod planner;
 pub mod session;
+pub mod watermark_clause;
 #[cfg(test)]
 mod slt;
 

@@ -11,7 +11,7 @@ use datafusion::common::DFSchema;
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::LogicalPlan;
 use weir_connectors::nexmark::{NexmarkConfig, NexmarkSource};
-use weir_engine::operators::{Blackhole, PreviewBuffer, PreviewSink, Stateless, Step};
+use weir_engine::operators::{Blackhole, PreviewBuffer, PreviewSink, Stateless, Step, WatermarkAssigner};
 use weir_engine::{Graph, Partitioning};
 
 use crate::catalog::TableDef;
@@ -109,6 +109,17 @@ pub fn build_graph(
             graph.add_source(&table, parallelism, Arc::new(move |_| Ok(Box::new(NexmarkSource::new(config.clone())))))
         }
         other => plan_err!("table '{table}': reading from a '{other}' table is not supported yet (nexmark is)"),
+    };
+    // Event time starts right after the source: the watermark is the largest event time seen
+    // less the table's allowed lateness.
+    let source = match &source_table.event_time {
+        Some((column, delay)) => {
+            let assigner = WatermarkAssigner::new(column, delay.as_millis() as i64);
+            let node = graph.add_operator("watermark", parallelism, 1, Arc::new(move |_| Ok(Box::new(assigner.clone()))));
+            graph.connect(source, node, 0, Partitioning::Forward);
+            node
+        }
+        None => source,
     };
     let select = Stateless::new(steps);
     let select = graph.add_operator("select", parallelism, 1, Arc::new(move |_| Ok(Box::new(select.clone()))));

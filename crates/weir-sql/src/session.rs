@@ -12,7 +12,8 @@ use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::catalog::view::ViewTable;
 use datafusion::datasource::empty::EmptyTable;
 use datafusion::sql::sqlparser::ast::{
-    CreateTable, CreateTableOptions, Expr, Insert, ObjectName, ObjectType, Set, SqlOption, Statement, Value, ValueWithSpan,
+    CreateTable, CreateTableOptions, Expr, Ident, Insert, ObjectName, ObjectType, Set, Spanned, SqlOption, Statement, Value,
+    ValueWithSpan,
 };
 use weir_engine::operators::PreviewBuffer;
 use weir_engine::{CheckpointMode, Graph, PipelineConfig};
@@ -25,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::options::{self, ConnectorOptions, parse_duration};
 use crate::plan_err;
 use crate::planner::{SinkTarget, build_graph};
+use crate::watermark_clause::{self, WatermarkClause};
 
 /// What a statement returns.
 #[derive(Debug, Clone)]
@@ -155,7 +157,9 @@ impl Session {
 
     /// Parses `sql` (one or more statements) and runs each in turn; stops at the first error.
     pub async fn execute(&mut self, sql: &str) -> Result<Vec<Output>> {
-        let statements = Parser::parse_sql(&GenericDialect {}, sql).map_err(syntax_error)?;
+        let (text, clauses) = watermark_clause::extract(sql)?;
+        let mut statements = Parser::parse_sql(&GenericDialect {}, &text).map_err(syntax_error)?;
+        attach_watermarks(&mut statements, clauses)?;
         let mut outputs = Vec::new();
         for statement in statements {
             outputs.push(self.run(statement).await?);
@@ -374,6 +378,45 @@ impl Session {
     }
 }
 
+/// Gives each WATERMARK FOR clause to the CREATE TABLE it was written in (the last statement
+/// starting before it), as `event_time` and `watermark_delay` options.
+fn attach_watermarks(statements: &mut [Statement], clauses: Vec<WatermarkClause>) -> Result<()> {
+    for clause in clauses {
+        let at = (clause.line, clause.col);
+        let owner = statements
+            .iter_mut()
+            .filter(|s| {
+                let start = s.span().start;
+                (start.line, start.column) <= at
+            })
+            .last();
+        let Some(Statement::CreateTable(create)) = owner else {
+            return Err(Error::Syntax {
+                message: "WATERMARK FOR belongs in the column list of a CREATE TABLE".into(),
+                line: clause.line,
+                column: clause.col,
+            });
+        };
+        let options = [("event_time", clause.column.clone()), ("watermark_delay", format!("{} ms", clause.delay.as_millis()))];
+        let new = options.map(|(key, value)| SqlOption::KeyValue {
+            key: Ident::new(key),
+            value: Expr::Value(Value::SingleQuotedString(value).into()),
+        });
+        match &mut create.table_options {
+            CreateTableOptions::None => create.table_options = CreateTableOptions::With(new.to_vec()),
+            CreateTableOptions::With(list) => {
+                let given = |name: &str| list.iter().any(|o| matches!(o, SqlOption::KeyValue { key, .. } if key.value == name));
+                if given("event_time") || given("watermark_delay") {
+                    plan_err!("table '{}': give the event time as WATERMARK FOR or as options, not both", name_of(&create.name));
+                }
+                list.extend(new);
+            }
+            _ => plan_err!("table '{}': give its options as WITH (name = 'value', ...)", name_of(&create.name)),
+        }
+    }
+    Ok(())
+}
+
 /// The event time of a table: the `event_time` option's column (a timestamp) with the
 /// `watermark_delay` (zero if not given).
 fn event_time_of(table: &str, schema: &Schema, connector: &ConnectorOptions) -> Result<Option<(String, Duration)>> {
@@ -546,5 +589,27 @@ mod tests {
         assert!(unsupported.contains("is not supported yet"), "{unsupported}");
         let mismatch = error(&mut session, "INSERT INTO out SELECT bid.auction FROM nexmark").await;
         assert!(mismatch.contains("the query gives 1 columns, the table has 2"), "{mismatch}");
+    }
+
+    /// The watermark follows the event-time column: the largest event time less the delay.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_table_with_event_time_gets_watermarks() {
+        let mut session = Session::new();
+        run(
+            &mut session,
+            "CREATE TABLE nexmark (WATERMARK FOR date_time AS date_time - INTERVAL '1' SECOND) WITH (connector = 'nexmark', events = '1000', as_fast_as_possible = 'true', splits = '1')",
+        )
+        .await;
+        let pipeline = pipeline_of(&mut session, "SELECT bid.price FROM nexmark WHERE event_type = 2").await;
+        let dir = tempfile::tempdir().unwrap();
+        let handle = weir_engine::start(pipeline.graph, pipeline.config, weir_state::StateStore::local(dir.path()).unwrap(), None).unwrap();
+        while !handle.is_finished() {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let operators = handle.metrics().operators();
+        handle.wait().await.unwrap();
+        let select = operators.iter().find(|o| o.operator == "select").unwrap();
+        // Event 999 is the last: 99.9 ms after the base time at 10,000 events/s.
+        assert_eq!(select.watermark, Some(1_700_000_000_000 + 99 - 1000), "{operators:?}");
     }
 }

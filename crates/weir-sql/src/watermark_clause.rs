@@ -1,0 +1,141 @@
+//! Flink's `WATERMARK FOR ts AS ts - INTERVAL '5' SECOND` inside CREATE TABLE. sqlparser has no
+//! such clause, so it is taken out of the text before parsing: blanked with spaces (so every
+//! line and column the parser reports stays right) and handed back with its position, to become
+//! the table's `event_time` and `watermark_delay` options.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::options::parse_duration;
+
+/// One clause: its column, delay, and where it started (1-based line and column).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatermarkClause {
+    pub column: String,
+    pub delay: Duration,
+    pub line: u64,
+    pub col: u64,
+}
+
+fn position(sql: &str, offset: usize) -> (u64, u64) {
+    let before = &sql[..offset];
+    let line = before.matches('\n').count() as u64 + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) as u64 + 1;
+    (line, col)
+}
+
+fn clause_error(sql: &str, offset: usize, message: String) -> Error {
+    let (line, column) = position(sql, offset);
+    Error::Syntax { message, line, column }
+}
+
+/// Finds "WATERMARK FOR" (any case, whole words) at or after `from`.
+fn find_clause(upper: &str, from: usize) -> Option<usize> {
+    let mut start = from;
+    while let Some(found) = upper[start..].find("WATERMARK") {
+        let at = start + found;
+        let before_ok = at == 0 || !upper.as_bytes()[at - 1].is_ascii_alphanumeric();
+        let rest = &upper[at + "WATERMARK".len()..];
+        let after = rest.trim_start();
+        if before_ok && rest.len() > after.len() && after.starts_with("FOR") {
+            return Some(at);
+        }
+        start = at + 1;
+    }
+    None
+}
+
+/// Parses "WATERMARK FOR col AS col [- INTERVAL 'n' [unit]]".
+fn parse_clause(text: &str) -> std::result::Result<(String, Duration), String> {
+    let expected = "expected WATERMARK FOR column AS column - INTERVAL 'n' UNIT";
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let [watermark, for_, column, as_, rest @ ..] = words.as_slice() else { return Err(expected.to_string()) };
+    if !watermark.eq_ignore_ascii_case("WATERMARK") || !for_.eq_ignore_ascii_case("FOR") || !as_.eq_ignore_ascii_case("AS") {
+        return Err(expected.to_string());
+    }
+    let column = column.trim_matches('"').to_string();
+    let rest = rest.join(" ");
+    let Some(rest) = rest.strip_prefix(column.as_str()).or_else(|| rest.strip_prefix(&format!("\"{column}\""))) else {
+        return Err(format!("the watermark of '{column}' must be '{column}' minus an interval ({expected})"));
+    };
+    let rest = rest.trim();
+    if rest.is_empty() {
+        return Ok((column, Duration::ZERO));
+    }
+    let Some(interval) = rest.strip_prefix('-').map(str::trim) else { return Err(expected.to_string()) };
+    let Some(interval) = interval.get(..8).filter(|k| k.eq_ignore_ascii_case("INTERVAL")).map(|_| interval[8..].trim()) else {
+        return Err(expected.to_string());
+    };
+    let Some((amount, unit)) = interval.strip_prefix('\'').and_then(|s| s.split_once('\'')) else {
+        return Err(expected.to_string());
+    };
+    let delay = parse_duration(&format!("{} {}", amount.trim(), unit.trim())).map_err(|e| format!("{e} ({expected})"))?;
+    Ok((column, delay))
+}
+
+/// Blanks every WATERMARK FOR clause (with the comma before it) and returns the clauses.
+pub fn extract(sql: &str) -> Result<(String, Vec<WatermarkClause>)> {
+    let upper = sql.to_ascii_uppercase();
+    let mut text = sql.to_string();
+    let mut clauses = Vec::new();
+    let mut from = 0;
+    while let Some(start) = find_clause(&upper, from) {
+        // The clause runs to the next ',' or ')' outside parentheses and quotes.
+        let (mut depth, mut quoted, mut end) = (0i32, false, sql.len());
+        for (i, c) in sql[start..].char_indices() {
+            match c {
+                '\'' => quoted = !quoted,
+                '(' if !quoted => depth += 1,
+                ')' if !quoted && depth == 0 => {
+                    end = start + i;
+                    break;
+                }
+                ')' if !quoted => depth -= 1,
+                ',' if !quoted && depth == 0 => {
+                    end = start + i;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let (column, delay) = parse_clause(&sql[start..end]).map_err(|m| clause_error(sql, start, m))?;
+        let (line, col) = position(sql, start);
+        clauses.push(WatermarkClause { column, delay, line, col });
+        let comma = sql[..start].trim_end().len().checked_sub(1).filter(|&i| sql.as_bytes()[i] == b',');
+        let blank_from = comma.unwrap_or(start);
+        let blank: String = sql[blank_from..end].chars().map(|c| if c == '\n' { '\n' } else { ' ' }).collect();
+        text.replace_range(blank_from..end, &blank);
+        from = end;
+    }
+    Ok((text, clauses))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clause_is_blanked_keeping_positions_and_read() {
+        let sql = "CREATE TABLE t (\n  ts TIMESTAMP,\n  WATERMARK FOR ts AS ts - INTERVAL '5' SECOND\n) WITH (connector = 'blackhole')";
+        let (text, clauses) = extract(sql).unwrap();
+        assert_eq!(text.len(), sql.len());
+        assert!(!text.contains("WATERMARK") && !text.contains("TIMESTAMP,"), "{text}");
+        assert_eq!(clauses, vec![WatermarkClause { column: "ts".into(), delay: Duration::from_secs(5), line: 3, col: 3 }]);
+        let (_, plain) = extract("CREATE TABLE t (ts TIMESTAMP, watermark for ts as ts) WITH (connector = 'blackhole')").unwrap();
+        assert_eq!(plain[0].delay, Duration::ZERO);
+        let (_, other) = extract("CREATE TABLE t (ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '200 ms')").unwrap();
+        assert_eq!(other[0].delay, Duration::from_millis(200));
+    }
+
+    #[test]
+    fn a_malformed_clause_is_a_syntax_error_at_its_position() {
+        let error = extract("CREATE TABLE t (ts TIMESTAMP,\n WATERMARK FOR ts AS other - INTERVAL '5' SECOND)").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "SQL syntax error at line 2, column 2: the watermark of 'ts' must be 'ts' minus an interval (expected WATERMARK FOR column AS column - INTERVAL 'n' UNIT)"
+        );
+        assert!(extract("CREATE TABLE t (ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '5' FORTNIGHTS)").is_err());
+        // A column named like the keyword is no clause.
+        assert_eq!(extract("SELECT watermarks FROM t").unwrap().1, vec![]);
+    }
+}
