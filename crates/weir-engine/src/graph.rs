@@ -131,6 +131,18 @@ impl Graph {
         graph
     }
 
+    /// Replaces the factory of operator `name` (same inputs), e.g. a test swapping a sink for
+    /// a transactional one. False if there is no such operator.
+    pub fn replace_operator(&mut self, name: &str, factory: OperatorFactory) -> bool {
+        match self.nodes.iter_mut().find(|n| n.name == name) {
+            Some(Node { kind: NodeKind::Operator { factory: old, .. }, .. }) => {
+                *old = factory;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Checks what the runtime relies on, with a message that names the offending part.
     pub fn validate(&self) -> Result<()> {
         let mut seen = BTreeMap::new();

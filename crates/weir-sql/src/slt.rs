@@ -1,11 +1,19 @@
 //! The sqllogictest runner: every `.slt` file under the repository's `tests/sql/` runs through
 //! a [`Session`], in process. A query runs as a real pipeline (bounded sources, checkpoints
-//! on) to its end, and its preview rows are the result; an INSERT runs to its end too.
+//! on) to its end, and its preview rows are the result; an INSERT runs to its end too. Every
+//! query also runs "the hard way" (parallelism 2, killed after a checkpoint, restored at 3,
+//! into an exactly-once sink) and must give the same rows.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
+use datafusion::arrow::record_batch::RecordBatch;
+use weir_engine::testkit::{Delivery, TransactionalSink, TxnLog, rows};
+use weir_engine::{CheckpointStatus, Graph, PipelineConfig};
+use weir_state::StateStore;
 use datafusion::arrow::array::Array;
 use datafusion::arrow::util::display::array_value_to_string;
 use sqllogictest::{DBOutput, DefaultColumnType};
@@ -49,7 +57,7 @@ impl sqllogictest::AsyncDB for SltSession {
                     self.pipelines += 1;
                     let store = weir_state::StateStore::local(&self.data.path().join(self.pipelines.to_string()))
                         .map_err(|e| SltError(e.to_string()))?;
-                    let handle = weir_engine::start(pipeline.graph, pipeline.config, store, None)
+                    let handle = weir_engine::start(pipeline.graph.clone(), pipeline.config, store, None)
                         .map_err(|e| SltError(e.to_string()))?;
                     tokio::time::timeout(Duration::from_secs(120), handle.wait())
                         .await
@@ -58,6 +66,7 @@ impl sqllogictest::AsyncDB for SltSession {
                     match pipeline.preview {
                         Some(preview) => {
                             let batches = preview.batches();
+                            self.the_hard_way(&pipeline.graph, &pipeline.sql, &batches).await?;
                             let columns = batches.first().map_or(0, |b| b.num_columns());
                             let rows = batches
                                 .iter()
@@ -96,6 +105,46 @@ impl sqllogictest::AsyncDB for SltSession {
 /// an empty cell from a missing one.
 fn cell(text: String) -> String {
     if text.is_empty() { "(empty)".to_string() } else { text }
+}
+
+impl SltSession {
+    /// Runs a query again "the hard way" and requires the same rows: at parallelism 2 with
+    /// frequent checkpoints into an exactly-once sink, killed after its first checkpoint,
+    /// restored at parallelism 3 and run to the end.
+    async fn the_hard_way(&mut self, graph: &Graph, sql: &str, straight: &[RecordBatch]) -> Result<(), SltError> {
+        let fail = |what: &str, e: &dyn std::fmt::Display| SltError(format!("the hard way, {what}: {e}"));
+        let log = TxnLog::new();
+        let mut graph = graph.clone();
+        let sink_log = log.clone();
+        graph.replace_operator("preview", Arc::new(move |_| Ok(Box::new(TransactionalSink::new(sink_log.clone(), Delivery::ExactlyOnce)))));
+        let mut config = PipelineConfig::default();
+        config.checkpoint.interval = Some(Duration::from_millis(5));
+        self.pipelines += 1;
+        let store = StateStore::local(&self.data.path().join(self.pipelines.to_string())).map_err(|e| fail("store", &e))?;
+        let first = weir_engine::start(graph.with_parallelism(2), config.clone(), store.clone(), None).map_err(|e| fail("start at 2", &e))?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while !first.is_finished() && !first.status().checkpoints.iter().any(|c| c.status == CheckpointStatus::Completed) {
+            if tokio::time::Instant::now() > deadline {
+                return Err(SltError("the hard way: no checkpoint within 60 s".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        first.kill().await;
+        let second = weir_engine::start(graph.with_parallelism(3), config, store, None).map_err(|e| fail("start at 3", &e))?;
+        tokio::time::timeout(Duration::from_secs(120), second.wait())
+            .await
+            .map_err(|_| SltError("the hard way: the restored pipeline did not finish within 120 s".into()))?
+            .map_err(|e| fail("restored at 3", &e))?;
+        let (expected, got) = (rows(straight), rows(&log.committed()));
+        if expected != got {
+            return Err(SltError(format!(
+                "the hard way (parallelism 2, killed after a checkpoint, restored at 3) gave {} rows, the straight run {}: {sql}",
+                got.len(),
+                expected.len()
+            )));
+        }
+        Ok(())
+    }
 }
 
 fn slt_files() -> Vec<PathBuf> {
