@@ -19,19 +19,10 @@ pub enum Error {
     Protocol(String),
     /// The broker answered with an error code that is not retriable for this request.
     #[error("Kafka {request} for transactional id '{transactional_id}' failed: {code} ({code_num})", code_num = .code.code())]
-    Broker {
-        request: &'static str,
-        transactional_id: String,
-        code: ResponseError,
-    },
+    Broker { request: &'static str, transactional_id: String, code: ResponseError },
     /// A retriable answer (coordinator moving or loading, concurrent transaction) persisted.
     #[error("Kafka {request} for transactional id '{transactional_id}' still failing after {waited:?}: {last}")]
-    RetriesExhausted {
-        request: &'static str,
-        transactional_id: String,
-        waited: Duration,
-        last: String,
-    },
+    RetriesExhausted { request: &'static str, transactional_id: String, waited: Duration, last: String },
     /// An error from librdkafka.
     #[error("librdkafka: {0}")]
     Rdkafka(#[from] rdkafka::error::KafkaError),

@@ -96,7 +96,8 @@ async fn back_pressured_checkpoints(label: &str, mode: CheckpointMode) -> u64 {
     let mut config = config(Some(Duration::from_millis(300)), mode);
     config.channel.max_batches = 64;
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let handle = start(graph, config, StateStore::local(dir.path()).expect("a state store"), None).expect("a valid graph");
+    let handle =
+        start(graph, config, StateStore::local(dir.path()).expect("a state store"), None).expect("a valid graph");
     let mut durations = loop {
         let status = handle.status();
         let durations: Vec<u64> = status
@@ -114,7 +115,10 @@ async fn back_pressured_checkpoints(label: &str, mode: CheckpointMode) -> u64 {
     durations.truncate(20);
     durations.sort_unstable();
     let median = durations[durations.len() / 2];
-    println!("{label:<28} median {median:>5} ms over 20 checkpoints (min {}, max {}); queue: 64 batches x 2 ms", durations[0], durations[19]);
+    println!(
+        "{label:<28} median {median:>5} ms over 20 checkpoints (min {}, max {}); queue: 64 batches x 2 ms",
+        durations[0], durations[19]
+    );
     median
 }
 

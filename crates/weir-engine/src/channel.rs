@@ -127,9 +127,10 @@ impl Sender {
             metrics.queued_batches.store(queue.batches as u64, Ordering::Relaxed);
         }
         if let Message::Barrier(barrier) = &message
-            && barrier.overtakes() {
-                queue.overtaking_barriers += 1;
-            }
+            && barrier.overtakes()
+        {
+            queue.overtaking_barriers += 1;
+        }
         queue.items.push_back(message);
         drop(queue);
         self.shared.receiver_wakeup.notify_one();
@@ -186,8 +187,7 @@ impl Receiver {
         if queue.overtaking_barriers == 0 {
             return None;
         }
-        let position =
-            queue.items.iter().position(|m| matches!(m, Message::Barrier(b) if b.overtakes()))?;
+        let position = queue.items.iter().position(|m| matches!(m, Message::Barrier(b) if b.overtakes()))?;
         let Some(Message::Barrier(barrier)) = queue.items.remove(position) else {
             return None;
         };
@@ -199,10 +199,8 @@ impl Receiver {
     /// timed out into unaligned), with copies of the batches ahead of it.
     pub fn take_barrier(&self, checkpoint_id: u64) -> Option<(Barrier, Vec<RecordBatch>)> {
         let mut queue = self.shared.lock();
-        let position = queue
-            .items
-            .iter()
-            .position(|m| matches!(m, Message::Barrier(b) if b.checkpoint_id == checkpoint_id))?;
+        let position =
+            queue.items.iter().position(|m| matches!(m, Message::Barrier(b) if b.checkpoint_id == checkpoint_id))?;
         let Some(Message::Barrier(barrier)) = queue.items.remove(position) else {
             return None;
         };

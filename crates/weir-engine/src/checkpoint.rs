@@ -11,7 +11,10 @@ use crate::message::BarrierKind;
 pub enum CheckpointMode {
     /// Aligned by default; `unaligned` lets barriers overtake queued data; `aligned_timeout`
     /// starts aligned and switches a checkpoint to unaligned after that long.
-    ExactlyOnce { unaligned: bool, aligned_timeout: Option<Duration> },
+    ExactlyOnce {
+        unaligned: bool,
+        aligned_timeout: Option<Duration>,
+    },
     AtLeastOnce,
 }
 
@@ -70,7 +73,9 @@ impl Default for CheckpointConfig {
 pub enum CheckpointKind {
     Aligned,
     /// Aligned with a timeout; `timed_out` if some task switched to unaligned.
-    AlignedTimeout { timed_out: bool },
+    AlignedTimeout {
+        timed_out: bool,
+    },
     Unaligned,
     AtLeastOnce,
 }

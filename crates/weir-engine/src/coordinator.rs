@@ -171,7 +171,8 @@ impl Coordinator {
     async fn complete(&mut self, checkpoint: InFlight) -> Result<bool> {
         let id = checkpoint.barrier.checkpoint_id;
         let files = checkpoint.acks.values().flat_map(|(files, _)| files.iter().cloned()).collect();
-        let manifest = Manifest { checkpoint_id: id, completed_at_ms: now_ms(), parallelism: self.parallelism.clone(), files };
+        let manifest =
+            Manifest { checkpoint_id: id, completed_at_ms: now_ms(), parallelism: self.parallelism.clone(), files };
         if let Err(error) = self.store.commit_manifest(&manifest).await {
             self.abort(checkpoint, format!("the manifest could not be written: {error}"));
             return Ok(false);
@@ -237,11 +238,19 @@ fn report(checkpoint: &InFlight, status: CheckpointStatus) -> CheckpointReport {
     let tasks: Vec<TaskCheckpointReport> = checkpoint.acks.values().map(|(_, r)| r.clone()).collect();
     let kind = match checkpoint.barrier.kind {
         BarrierKind::Aligned => CheckpointKind::Aligned,
-        BarrierKind::AlignedTimeout(_) => CheckpointKind::AlignedTimeout { timed_out: tasks.iter().any(|t| t.unaligned) },
+        BarrierKind::AlignedTimeout(_) => {
+            CheckpointKind::AlignedTimeout { timed_out: tasks.iter().any(|t| t.unaligned) }
+        }
         BarrierKind::Unaligned => CheckpointKind::Unaligned,
         BarrierKind::AtLeastOnce => CheckpointKind::AtLeastOnce,
     };
-    let inflight_rows = checkpoint.acks.values().flat_map(|(files, _)| files).filter(|f| f.table.starts_with("_inflight")).map(|f| f.rows).sum();
+    let inflight_rows = checkpoint
+        .acks
+        .values()
+        .flat_map(|(files, _)| files)
+        .filter(|f| f.table.starts_with("_inflight"))
+        .map(|f| f.rows)
+        .sum();
     CheckpointReport {
         id: checkpoint.barrier.checkpoint_id,
         kind,

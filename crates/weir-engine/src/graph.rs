@@ -184,9 +184,10 @@ impl Graph {
                 graph_err!("edge {} -> {} goes backwards: add a node after the nodes feeding it", from.name, to.name);
             }
             if let NodeKind::Operator { inputs, .. } = to.kind
-                && edge.input >= inputs {
-                    graph_err!("edge {} -> {} names input {} of {inputs}", from.name, to.name, edge.input);
-                }
+                && edge.input >= inputs
+            {
+                graph_err!("edge {} -> {} names input {} of {inputs}", from.name, to.name, edge.input);
+            }
             if edge.partitioning == Partitioning::Forward && from.parallelism != to.parallelism {
                 graph_err!(
                     "forward edge {} -> {} joins parallelism {} to {}; use hash or round-robin",
@@ -197,9 +198,10 @@ impl Graph {
                 );
             }
             if let Partitioning::Hash(keys) = &edge.partitioning
-                && keys.is_empty() {
-                    graph_err!("hash edge {} -> {} has no key columns", from.name, to.name);
-                }
+                && keys.is_empty()
+            {
+                graph_err!("hash edge {} -> {} has no key columns", from.name, to.name);
+            }
         }
         Ok(())
     }
@@ -288,11 +290,7 @@ mod tests {
     }
 
     fn names(graph: &Graph, chaining: bool) -> Vec<Vec<String>> {
-        graph
-            .chains(chaining)
-            .iter()
-            .map(|c| c.nodes.iter().map(|n| graph.node(*n).name.clone()).collect())
-            .collect()
+        graph.chains(chaining).iter().map(|c| c.nodes.iter().map(|n| graph.node(*n).name.clone()).collect()).collect()
     }
 
     #[test]

@@ -64,7 +64,11 @@ fn column_names(batch: &RecordBatch) -> String {
 }
 
 /// Splits `batch` by key owner among `parallelism` subtasks; empty parts are left out.
-pub fn split_by_key(batch: &RecordBatch, key_columns: &[String], parallelism: usize) -> Result<Vec<(usize, RecordBatch)>> {
+pub fn split_by_key(
+    batch: &RecordBatch,
+    key_columns: &[String],
+    parallelism: usize,
+) -> Result<Vec<(usize, RecordBatch)>> {
     if parallelism == 1 {
         return Ok(vec![(0, batch.clone())]);
     }

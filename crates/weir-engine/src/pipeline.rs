@@ -24,7 +24,9 @@ use crate::metrics::MetricsRegistry;
 use crate::operator::SubtaskInfo;
 use crate::partition::Router;
 use crate::restore::Restorer;
-use crate::task::{InputChannel, Member, OutputChannel, OutputEdge, SourceHead, Task, TaskContext, TaskId, inflight_to_table};
+use crate::task::{
+    InputChannel, Member, OutputChannel, OutputEdge, SourceHead, Task, TaskContext, TaskId, inflight_to_table,
+};
 
 /// How failed attempts are retried.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,7 +166,12 @@ impl PipelineHandle {
 
 /// Starts `graph` on the tokio runtime it is called from, resuming from the newest checkpoint
 /// in `store`.
-pub fn start(graph: Graph, config: PipelineConfig, store: StateStore, injector: Option<Arc<FailureInjector>>) -> Result<PipelineHandle> {
+pub fn start(
+    graph: Graph,
+    config: PipelineConfig,
+    store: StateStore,
+    injector: Option<Arc<FailureInjector>>,
+) -> Result<PipelineHandle> {
     graph.validate()?;
     let shared = Arc::new(SharedStatus {
         status: Mutex::new(PipelineStatus {

@@ -36,7 +36,12 @@ impl<'a> Restorer<'a> {
     }
 
     /// The state of `operator`'s subtask `subtask` of `parallelism`.
-    pub async fn operator_state(&mut self, operator: &str, subtask: usize, parallelism: usize) -> Result<RestoredState> {
+    pub async fn operator_state(
+        &mut self,
+        operator: &str,
+        subtask: usize,
+        parallelism: usize,
+    ) -> Result<RestoredState> {
         let Some(manifest) = self.manifest else { return Ok(RestoredState::default()) };
         let files: Vec<StateFile> = manifest
             .files
@@ -63,7 +68,13 @@ impl<'a> Restorer<'a> {
 
     /// The in-flight data for `node`'s subtask `subtask` of `parallelism`, as (input, batch) in
     /// the order it is to be processed.
-    pub async fn replay(&mut self, graph: &Graph, node: NodeId, subtask: usize, parallelism: usize) -> Result<Vec<(usize, RecordBatch)>> {
+    pub async fn replay(
+        &mut self,
+        graph: &Graph,
+        node: NodeId,
+        subtask: usize,
+        parallelism: usize,
+    ) -> Result<Vec<(usize, RecordBatch)>> {
         let Some(manifest) = self.manifest else { return Ok(Vec::new()) };
         let name = graph.node(node).name.clone();
         let NodeKind::Operator { inputs, .. } = graph.node(node).kind else { return Ok(Vec::new()) };

@@ -68,8 +68,17 @@ pub(crate) enum Control {
 /// From a task to the coordinator.
 #[derive(Debug)]
 pub(crate) enum TaskEvent {
-    Ack { task: TaskId, checkpoint_id: u64, files: Vec<StateFile>, report: TaskCheckpointReport },
-    Decline { task: TaskId, checkpoint_id: u64, reason: String },
+    Ack {
+        task: TaskId,
+        checkpoint_id: u64,
+        files: Vec<StateFile>,
+        report: TaskCheckpointReport,
+    },
+    Decline {
+        task: TaskId,
+        checkpoint_id: u64,
+        reason: String,
+    },
     /// A bounded source has nothing more to read.
     SourceFinished,
     /// The task's output has ended.
@@ -555,9 +564,10 @@ impl Task {
         if let Some(alignment) = self.alignments.get_mut(&id) {
             alignment.arrived[c] = true;
             if let Some(taken) = &mut alignment.taken
-                && !overtaken.is_empty() {
-                    taken.inflight_in.entry(input).or_default().extend(overtaken);
-                }
+                && !overtaken.is_empty()
+            {
+                taken.inflight_in.entry(input).or_default().extend(overtaken);
+            }
         }
         self.try_complete(id).await
     }
@@ -585,8 +595,12 @@ impl Task {
             let tables = self.snapshot_chain(id).await?;
             let inflight_out = self.forward_barrier(barrier, false);
             if let Some(alignment) = self.alignments.get_mut(&id) {
-                alignment.taken =
-                    Some(TakenSnapshot { tables, inflight_in: BTreeMap::new(), inflight_out, alignment: Duration::ZERO });
+                alignment.taken = Some(TakenSnapshot {
+                    tables,
+                    inflight_in: BTreeMap::new(),
+                    inflight_out,
+                    alignment: Duration::ZERO,
+                });
             }
         }
         let Some(alignment) = self.alignments.remove(&id) else { return Ok(()) };
@@ -716,7 +730,9 @@ impl Task {
             let event = match written {
                 Ok((files, inflight_bytes)) => {
                     let state_bytes = files.iter().filter(|f| !f.table.starts_with("_inflight")).map(|f| f.bytes).sum();
-                    if let Some(Err(error)) = injector.as_ref().map(|i| i.on_step(Step::AfterSnapshotBeforeAck, id, Some(&head.operator))) {
+                    if let Some(Err(error)) =
+                        injector.as_ref().map(|i| i.on_step(Step::AfterSnapshotBeforeAck, id, Some(&head.operator)))
+                    {
                         let _ = events.send(TaskEvent::Failed(error));
                         return;
                     }

@@ -8,9 +8,9 @@ pub mod error;
 pub mod options;
 pub mod planner;
 pub mod session;
-pub mod watermark_clause;
 #[cfg(test)]
 mod slt;
+pub mod watermark_clause;
 
 pub use error::{Error, Result};
 pub use session::{Output, PlannedPipeline, Session};

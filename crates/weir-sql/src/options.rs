@@ -7,7 +7,10 @@ use std::time::Duration;
 /// What values an option takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    Integer { min: u64, max: u64 },
+    Integer {
+        min: u64,
+        max: u64,
+    },
     Boolean,
     Text,
     OneOf(&'static [&'static str]),
@@ -133,7 +136,9 @@ fn accepted(kind: Kind) -> String {
         Kind::Integer { min, max } => format!("an integer from {min} to {max}"),
         Kind::Boolean => "'true' or 'false'".into(),
         Kind::Text => "any text".into(),
-        Kind::OneOf(values) => format!("one of {}", values.iter().map(|v| format!("'{v}'")).collect::<Vec<_>>().join(", ")),
+        Kind::OneOf(values) => {
+            format!("one of {}", values.iter().map(|v| format!("'{v}'")).collect::<Vec<_>>().join(", "))
+        }
         Kind::Duration => "a duration such as '5 seconds' or '200 ms'".into(),
     }
 }
@@ -146,7 +151,11 @@ fn check(spec: &OptionSpec, value: &str) -> Result<(), String> {
         Kind::OneOf(values) => values.contains(&value),
         Kind::Duration => parse_duration(value).is_ok(),
     };
-    if valid { Ok(()) } else { Err(format!("option '{}' = '{value}' is invalid: expected {}", spec.name, accepted(spec.kind))) }
+    if valid {
+        Ok(())
+    } else {
+        Err(format!("option '{}' = '{value}' is invalid: expected {}", spec.name, accepted(spec.kind)))
+    }
 }
 
 /// Validates a table's WITH options; the error names the option and what it accepts.
@@ -167,13 +176,20 @@ pub fn validate(options: BTreeMap<String, String>) -> Result<ConnectorOptions, S
         let Some(spec) = specs.iter().chain(EVENT_TIME.iter()).find(|s| s.name == name) else {
             let known: Vec<&str> = specs.iter().chain(EVENT_TIME.iter()).map(|s| s.name).collect();
             let extra = if connector == "kafka" { ", or 'kafka.<librdkafka property>'" } else { "" };
-            return Err(format!("option '{name}' is unknown for connector '{connector}': expected {}{extra}", known.join(", ")));
+            return Err(format!(
+                "option '{name}' is unknown for connector '{connector}': expected {}{extra}",
+                known.join(", ")
+            ));
         };
         check(spec, value)?;
     }
     for spec in specs.iter().filter(|s| s.required) {
         if !values.contains_key(spec.name) {
-            return Err(format!("option '{}' is required by connector '{connector}' ({})", spec.name, accepted(spec.kind)));
+            return Err(format!(
+                "option '{}' is required by connector '{connector}' ({})",
+                spec.name,
+                accepted(spec.kind)
+            ));
         }
     }
     Ok(ConnectorOptions { connector, values })
@@ -189,7 +205,9 @@ mod tests {
 
     #[test]
     fn valid_options_pass_and_are_read_back() {
-        let nexmark = validate(options(&[("connector", "nexmark"), ("events", "1000"), ("as_fast_as_possible", "true")])).unwrap();
+        let nexmark =
+            validate(options(&[("connector", "nexmark"), ("events", "1000"), ("as_fast_as_possible", "true")]))
+                .unwrap();
         assert_eq!(nexmark.connector, "nexmark");
         assert_eq!(nexmark.integer("events", 0), 1000);
         assert!(nexmark.boolean("as_fast_as_possible", false));
@@ -218,7 +236,10 @@ mod tests {
             error(&[("connector", "nexmark"), ("rate", "fast")]),
             "option 'rate' = 'fast' is invalid: expected an integer of at least 1"
         );
-        assert!(error(&[("connector", "nexmark"), ("speed", "1")]).starts_with("option 'speed' is unknown for connector 'nexmark': expected seed, rate,"));
+        assert!(
+            error(&[("connector", "nexmark"), ("speed", "1")])
+                .starts_with("option 'speed' is unknown for connector 'nexmark': expected seed, rate,")
+        );
         assert_eq!(
             error(&[("connector", "kafka"), ("bootstrap.servers", "b"), ("topic", "t"), ("format", "xml")]),
             "option 'format' = 'xml' is invalid: expected one of 'json', 'raw', 'debezium_json', 'upsert'"
@@ -227,7 +248,10 @@ mod tests {
             error(&[("connector", "filesystem"), ("format", "json")]),
             "option 'path' is required by connector 'filesystem' (any text)"
         );
-        assert!(error(&[("connector", "blackhole"), ("watermark_delay", "soon")]).contains("a duration such as '5 seconds'"));
+        assert!(
+            error(&[("connector", "blackhole"), ("watermark_delay", "soon")])
+                .contains("a duration such as '5 seconds'")
+        );
     }
 
     #[test]

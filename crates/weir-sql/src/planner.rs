@@ -100,11 +100,17 @@ pub fn build_graph(
                 as_fast_as_possible: options.boolean("as_fast_as_possible", defaults.as_fast_as_possible),
                 events: options.get("events").and_then(|v| v.parse().ok()),
                 splits: options.integer("splits", u64::from(defaults.splits)).try_into().unwrap_or(defaults.splits),
-                batch_size: options.integer("batch_size", defaults.batch_size as u64).try_into().unwrap_or(defaults.batch_size),
+                batch_size: options
+                    .integer("batch_size", defaults.batch_size as u64)
+                    .try_into()
+                    .unwrap_or(defaults.batch_size),
                 ..defaults
             };
             if parallelism > config.splits as usize {
-                plan_err!("table '{table}' has {} splits; the pipeline's parallelism {parallelism} needs at least as many (option 'splits')", config.splits);
+                plan_err!(
+                    "table '{table}' has {} splits; the pipeline's parallelism {parallelism} needs at least as many (option 'splits')",
+                    config.splits
+                );
             }
             graph.add_source(&table, parallelism, Arc::new(move |_| Ok(Box::new(NexmarkSource::new(config.clone())))))
         }
@@ -115,7 +121,8 @@ pub fn build_graph(
     let source = match &source_table.event_time {
         Some((column, delay)) => {
             let assigner = WatermarkAssigner::new(column, delay.as_millis() as i64);
-            let node = graph.add_operator("watermark", parallelism, 1, Arc::new(move |_| Ok(Box::new(assigner.clone()))));
+            let node =
+                graph.add_operator("watermark", parallelism, 1, Arc::new(move |_| Ok(Box::new(assigner.clone()))));
             graph.connect(source, node, 0, Partitioning::Forward);
             node
         }
@@ -127,15 +134,28 @@ pub fn build_graph(
     let sink_node = match sink {
         SinkTarget::Preview(buffer) => {
             let buffer = buffer.clone();
-            graph.add_operator("preview", parallelism, 1, Arc::new(move |_| Ok(Box::new(PreviewSink::new(buffer.clone())))))
+            graph.add_operator(
+                "preview",
+                parallelism,
+                1,
+                Arc::new(move |_| Ok(Box::new(PreviewSink::new(buffer.clone())))),
+            )
         }
         SinkTarget::Table(target) => match target.connector.connector.as_str() {
             "blackhole" => graph.add_operator(&target.name, parallelism, 1, Arc::new(|_| Ok(Box::new(Blackhole)))),
             "preview" => {
                 let buffer = PreviewBuffer::new(target.connector.integer("capacity", 10_000) as usize);
-                graph.add_operator(&target.name, parallelism, 1, Arc::new(move |_| Ok(Box::new(PreviewSink::new(buffer.clone())))))
+                graph.add_operator(
+                    &target.name,
+                    parallelism,
+                    1,
+                    Arc::new(move |_| Ok(Box::new(PreviewSink::new(buffer.clone())))),
+                )
             }
-            other => plan_err!("table '{}': writing to a '{other}' table is not supported yet (blackhole and preview are)", target.name),
+            other => plan_err!(
+                "table '{}': writing to a '{other}' table is not supported yet (blackhole and preview are)",
+                target.name
+            ),
         },
     };
     graph.connect(select, sink_node, 0, Partitioning::Forward);

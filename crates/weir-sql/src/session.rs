@@ -6,20 +6,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::datatypes::{DataType, Schema};
+use datafusion::catalog::view::ViewTable;
+use datafusion::datasource::empty::EmptyTable;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
-use datafusion::catalog::view::ViewTable;
-use datafusion::datasource::empty::EmptyTable;
 use datafusion::sql::sqlparser::ast::{
-    CreateTable, CreateTableOptions, Expr, Ident, Insert, ObjectName, ObjectType, Set, Spanned, SqlOption, Statement, Value,
-    ValueWithSpan,
+    CreateTable, CreateTableOptions, Expr, Ident, Insert, ObjectName, ObjectType, Set, Spanned, SqlOption, Statement,
+    Value, ValueWithSpan,
 };
-use weir_engine::operators::PreviewBuffer;
-use weir_engine::{CheckpointMode, Graph, PipelineConfig};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use weir_connectors::nexmark::nexmark_schema;
+use weir_engine::operators::PreviewBuffer;
+use weir_engine::{CheckpointMode, Graph, PipelineConfig};
 
 use crate::catalog::{Catalog, TableDef, ViewDef};
 use crate::error::{Error, Result};
@@ -195,7 +195,11 @@ impl Session {
                 Ok(Output::Done(format!("dropped {}", dropped.join(", "))))
             }
             Statement::ShowTables { .. } => {
-                let tables = self.catalog.tables.values().map(|t| vec![t.name.clone(), "table".into(), t.connector.connector.clone()]);
+                let tables = self
+                    .catalog
+                    .tables
+                    .values()
+                    .map(|t| vec![t.name.clone(), "table".into(), t.connector.connector.clone()]);
                 let views = self.catalog.views.values().map(|v| vec![v.name.clone(), "view".into(), String::new()]);
                 let rows = tables.chain(views).collect();
                 Ok(Output::Rows { columns: vec!["name".into(), "kind".into(), "connector".into()], rows })
@@ -216,7 +220,12 @@ impl Session {
                 let sql = query.to_string();
                 let buffer = PreviewBuffer::new(PREVIEW_ROWS);
                 let planned = self.plan_query(Statement::Query(query), &SinkTarget::Preview(buffer.clone())).await?;
-                Ok(Output::Pipeline(Box::new(PlannedPipeline { sql, graph: planned.0, config: planned.1, preview: Some(buffer) })))
+                Ok(Output::Pipeline(Box::new(PlannedPipeline {
+                    sql,
+                    graph: planned.0,
+                    config: planned.1,
+                    preview: Some(buffer),
+                })))
             }
             Statement::Insert(insert) => {
                 let sql = insert.to_string();
@@ -252,7 +261,8 @@ impl Session {
             plan_err!("'{name}' exists already; use CREATE OR REPLACE TABLE to replace it");
         }
         let options = table_options(&name, &create.table_options)?;
-        let connector = options::validate(options).map_err(|message| Error::Options { table: name.clone(), message })?;
+        let connector =
+            options::validate(options).map_err(|message| Error::Options { table: name.clone(), message })?;
         let schema = if connector.connector == "nexmark" {
             if !create.columns.is_empty() {
                 plan_err!("table '{name}': the nexmark connector has a fixed schema; leave out the column list");
@@ -260,14 +270,22 @@ impl Session {
             nexmark_schema()
         } else {
             if create.columns.is_empty() {
-                plan_err!("table '{name}': list its columns, as in CREATE TABLE {name} (id BIGINT, ts TIMESTAMP) WITH (...)");
+                plan_err!(
+                    "table '{name}': list its columns, as in CREATE TABLE {name} (id BIGINT, ts TIMESTAMP) WITH (...)"
+                );
             }
             // DataFusion's own CREATE TABLE planning turns the SQL types into Arrow types.
             create.table_options = CreateTableOptions::None;
             create.name = ObjectName::from(vec![datafusion::sql::sqlparser::ast::Ident::new("weir_column_types")]);
-            let plan = self.context.state().statement_to_plan(DFStatement::Statement(Box::new(Statement::CreateTable(create)))).await?;
+            let plan = self
+                .context
+                .state()
+                .statement_to_plan(DFStatement::Statement(Box::new(Statement::CreateTable(create))))
+                .await?;
             match plan {
-                LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(table)) => Arc::new(table.input.schema().as_arrow().clone()),
+                LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(table)) => {
+                    Arc::new(table.input.schema().as_arrow().clone())
+                }
                 other => plan_err!("table '{name}': could not read its columns ({})", other.display()),
             }
         };
@@ -325,7 +343,9 @@ impl Session {
         let Some(table) = self.catalog.tables.get(target.trim_matches('"')).cloned() else {
             plan_err!("INSERT INTO {target}: there is no table named '{target}'");
         };
-        let Some(source) = insert.source else { plan_err!("INSERT INTO {target} needs a SELECT, as in INSERT INTO {target} SELECT ...") };
+        let Some(source) = insert.source else {
+            plan_err!("INSERT INTO {target} needs a SELECT, as in INSERT INTO {target} SELECT ...")
+        };
         self.plan_query(Statement::Query(source), &SinkTarget::Table(table)).await
     }
 
@@ -341,7 +361,8 @@ impl Session {
             let Some(query) = statements.into_iter().next() else { plan_err!("view '{}' has no query", view.name) };
             let state = self.context.state();
             let plan = state.statement_to_plan(DFStatement::Statement(Box::new(query))).await?;
-            self.context.register_table(view.name.as_str(), Arc::new(ViewTable::new(plan, Some(view.query.clone()))))?;
+            self.context
+                .register_table(view.name.as_str(), Arc::new(ViewTable::new(plan, Some(view.query.clone()))))?;
         }
         Ok(())
     }
@@ -397,7 +418,8 @@ fn attach_watermarks(statements: &mut [Statement], clauses: Vec<WatermarkClause>
                 column: clause.col,
             });
         };
-        let options = [("event_time", clause.column.clone()), ("watermark_delay", format!("{} ms", clause.delay.as_millis()))];
+        let options =
+            [("event_time", clause.column.clone()), ("watermark_delay", format!("{} ms", clause.delay.as_millis()))];
         let new = options.map(|(key, value)| SqlOption::KeyValue {
             key: Ident::new(key),
             value: Expr::Value(Value::SingleQuotedString(value).into()),
@@ -405,9 +427,13 @@ fn attach_watermarks(statements: &mut [Statement], clauses: Vec<WatermarkClause>
         match &mut create.table_options {
             CreateTableOptions::None => create.table_options = CreateTableOptions::With(new.to_vec()),
             CreateTableOptions::With(list) => {
-                let given = |name: &str| list.iter().any(|o| matches!(o, SqlOption::KeyValue { key, .. } if key.value == name));
+                let given =
+                    |name: &str| list.iter().any(|o| matches!(o, SqlOption::KeyValue { key, .. } if key.value == name));
                 if given("event_time") || given("watermark_delay") {
-                    plan_err!("table '{}': give the event time as WATERMARK FOR or as options, not both", name_of(&create.name));
+                    plan_err!(
+                        "table '{}': give the event time as WATERMARK FOR or as options, not both",
+                        name_of(&create.name)
+                    );
                 }
                 list.extend(new);
             }
@@ -482,7 +508,10 @@ mod tests {
         assert!(described[2][1].starts_with("Timestamp(ns"), "{described:?}");
         assert_eq!(described[2][3], "event time, watermark delay 0ns");
         let nexmark = rows(&run(&mut session, "DESCRIBE bids").await[0]);
-        assert_eq!(nexmark.iter().map(|r| r[0].as_str()).collect::<Vec<_>>(), vec!["event_type", "person", "auction", "bid", "date_time"]);
+        assert_eq!(
+            nexmark.iter().map(|r| r[0].as_str()).collect::<Vec<_>>(),
+            vec!["event_type", "person", "auction", "bid", "date_time"]
+        );
         assert_eq!(nexmark[4][3], "event time, watermark delay 5s");
         run(&mut session, "DROP VIEW recent; DROP TABLE out").await;
         assert_eq!(rows(&run(&mut session, "SHOW TABLES").await[0]).len(), 2);
@@ -504,19 +533,33 @@ mod tests {
             error(&mut session, "CREATE TABLE t (a BIGINT) WITH (connector = 'blackhole', event_time = 'a')").await,
             "table 't': event_time column 'a' is Int64, not a TIMESTAMP"
         );
-        assert!(error(&mut session, "CREATE TABLE n (a BIGINT) WITH (connector = 'nexmark')").await.contains("fixed schema"));
-        assert!(error(&mut session, "CREATE TABLE t WITH (connector = 'blackhole')").await.contains("list its columns"));
+        assert!(
+            error(&mut session, "CREATE TABLE n (a BIGINT) WITH (connector = 'nexmark')")
+                .await
+                .contains("fixed schema")
+        );
+        assert!(
+            error(&mut session, "CREATE TABLE t WITH (connector = 'blackhole')").await.contains("list its columns")
+        );
         assert!(error(&mut session, "DESCRIBE nothing").await.contains("there is no table named 'nothing'"));
         assert!(error(&mut session, "DROP TABLE nothing").await.contains("there is no table named 'nothing'"));
         run(&mut session, "CREATE TABLE t (a BIGINT) WITH (connector = 'blackhole')").await;
-        assert!(error(&mut session, "CREATE TABLE t (a BIGINT) WITH (connector = 'blackhole')").await.contains("exists already"));
+        assert!(
+            error(&mut session, "CREATE TABLE t (a BIGINT) WITH (connector = 'blackhole')")
+                .await
+                .contains("exists already")
+        );
         assert!(error(&mut session, "UPDATE t SET a = 1").await.contains("is not supported"));
     }
 
     #[tokio::test]
     async fn set_takes_known_pipeline_options_only() {
         let mut session = Session::new();
-        run(&mut session, "SET checkpoint.mode = 'at_least_once'; SET parallelism = 3; SET checkpoint.interval = '200 ms'").await;
+        run(
+            &mut session,
+            "SET checkpoint.mode = 'at_least_once'; SET parallelism = 3; SET checkpoint.interval = '200 ms'",
+        )
+        .await;
         assert_eq!(session.option("checkpoint.mode"), Some("at_least_once"));
         assert_eq!(session.option("parallelism"), Some("3"));
         assert_eq!(
@@ -576,7 +619,11 @@ mod tests {
             "CREATE TABLE nexmark WITH (connector = 'nexmark'); CREATE TABLE out (auction BIGINT, price BIGINT) WITH (connector = 'blackhole'); SET parallelism = 2",
         )
         .await;
-        let explained = run(&mut session, "EXPLAIN INSERT INTO out SELECT bid.auction, bid.price FROM nexmark WHERE event_type = 2").await;
+        let explained = run(
+            &mut session,
+            "EXPLAIN INSERT INTO out SELECT bid.auction, bid.price FROM nexmark WHERE event_type = 2",
+        )
+        .await;
         assert_eq!(
             rows(&explained[0]),
             vec![
@@ -602,7 +649,13 @@ mod tests {
         .await;
         let pipeline = pipeline_of(&mut session, "SELECT bid.price FROM nexmark WHERE event_type = 2").await;
         let dir = tempfile::tempdir().unwrap();
-        let handle = weir_engine::start(pipeline.graph, pipeline.config, weir_state::StateStore::local(dir.path()).unwrap(), None).unwrap();
+        let handle = weir_engine::start(
+            pipeline.graph,
+            pipeline.config,
+            weir_state::StateStore::local(dir.path()).unwrap(),
+            None,
+        )
+        .unwrap();
         while !handle.is_finished() {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }

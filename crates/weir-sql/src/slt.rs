@@ -10,13 +10,13 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use datafusion::arrow::array::Array;
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::util::display::array_value_to_string;
+use sqllogictest::{DBOutput, DefaultColumnType};
 use weir_engine::testkit::{Delivery, TransactionalSink, TxnLog, rows};
 use weir_engine::{CheckpointStatus, Graph, PipelineConfig};
 use weir_state::StateStore;
-use datafusion::arrow::array::Array;
-use datafusion::arrow::util::display::array_value_to_string;
-use sqllogictest::{DBOutput, DefaultColumnType};
 
 use crate::{Output, Session};
 
@@ -77,7 +77,9 @@ impl sqllogictest::AsyncDB for SltSession {
                                             .iter()
                                             .map(|c| match c.is_null(row) {
                                                 true => "NULL".to_string(),
-                                                false => cell(array_value_to_string(c, row).unwrap_or_else(|e| format!("<{e}>"))),
+                                                false => cell(
+                                                    array_value_to_string(c, row).unwrap_or_else(|e| format!("<{e}>")),
+                                                ),
                                             })
                                             .collect::<Vec<_>>()
                                     })
@@ -116,21 +118,29 @@ impl SltSession {
         let log = TxnLog::new();
         let mut graph = graph.clone();
         let sink_log = log.clone();
-        graph.replace_operator("preview", Arc::new(move |_| Ok(Box::new(TransactionalSink::new(sink_log.clone(), Delivery::ExactlyOnce)))));
+        graph.replace_operator(
+            "preview",
+            Arc::new(move |_| Ok(Box::new(TransactionalSink::new(sink_log.clone(), Delivery::ExactlyOnce)))),
+        );
         let mut config = PipelineConfig::default();
         config.checkpoint.interval = Some(Duration::from_millis(5));
         self.pipelines += 1;
-        let store = StateStore::local(&self.data.path().join(self.pipelines.to_string())).map_err(|e| fail("store", &e))?;
-        let first = weir_engine::start(graph.with_parallelism(2), config.clone(), store.clone(), None).map_err(|e| fail("start at 2", &e))?;
+        let store =
+            StateStore::local(&self.data.path().join(self.pipelines.to_string())).map_err(|e| fail("store", &e))?;
+        let first = weir_engine::start(graph.with_parallelism(2), config.clone(), store.clone(), None)
+            .map_err(|e| fail("start at 2", &e))?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while !first.is_finished() && !first.status().checkpoints.iter().any(|c| c.status == CheckpointStatus::Completed) {
+        while !first.is_finished()
+            && !first.status().checkpoints.iter().any(|c| c.status == CheckpointStatus::Completed)
+        {
             if tokio::time::Instant::now() > deadline {
                 return Err(SltError("the hard way: no checkpoint within 60 s".into()));
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         first.kill().await;
-        let second = weir_engine::start(graph.with_parallelism(3), config, store, None).map_err(|e| fail("start at 3", &e))?;
+        let second =
+            weir_engine::start(graph.with_parallelism(3), config, store, None).map_err(|e| fail("start at 3", &e))?;
         tokio::time::timeout(Duration::from_secs(120), second.wait())
             .await
             .map_err(|_| SltError("the hard way: the restored pipeline did not finish within 120 s".into()))?
@@ -165,7 +175,11 @@ async fn every_slt_file_passes() {
     let mut failures = Vec::new();
     for file in &files {
         let mut runner = sqllogictest::Runner::new(|| async {
-            Ok(SltSession { session: Session::new(), data: tempfile::tempdir().map_err(|e| SltError(e.to_string()))?, pipelines: 0 })
+            Ok(SltSession {
+                session: Session::new(),
+                data: tempfile::tempdir().map_err(|e| SltError(e.to_string()))?,
+                pipelines: 0,
+            })
         });
         if let Err(error) = runner.run_file_async(file).await {
             failures.push(format!("{}: {error}", file.display()));

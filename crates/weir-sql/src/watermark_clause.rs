@@ -50,7 +50,10 @@ fn parse_clause(text: &str) -> std::result::Result<(String, Duration), String> {
     let expected = "expected WATERMARK FOR column AS column - INTERVAL 'n' UNIT";
     let words: Vec<&str> = text.split_whitespace().collect();
     let [watermark, for_, column, as_, rest @ ..] = words.as_slice() else { return Err(expected.to_string()) };
-    if !watermark.eq_ignore_ascii_case("WATERMARK") || !for_.eq_ignore_ascii_case("FOR") || !as_.eq_ignore_ascii_case("AS") {
+    if !watermark.eq_ignore_ascii_case("WATERMARK")
+        || !for_.eq_ignore_ascii_case("FOR")
+        || !as_.eq_ignore_ascii_case("AS")
+    {
         return Err(expected.to_string());
     }
     let column = column.trim_matches('"').to_string();
@@ -63,13 +66,15 @@ fn parse_clause(text: &str) -> std::result::Result<(String, Duration), String> {
         return Ok((column, Duration::ZERO));
     }
     let Some(interval) = rest.strip_prefix('-').map(str::trim) else { return Err(expected.to_string()) };
-    let Some(interval) = interval.get(..8).filter(|k| k.eq_ignore_ascii_case("INTERVAL")).map(|_| interval[8..].trim()) else {
+    let Some(interval) = interval.get(..8).filter(|k| k.eq_ignore_ascii_case("INTERVAL")).map(|_| interval[8..].trim())
+    else {
         return Err(expected.to_string());
     };
     let Some((amount, unit)) = interval.strip_prefix('\'').and_then(|s| s.split_once('\'')) else {
         return Err(expected.to_string());
     };
-    let delay = parse_duration(&format!("{} {}", amount.trim(), unit.trim())).map_err(|e| format!("{e} ({expected})"))?;
+    let delay =
+        parse_duration(&format!("{} {}", amount.trim(), unit.trim())).map_err(|e| format!("{e} ({expected})"))?;
     Ok((column, delay))
 }
 
@@ -120,8 +125,12 @@ mod tests {
         let (text, clauses) = extract(sql).unwrap();
         assert_eq!(text.len(), sql.len());
         assert!(!text.contains("WATERMARK") && !text.contains("TIMESTAMP,"), "{text}");
-        assert_eq!(clauses, vec![WatermarkClause { column: "ts".into(), delay: Duration::from_secs(5), line: 3, col: 3 }]);
-        let (_, plain) = extract("CREATE TABLE t (ts TIMESTAMP, watermark for ts as ts) WITH (connector = 'blackhole')").unwrap();
+        assert_eq!(
+            clauses,
+            vec![WatermarkClause { column: "ts".into(), delay: Duration::from_secs(5), line: 3, col: 3 }]
+        );
+        let (_, plain) =
+            extract("CREATE TABLE t (ts TIMESTAMP, watermark for ts as ts) WITH (connector = 'blackhole')").unwrap();
         assert_eq!(plain[0].delay, Duration::ZERO);
         let (_, other) = extract("CREATE TABLE t (ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '200 ms')").unwrap();
         assert_eq!(other[0].delay, Duration::from_millis(200));
@@ -129,7 +138,8 @@ mod tests {
 
     #[test]
     fn a_malformed_clause_is_a_syntax_error_at_its_position() {
-        let error = extract("CREATE TABLE t (ts TIMESTAMP,\n WATERMARK FOR ts AS other - INTERVAL '5' SECOND)").unwrap_err();
+        let error =
+            extract("CREATE TABLE t (ts TIMESTAMP,\n WATERMARK FOR ts AS other - INTERVAL '5' SECOND)").unwrap_err();
         assert_eq!(
             error.to_string(),
             "SQL syntax error at line 2, column 2: the watermark of 'ts' must be 'ts' minus an interval (expected WATERMARK FOR column AS column - INTERVAL 'n' UNIT)"

@@ -23,10 +23,8 @@ pub fn owned_rows(batch: &RecordBatch, subtask: usize, parallelism: usize) -> Re
         .column_by_name(KEY_HASH_COLUMN)
         .and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
         .ok_or(Error::MissingKeyHash)?;
-    let keep: BooleanArray = hashes
-        .iter()
-        .map(|hash| Some(hash.is_some_and(|h| owner_of(h, parallelism) == subtask)))
-        .collect();
+    let keep: BooleanArray =
+        hashes.iter().map(|hash| Some(hash.is_some_and(|h| owner_of(h, parallelism) == subtask))).collect();
     Ok(filter_record_batch(batch, &keep)?)
 }
 

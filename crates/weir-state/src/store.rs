@@ -137,10 +137,8 @@ impl StateStore {
     pub async fn completed_checkpoints(&self) -> Result<Vec<u64>> {
         let prefix = self.absolute(&Path::from(MANIFESTS));
         let metas: Vec<_> = self.store.list(Some(&prefix)).try_collect().await?;
-        let mut ids: Vec<u64> = metas
-            .iter()
-            .filter_map(|meta| meta.location.filename()?.strip_suffix(".json")?.parse().ok())
-            .collect();
+        let mut ids: Vec<u64> =
+            metas.iter().filter_map(|meta| meta.location.filename()?.strip_suffix(".json")?.parse().ok()).collect();
         ids.sort_unstable();
         Ok(ids)
     }

@@ -109,7 +109,11 @@ fn print_preview(sql: &str, preview: &PreviewBuffer, max_rows: usize) -> anyhow:
     }
     println!("{sql}");
     println!("{}", pretty_format_batches(&shown)?);
-    println!("({} rows{})", shown.iter().map(|b| b.num_rows()).sum::<usize>(), if total > max_rows { ", the latest" } else { "" });
+    println!(
+        "({} rows{})",
+        shown.iter().map(|b| b.num_rows()).sum::<usize>(),
+        if total > max_rows { ", the latest" } else { "" }
+    );
     Ok(())
 }
 

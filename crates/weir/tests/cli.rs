@@ -19,11 +19,8 @@ fn help_lists_the_subcommands() {
 
 #[test]
 fn serve_answers_health_checks() {
-    let mut server = Command::new(WEIR)
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut server =
+        Command::new(WEIR).args(["serve", "--listen", "127.0.0.1:0"]).stdout(Stdio::piped()).spawn().unwrap();
     let mut first_line = String::new();
     BufReader::new(server.stdout.take().unwrap()).read_line(&mut first_line).unwrap();
     let address = first_line.trim().strip_prefix("weir listening on http://").unwrap().to_string();

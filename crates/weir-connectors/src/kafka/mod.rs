@@ -7,6 +7,5 @@ mod wire;
 pub mod test_broker;
 
 pub use transactions::{
-    EndTxnOutcome, PendingTransaction, TransactionDescription, TransactionResult,
-    TransactionsClient,
+    EndTxnOutcome, PendingTransaction, TransactionDescription, TransactionResult, TransactionsClient,
 };

@@ -24,12 +24,13 @@ static BROKER: OnceLock<Result<TestBroker, String>> = OnceLock::new();
 impl TestBroker {
     /// The broker for this test process: `WEIR_KAFKA_BOOTSTRAP`, or tests/kafka/broker.sh's.
     pub fn get() -> Result<&'static TestBroker, String> {
-        BROKER.get_or_init(|| match std::env::var("WEIR_KAFKA_BOOTSTRAP") {
-            Ok(bootstrap) if !bootstrap.is_empty() => Ok(TestBroker { bootstrap }),
-            _ => start_script_broker().map(|bootstrap| TestBroker { bootstrap }),
-        })
-        .as_ref()
-        .map_err(Clone::clone)
+        BROKER
+            .get_or_init(|| match std::env::var("WEIR_KAFKA_BOOTSTRAP") {
+                Ok(bootstrap) if !bootstrap.is_empty() => Ok(TestBroker { bootstrap }),
+                _ => start_script_broker().map(|bootstrap| TestBroker { bootstrap }),
+            })
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     pub fn bootstrap(&self) -> &str {

@@ -101,8 +101,7 @@ impl TransactionsClient {
 
     /// The `host:port` of the transaction coordinator for `transactional_id`.
     pub async fn find_coordinator(&self, transactional_id: &str) -> Result<String> {
-        self.retrying("FindCoordinator", transactional_id, || self.find_coordinator_once(transactional_id))
-            .await
+        self.retrying("FindCoordinator", transactional_id, || self.find_coordinator_once(transactional_id)).await
     }
 
     /// The coordinator's view of `transactional_id`; `None` if it has never seen the id (or
@@ -139,7 +138,11 @@ impl TransactionsClient {
     }
 
     /// Ends `pending` with `result` (EndTxn), as the producer that began it would have.
-    pub async fn end_transaction(&self, pending: &PendingTransaction, result: TransactionResult) -> Result<EndTxnOutcome> {
+    pub async fn end_transaction(
+        &self,
+        pending: &PendingTransaction,
+        result: TransactionResult,
+    ) -> Result<EndTxnOutcome> {
         let id = pending.transactional_id.as_str();
         self.retrying("EndTxn", id, || async {
             let mut conn = self.coordinator_connection(id).await?;

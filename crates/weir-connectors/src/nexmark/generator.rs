@@ -20,9 +20,11 @@ const HOT_BIDDER_RATIO: u64 = 4;
 const IN_FLIGHT_AUCTIONS: u64 = 100;
 const ACTIVE_PEOPLE: u64 = 1000;
 const HOT_CHANNELS: [&str; 4] = ["Google", "Facebook", "Baidu", "Apple"];
-const FIRST_NAMES: [&str; 11] = ["Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah", "Deiter", "Walter"];
+const FIRST_NAMES: [&str; 11] =
+    ["Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah", "Deiter", "Walter"];
 const LAST_NAMES: [&str; 9] = ["Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris"];
-const CITIES: [&str; 10] = ["Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland", "Bend", "Redmond", "Seattle", "Kent", "Cheyenne"];
+const CITIES: [&str; 10] =
+    ["Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland", "Bend", "Redmond", "Seattle", "Kent", "Cheyenne"];
 const STATES: [&str; 6] = ["AZ", "CA", "ID", "OR", "WA", "WY"];
 
 /// The kinds, as the `event_type` column holds them (the Flink suite's numbering).
@@ -267,7 +269,9 @@ impl PersonColumns {
         self.valid.push(here);
         if !here {
             self.id.append_value(0);
-            for column in [&mut self.name, &mut self.email, &mut self.card, &mut self.city, &mut self.state, &mut self.extra] {
+            for column in
+                [&mut self.name, &mut self.email, &mut self.card, &mut self.city, &mut self.state, &mut self.extra]
+            {
                 column.append_value("");
             }
             self.time.append_value(0);
@@ -396,10 +400,21 @@ impl BidColumns {
         let (channel, url) = if random.below(10) > 0 {
             let index = random.below(HOT_CHANNELS.len() as u64);
             let channel = HOT_CHANNELS[index as usize];
-            (channel.to_string(), format!("https://www.nexmark.com/{}/item.htm?query=1&channel_id={index}", channel.to_lowercase()))
+            (
+                channel.to_string(),
+                format!("https://www.nexmark.com/{}/item.htm?query=1&channel_id={index}", channel.to_lowercase()),
+            )
         } else {
             let channel = format!("channel-{}", random.below(10_000));
-            (channel.clone(), format!("https://www.nexmark.com/{}/{}/{}/item.htm?query=1", random.letters(5), random.letters(5), random.letters(5)))
+            (
+                channel.clone(),
+                format!(
+                    "https://www.nexmark.com/{}/{}/{}/item.htm?query=1",
+                    random.letters(5),
+                    random.letters(5),
+                    random.letters(5)
+                ),
+            )
         };
         self.channel.append_value(channel);
         self.url.append_value(url);
@@ -460,10 +475,12 @@ mod tests {
         let auction = batch.column(2).as_struct();
         let bid = batch.column(3).as_struct();
         let person_ids = person.column(0).as_primitive::<Int64Type>();
-        let person_ids: Vec<i64> = (0..batch.num_rows()).filter(|r| person.is_valid(*r)).map(|r| person_ids.value(r)).collect();
+        let person_ids: Vec<i64> =
+            (0..batch.num_rows()).filter(|r| person.is_valid(*r)).map(|r| person_ids.value(r)).collect();
         assert_eq!(person_ids, (1000..1100).collect::<Vec<_>>());
         let auction_ids = auction.column(0).as_primitive::<Int64Type>();
-        let auction_ids: Vec<i64> = (0..batch.num_rows()).filter(|r| auction.is_valid(*r)).map(|r| auction_ids.value(r)).collect();
+        let auction_ids: Vec<i64> =
+            (0..batch.num_rows()).filter(|r| auction.is_valid(*r)).map(|r| auction_ids.value(r)).collect();
         assert_eq!(auction_ids, (1000..1300).collect::<Vec<_>>());
         let bid_auctions = bid.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
         let bidders = bid.column(1).as_any().downcast_ref::<Int64Array>().unwrap();

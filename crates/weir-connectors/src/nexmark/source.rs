@@ -118,7 +118,13 @@ mod tests {
     use super::*;
 
     fn config(events: u64) -> NexmarkConfig {
-        NexmarkConfig { events: Some(events), as_fast_as_possible: true, splits: 6, batch_size: 7, ..NexmarkConfig::default() }
+        NexmarkConfig {
+            events: Some(events),
+            as_fast_as_possible: true,
+            splits: 6,
+            batch_size: 7,
+            ..NexmarkConfig::default()
+        }
     }
 
     fn info(subtask: usize, parallelism: usize) -> SubtaskInfo {
@@ -161,7 +167,8 @@ mod tests {
             seen.extend(drain(&mut source, 10).await);
             snapshots.extend(source.snapshot(1).await.unwrap().remove(0).batches);
         }
-        let restored = RestoredState { checkpoint_id: Some(1), tables: HashMap::from([(POSITIONS.to_string(), snapshots)]) };
+        let restored =
+            RestoredState { checkpoint_id: Some(1), tables: HashMap::from([(POSITIONS.to_string(), snapshots)]) };
         for subtask in 0..3 {
             let mut source = NexmarkSource::new(config(1000));
             source.open(&info(subtask, 3), restored.clone()).await.unwrap();
@@ -181,7 +188,8 @@ mod tests {
 
     #[tokio::test]
     async fn the_rate_paces_the_source_in_wall_clock_time() {
-        let config = NexmarkConfig { events: Some(600), rate: 2_000, splits: 1, batch_size: 100, ..NexmarkConfig::default() };
+        let config =
+            NexmarkConfig { events: Some(600), rate: 2_000, splits: 1, batch_size: 100, ..NexmarkConfig::default() };
         let mut source = NexmarkSource::new(config);
         source.open(&info(0, 1), RestoredState::default()).await.unwrap();
         let started = Instant::now();

@@ -50,10 +50,8 @@ fn start_refuses_a_port_that_is_taken() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
     let cache = scratch("taken");
-    let output = run(
-        &["start"],
-        &[("WEIR_KAFKA_PORT", port.to_string()), ("WEIR_CACHE_DIR", cache.display().to_string())],
-    );
+    let output =
+        run(&["start"], &[("WEIR_KAFKA_PORT", port.to_string()), ("WEIR_CACHE_DIR", cache.display().to_string())]);
     assert!(!output.status.success());
     assert!(stderr(&output).contains(&format!("port {port} on 127.0.0.1 is taken")), "{}", stderr(&output));
 }

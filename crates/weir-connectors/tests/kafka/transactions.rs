@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::ResponseError;
 use rdkafka::config::ClientConfig;
-use rdkafka::error::KafkaError;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
@@ -106,9 +106,7 @@ fn read_to_end(topic: &str, isolation: &str) -> Vec<String> {
     while !partitions_left.is_empty() {
         assert!(Instant::now() < deadline, "{topic}: partitions {partitions_left:?} never reached their end");
         match consumer.poll(Duration::from_millis(100)) {
-            Some(Ok(message)) => {
-                seen.push(String::from_utf8(message.payload().unwrap_or_default().to_vec()).unwrap())
-            }
+            Some(Ok(message)) => seen.push(String::from_utf8(message.payload().unwrap_or_default().to_vec()).unwrap()),
             Some(Err(KafkaError::PartitionEOF(partition))) => {
                 partitions_left.remove(&partition);
             }
@@ -164,7 +162,11 @@ fn a_transaction_over_two_topics_is_all_or_nothing() {
 
     let read_both = |isolation| [read_to_end(&topic_a, isolation), read_to_end(&topic_b, isolation)].concat();
     let mut expected = [payloads("committed-a", 50), payloads("committed-b", 50)].concat();
-    assert_eq!(sorted(read_both("read_committed")), sorted(expected.clone()), "read_committed: the committed records only");
+    assert_eq!(
+        sorted(read_both("read_committed")),
+        sorted(expected.clone()),
+        "read_committed: the committed records only"
+    );
     expected.extend([payloads("aborted-a", 30), payloads("aborted-b", 30)].concat());
     assert_eq!(sorted(read_both("read_uncommitted")), sorted(expected), "read_uncommitted: the aborted ones too");
 }

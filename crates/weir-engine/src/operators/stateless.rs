@@ -43,7 +43,10 @@ impl Stateless {
                 Step::Filter(predicate) => {
                     let mask = predicate.evaluate(&batch).and_then(|v| v.into_array(batch.num_rows()))?;
                     let Some(mask) = mask.as_any().downcast_ref::<BooleanArray>() else {
-                        return Err(Error::Graph(format!("a filter predicate gave {} values, not booleans", mask.data_type())));
+                        return Err(Error::Graph(format!(
+                            "a filter predicate gave {} values, not booleans",
+                            mask.data_type()
+                        )));
                     };
                     filter_record_batch(&batch, mask)?
                 }

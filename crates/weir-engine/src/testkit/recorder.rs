@@ -9,9 +9,9 @@ use datafusion::arrow::array::{Array, StringArray, UInt32Array, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 
+use crate::SubtaskInfo;
 use crate::error::Result;
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
-use crate::SubtaskInfo;
 
 pub const SEEN: &str = "seen";
 
@@ -75,7 +75,8 @@ impl Operator for Recorder {
         let splits: UInt32Array = self.seen.iter().map(|s| s.2).collect();
         let offsets: UInt64Array = self.seen.iter().map(|s| s.3).collect();
         let schema = Self::seen_schema();
-        let columns: Vec<Arc<dyn Array>> = vec![Arc::new(inputs), Arc::new(sources), Arc::new(splits), Arc::new(offsets)];
+        let columns: Vec<Arc<dyn Array>> =
+            vec![Arc::new(inputs), Arc::new(sources), Arc::new(splits), Arc::new(offsets)];
         let batch = RecordBatch::try_new(schema.clone(), columns)?;
         Ok(vec![StateTable { name: SEEN.into(), schema, batches: vec![batch] }])
     }

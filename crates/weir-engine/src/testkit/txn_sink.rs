@@ -136,11 +136,12 @@ impl TxnLog {
         let mut log = self.lock();
         let log = &mut *log;
         if let Some(txn) = log.txns.get_mut(id)
-            && matches!(txn.state, TxnState::Open | TxnState::PreCommitted) {
-                txn.state = TxnState::Aborted;
-                txn.batches.clear();
-                log.aborts += 1;
-            }
+            && matches!(txn.state, TxnState::Open | TxnState::PreCommitted)
+        {
+            txn.state = TxnState::Aborted;
+            txn.batches.clear();
+            log.aborts += 1;
+        }
     }
 
     /// Aborts every unresolved transaction of the owners `owns` accepts.
@@ -193,9 +194,9 @@ impl Operator for TransactionalSink {
             for row in 0..batch.num_rows() {
                 if owns(owners.value(row) as usize) {
                     let checkpoint = restored.checkpoint_id.unwrap_or_default();
-                    self.log.commit(ids.value(row)).map_err(|e| {
-                        info.error(format!("restoring checkpoint {checkpoint}: pending {e}"))
-                    })?;
+                    self.log
+                        .commit(ids.value(row))
+                        .map_err(|e| info.error(format!("restoring checkpoint {checkpoint}: pending {e}")))?;
                 }
             }
         }

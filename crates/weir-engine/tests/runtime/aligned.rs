@@ -73,7 +73,12 @@ async fn an_aligned_snapshot_holds_nothing_after_the_barrier_of_the_fast_input()
             .map(|o| ("fast".to_string(), o))
             .chain((0..slow_position).map(|o| ("slow".to_string(), o)))
             .collect();
-        assert_eq!(seen.len(), expected.len(), "checkpoint {}: fast at {fast_position}, slow at {slow_position}", checkpoint.id);
+        assert_eq!(
+            seen.len(),
+            expected.len(),
+            "checkpoint {}: fast at {fast_position}, slow at {slow_position}",
+            checkpoint.id
+        );
         assert_eq!(seen, expected, "checkpoint {}: exactly the records before the barriers", checkpoint.id);
         partial += usize::from(fast_position < 2_000 && slow_position < 300);
     }

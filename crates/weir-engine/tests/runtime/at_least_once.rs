@@ -21,7 +21,8 @@ async fn at_least_once_never_blocks_and_recovers_with_duplicates_but_no_loss() {
     let mut config = config(CheckpointMode::AtLeastOnce, 20);
     config.checkpoint.retained = 100;
     // Fails once, well after the first checkpoints.
-    let injector = Arc::new(FailureInjector::new([FailurePoint::Batch { operator: "recorder".into(), subtask: 0, nth: 150 }]));
+    let injector =
+        Arc::new(FailureInjector::new([FailurePoint::Batch { operator: "recorder".into(), subtask: 0, nth: 150 }]));
     let handle = start(graph, config, store.clone(), Some(injector.clone())).unwrap();
     let status = finish(handle).await;
     assert!(injector.all_fired());

@@ -21,7 +21,11 @@ fn random_failure(rng: &mut StdRng) -> FailurePoint {
         0 => FailurePoint::Step { step: Step::AfterSnapshotBeforeAck, checkpoint, operator: None },
         1 => FailurePoint::Step { step: Step::AfterManifestBeforeNotify, checkpoint, operator: None },
         2 => FailurePoint::Step { step: Step::MidNotify, checkpoint, operator: None },
-        _ => FailurePoint::Batch { operator: "count".into(), subtask: rng.random_range(0..2), nth: rng.random_range(1..80) },
+        _ => FailurePoint::Batch {
+            operator: "count".into(),
+            subtask: rng.random_range(0..2),
+            nth: rng.random_range(1..80),
+        },
     }
 }
 
@@ -105,7 +109,11 @@ async fn aligned_timeout_is_exactly_once_under_failures() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_failures_the_output_is_the_expected_one_in_every_mode() {
-    for mode in [CheckpointMode::aligned(), CheckpointMode::unaligned(), CheckpointMode::aligned_timeout(Duration::from_millis(2))] {
+    for mode in [
+        CheckpointMode::aligned(),
+        CheckpointMode::unaligned(),
+        CheckpointMode::aligned_timeout(Duration::from_millis(2)),
+    ] {
         assert!(one_run(mode, 7, Vec::new()).await);
     }
 }

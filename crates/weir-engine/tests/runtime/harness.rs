@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use datafusion::arrow::array::{Array, StringArray};
 use weir_engine::testkit::{Delivery, KeyedCounter, ReplayableSource, SourceSpec, Throttle, TransactionalSink, TxnLog};
-use weir_engine::{CheckpointConfig, CheckpointMode, Graph, Partitioning, PipelineConfig, PipelineHandle, RestartPolicy};
+use weir_engine::{
+    CheckpointConfig, CheckpointMode, Graph, Partitioning, PipelineConfig, PipelineHandle, RestartPolicy,
+};
 
 pub fn spec(name: &str, seed: u64, splits: u32, records_per_split: u64, batch_size: usize) -> SourceSpec {
     SourceSpec {
@@ -40,12 +42,27 @@ pub fn config(mode: CheckpointMode, interval_ms: u64) -> PipelineConfig {
 
 pub fn source_node(graph: &mut Graph, spec: &SourceSpec, parallelism: usize) -> weir_engine::NodeId {
     let spec = spec.clone();
-    graph.add_source(&spec.name.clone(), parallelism, Arc::new(move |_| Ok(Box::new(ReplayableSource::new(spec.clone())))))
+    graph.add_source(
+        &spec.name.clone(),
+        parallelism,
+        Arc::new(move |_| Ok(Box::new(ReplayableSource::new(spec.clone())))),
+    )
 }
 
-pub fn sink_node(graph: &mut Graph, name: &str, parallelism: usize, log: &TxnLog, delivery: Delivery) -> weir_engine::NodeId {
+pub fn sink_node(
+    graph: &mut Graph,
+    name: &str,
+    parallelism: usize,
+    log: &TxnLog,
+    delivery: Delivery,
+) -> weir_engine::NodeId {
     let log = log.clone();
-    graph.add_operator(name, parallelism, 1, Arc::new(move |_| Ok(Box::new(TransactionalSink::new(log.clone(), delivery)))))
+    graph.add_operator(
+        name,
+        parallelism,
+        1,
+        Arc::new(move |_| Ok(Box::new(TransactionalSink::new(log.clone(), delivery)))),
+    )
 }
 
 /// sources a and b -> hash(key) -> keyed count (two inputs) -> forward -> transactional sink.

@@ -7,7 +7,9 @@ use weir_engine::testkit::{TxnLog, rows};
 use weir_engine::{CheckpointMode, CheckpointStatus, FailureInjector, FailurePoint, PipelineState, Step, start};
 use weir_state::StateStore;
 
-use crate::harness::{await_completed, config, expected_counts, finish, keyed_count_graph, source_rows, spec, throttled_graph};
+use crate::harness::{
+    await_completed, config, expected_counts, finish, keyed_count_graph, source_rows, spec, throttled_graph,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_checkpoints_in_flight_at_once_both_complete() {
@@ -42,16 +44,24 @@ async fn a_failing_snapshot_write_aborts_that_checkpoint_and_the_pipeline_goes_o
         checkpoint: Some(2),
         operator: Some("count".into()),
     }]));
-    let handle =
-        start(keyed_count_graph(&a, &b, 2, &log), config(CheckpointMode::aligned(), 10), StateStore::local(dir.path()).unwrap(), Some(injector.clone()))
-            .unwrap();
+    let handle = start(
+        keyed_count_graph(&a, &b, 2, &log),
+        config(CheckpointMode::aligned(), 10),
+        StateStore::local(dir.path()).unwrap(),
+        Some(injector.clone()),
+    )
+    .unwrap();
     let status = finish(handle).await;
     assert!(injector.all_fired());
     assert_eq!(status.restarts, 0, "a declined checkpoint is not a failure");
     let second = status.checkpoints.iter().find(|c| c.id == 2).unwrap();
     assert!(matches!(&second.status, CheckpointStatus::Aborted(reason) if reason.contains("injected")), "{second:?}");
     assert!(status.checkpoints.iter().any(|c| c.id > 2 && c.status == CheckpointStatus::Completed));
-    assert_eq!(rows(&log.committed()), expected_counts(&[&a, &b]), "the aborted checkpoint's records are committed by the next");
+    assert_eq!(
+        rows(&log.committed()),
+        expected_counts(&[&a, &b]),
+        "the aborted checkpoint's records are committed by the next"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

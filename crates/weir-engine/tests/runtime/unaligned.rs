@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir_engine::testkit::{TxnLog, rows};
-use weir_engine::{CheckpointMode, CheckpointReport, CheckpointStatus, FailureInjector, FailurePoint, Graph, Step, start};
+use weir_engine::{
+    CheckpointMode, CheckpointReport, CheckpointStatus, FailureInjector, FailurePoint, Graph, Step, start,
+};
 use weir_state::StateStore;
 
 use crate::harness::{config, finish, source_rows, spec, throttled_graph};
@@ -53,14 +55,25 @@ async fn an_unaligned_checkpoint_overtakes_full_queues_and_its_data_is_replayed_
     let mut durations: Vec<u64> = checkpoints.iter().filter(|c| c.inflight_rows > 0).map(|c| c.duration_ms).collect();
     durations.sort_unstable();
     let median = durations[durations.len() / 2];
-    assert!(median * 4 < drain_ms, "unaligned checkpoints took {durations:?} ms; the queues take {drain_ms} ms to drain");
+    assert!(
+        median * 4 < drain_ms,
+        "unaligned checkpoints took {durations:?} ms; the queues take {drain_ms} ms to drain"
+    );
     assert_eq!(status.restored_from, Some(3));
     let committed = rows(&log.committed());
     let expected = source_rows(&source);
     let missing: Vec<&String> = expected.iter().filter(|r| committed.binary_search(r).is_err()).take(5).collect();
     let mut duplicates = committed.clone();
     duplicates.dedup();
-    assert_eq!(committed, expected, "every record exactly once: {} committed, {} expected, {} distinct, missing e.g. {missing:?}; {:?}", committed.len(), expected.len(), duplicates.len(), status.checkpoints);
+    assert_eq!(
+        committed,
+        expected,
+        "every record exactly once: {} committed, {} expected, {} distinct, missing e.g. {missing:?}; {:?}",
+        committed.len(),
+        expected.len(),
+        duplicates.len(),
+        status.checkpoints
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
