@@ -190,14 +190,17 @@ status() {
 }
 
 # One start/stop at a time per port: test processes may ask for the broker concurrently.
-mkdir -p "$CACHE_DIR"
-exec 9>"$CACHE_DIR/broker-$PORT.lock"
-flock 9
+# (status only reads, and takes no lock.)
+if [[ ${1:-} != status ]]; then
+  mkdir -p "$CACHE_DIR"
+  exec 9>"$CACHE_DIR/broker-$PORT.lock"
+  flock 9
+fi
 
 case "${1:-}" in
   start) start ;;
   stop) stop ;;
   status) status ;;
-  clean) stop; rm -rf "$RUN_DIR"; echo "broker.sh: removed $RUN_DIR" >&2 ;;
+  clean) stop; rm -rf "$RUN_DIR" "$CACHE_DIR/broker-$PORT.lock"; echo "broker.sh: removed $RUN_DIR" >&2 ;;
   *) echo "usage: $0 start|stop|status|clean" >&2; exit 2 ;;
 esac
