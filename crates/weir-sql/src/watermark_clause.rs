@@ -29,15 +29,43 @@ fn clause_error(sql: &str, offset: usize, message: String) -> Error {
     Error::Syntax { message, line, column }
 }
 
-/// Finds "WATERMARK FOR" (any case, whole words) at or after `from`.
-fn find_clause(upper: &str, from: usize) -> Option<usize> {
+/// Byte offsets of the text that is SQL code: not inside a string, a quoted identifier or a
+/// comment.
+fn code_positions(sql: &str) -> Vec<bool> {
+    let bytes = sql.as_bytes();
+    let mut code = vec![true; bytes.len()];
+    let mut i = 0;
+    while i < bytes.len() {
+        let skip_to = match bytes[i] {
+            quote @ (b'\'' | b'"') => {
+                bytes[i + 1..].iter().position(|b| *b == quote).map_or(bytes.len(), |p| i + p + 2)
+            }
+            b'-' if bytes.get(i + 1) == Some(&b'-') => {
+                bytes[i..].iter().position(|b| *b == b'\n').map_or(bytes.len(), |p| i + p)
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => sql[i + 2..].find("*/").map_or(bytes.len(), |p| i + 2 + p + 2),
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        for flag in &mut code[i..skip_to.min(bytes.len())] {
+            *flag = false;
+        }
+        i = skip_to;
+    }
+    code
+}
+
+/// Finds "WATERMARK FOR" (any case, whole words, in code) at or after `from`.
+fn find_clause(upper: &str, code: &[bool], from: usize) -> Option<usize> {
     let mut start = from;
     while let Some(found) = upper[start..].find("WATERMARK") {
         let at = start + found;
         let before_ok = at == 0 || !upper.as_bytes()[at - 1].is_ascii_alphanumeric();
         let rest = &upper[at + "WATERMARK".len()..];
         let after = rest.trim_start();
-        if before_ok && rest.len() > after.len() && after.starts_with("FOR") {
+        if code[at] && before_ok && rest.len() > after.len() && after.starts_with("FOR") {
             return Some(at);
         }
         start = at + 1;
@@ -81,10 +109,11 @@ fn parse_clause(text: &str) -> std::result::Result<(String, Duration), String> {
 /// Blanks every WATERMARK FOR clause (with the comma before it) and returns the clauses.
 pub fn extract(sql: &str) -> Result<(String, Vec<WatermarkClause>)> {
     let upper = sql.to_ascii_uppercase();
+    let code = code_positions(sql);
     let mut text = sql.to_string();
     let mut clauses = Vec::new();
     let mut from = 0;
-    while let Some(start) = find_clause(&upper, from) {
+    while let Some(start) = find_clause(&upper, &code, from) {
         // The clause runs to the next ',' or ')' outside parentheses and quotes.
         let (mut depth, mut quoted, mut end) = (0i32, false, sql.len());
         for (i, c) in sql[start..].char_indices() {
@@ -145,7 +174,9 @@ mod tests {
             "SQL syntax error at line 2, column 2: the watermark of 'ts' must be 'ts' minus an interval (expected WATERMARK FOR column AS column - INTERVAL 'n' UNIT)"
         );
         assert!(extract("CREATE TABLE t (ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '5' FORTNIGHTS)").is_err());
-        // A column named like the keyword is no clause.
+        // A column named like the keyword, a comment or a string is no clause.
         assert_eq!(extract("SELECT watermarks FROM t").unwrap().1, vec![]);
+        let commented = "-- uses WATERMARK FOR ts\nSELECT 'WATERMARK FOR x' /* WATERMARK FOR y */ FROM t";
+        assert_eq!(extract(commented).unwrap(), (commented.to_string(), vec![]));
     }
 }
