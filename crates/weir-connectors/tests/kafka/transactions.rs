@@ -185,7 +185,14 @@ fn child_producer_left_pending() {
     };
     let producer = transactional_producer(&transactional_id, timeout_ms.parse().unwrap());
     producer.begin_transaction().unwrap();
-    produce(&producer, &topic, &payloads("pending", 100));
+    // Over every partition, so the open transaction pins each one's last stable offset (left
+    // to itself, librdkafka's sticky partitioner may put all 100 in one partition).
+    let metadata = producer.client().fetch_metadata(Some(&topic), TIMEOUT).unwrap();
+    let partitions = metadata.topics()[0].partitions().len() as i32;
+    for (i, payload) in payloads("pending", 100).iter().enumerate() {
+        producer.send(BaseRecord::<(), _>::to(&topic).payload(payload).partition(i as i32 % partitions)).unwrap();
+    }
+    producer.flush(TIMEOUT).unwrap();
     let pending = record_pending(&transactional_id, &producer);
     println!("PENDING {} {} {}", pending.transactional_id, pending.producer_id, pending.producer_epoch);
     std::thread::sleep(Duration::from_secs(600));
