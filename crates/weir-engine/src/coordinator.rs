@@ -178,10 +178,12 @@ impl Coordinator {
             return Ok(false);
         }
         self.status.checkpoint(report(&checkpoint, CheckpointStatus::Completed));
+        fail::fail_point!("weir::after_manifest_before_notify", |_| crash("after_manifest_before_notify", id));
         self.step(Step::AfterManifestBeforeNotify, id)?;
         let half = self.tasks.len() / 2;
         for (index, task) in self.tasks.iter().enumerate() {
             if index == half {
+                fail::fail_point!("weir::mid_notify", |_| crash("mid_notify", id));
                 self.step(Step::MidNotify, id)?;
             }
             let _ = task.control.send(Control::Complete(id));
@@ -232,6 +234,14 @@ async fn retain(store: StateStore, retained: usize) {
     if let Err(error) = store.retain_last(retained).await {
         tracing::warn!(%error, "removing old checkpoints failed; the next checkpoint tries again");
     }
+}
+
+/// A failpoint's "return": the process dies on the spot, as with SIGKILL (no unwinding, no
+/// destructors, nothing flushed).
+#[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
+fn crash(step: &str, checkpoint: u64) -> ! {
+    eprintln!("failpoint weir::{step}: aborting the process at checkpoint {checkpoint}");
+    std::process::abort()
 }
 
 fn report(checkpoint: &InFlight, status: CheckpointStatus) -> CheckpointReport {

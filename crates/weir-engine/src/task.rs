@@ -730,6 +730,10 @@ impl Task {
             let event = match written {
                 Ok((files, inflight_bytes)) => {
                     let state_bytes = files.iter().filter(|f| !f.table.starts_with("_inflight")).map(|f| f.bytes).sum();
+                    fail::fail_point!("weir::after_snapshot_before_ack", |_| {
+                        eprintln!("failpoint weir::after_snapshot_before_ack: aborting the process at checkpoint {id}");
+                        std::process::abort()
+                    });
                     if let Some(Err(error)) =
                         injector.as_ref().map(|i| i.on_step(Step::AfterSnapshotBeforeAck, id, Some(&head.operator)))
                     {

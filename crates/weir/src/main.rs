@@ -48,6 +48,9 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
         .with_writer(std::io::stderr)
         .init();
+    // With the `failpoints` feature, FAILPOINTS=name=action;... arms the named failpoints.
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     match Cli::parse().command {
         Command::Serve { listen } => weir_server::serve(listen, |bound| println!("weir listening on http://{bound}"))
             .await

@@ -66,7 +66,8 @@ pub async fn run_file(path: &Path, options: &RunOptions) -> anyhow::Result<()> {
                 failed = true;
                 continue;
             }
-            println!("pipeline {} finished: {completed} checkpoints", pipeline.number);
+            let resumed = status.restored_from.map(|id| format!(", resumed from checkpoint {id}")).unwrap_or_default();
+            println!("pipeline {} finished: {completed} checkpoints{resumed}", pipeline.number);
         } else {
             pipeline.handle.kill().await;
             println!("pipeline {} stopped after {completed} checkpoints; --resume continues it", pipeline.number);

@@ -80,3 +80,35 @@ fn run_reports_a_sql_error_with_its_position() {
     assert!(stderr.contains("SQL syntax error at line 2, column 1"), "{stderr}");
     assert!(stderr.contains("bad.sql"), "{stderr}");
 }
+
+/// The process dies at an exact step (a failpoint aborts it right after checkpoint 2's manifest
+/// is written); started again with --resume, it continues from that checkpoint.
+#[test]
+fn a_process_killed_after_a_manifest_resumes_from_that_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("paced.sql");
+    std::fs::write(
+        &file,
+        "CREATE TABLE nexmark WITH (connector = 'nexmark', events = '20000', rate = '20000');
+         SET checkpoint.interval = '100 ms';
+         SELECT bid.auction FROM nexmark WHERE event_type = 2;",
+    )
+    .unwrap();
+    let run = |resume: bool, failpoints: &str| {
+        let mut command = Command::new(WEIR);
+        command.arg("run").arg(&file).arg("--data-dir").arg(dir.path()).env("FAILPOINTS", failpoints);
+        if resume {
+            command.arg("--resume");
+        }
+        command.output().unwrap()
+    };
+    let crashed = run(false, "weir::after_manifest_before_notify=1*off->return");
+    assert!(!crashed.status.success());
+    let stderr = String::from_utf8_lossy(&crashed.stderr);
+    assert!(stderr.contains("aborting the process at checkpoint 2"), "{stderr}");
+
+    let resumed = run(true, "");
+    let stdout = String::from_utf8_lossy(&resumed.stdout);
+    assert!(resumed.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&resumed.stderr));
+    assert!(stdout.contains("resumed from checkpoint 2"), "{stdout}");
+}
