@@ -180,6 +180,8 @@ pub(crate) struct Task {
     watermark: i64,
     next_input: usize,
     phase: Phase,
+    /// The chain's operators were told all input is in (`finish`).
+    finished: bool,
     writes: JoinSet<()>,
 }
 
@@ -203,6 +205,7 @@ impl Task {
             watermark: i64::MIN,
             next_input: 0,
             phase: Phase::Running,
+            finished: false,
             writes: JoinSet::new(),
         }
     }
@@ -372,6 +375,9 @@ impl Task {
         if self.source.is_none() || self.phase == Phase::Ended {
             return Ok(());
         }
+        if barrier.is_final {
+            self.finish_chain().await?;
+        }
         let tables = self.snapshot_chain(barrier.checkpoint_id).await?;
         let inflight_out = self.forward_barrier(barrier, barrier.overtakes());
         let taken = TakenSnapshot { tables, inflight_in: BTreeMap::new(), inflight_out, alignment: Duration::ZERO };
@@ -507,14 +513,24 @@ impl Task {
         if self.phase == Phase::Ended {
             return Ok(());
         }
+        self.finish_chain().await?;
+        self.emit_control(Message::End);
+        self.phase = Phase::Ended;
+        self.send(TaskEvent::Ended);
+        Ok(())
+    }
+
+    /// Lets every operator of the chain emit what it still holds (all input is in), once.
+    async fn finish_chain(&mut self) -> Result<()> {
+        if self.finished {
+            return Ok(());
+        }
+        self.finished = true;
         for index in 0..self.members.len() {
             let mut out = Collector::default();
             self.members[index].operator.finish(&mut out).await?;
             self.forward_through_chain(index + 1, out).await?;
         }
-        self.emit_control(Message::End);
-        self.phase = Phase::Ended;
-        self.send(TaskEvent::Ended);
         Ok(())
     }
 
@@ -592,6 +608,11 @@ impl Task {
         }
         let barrier = alignment.barrier;
         if alignment.taken.is_none() {
+            // The final barrier follows every record: what the operators emit on finishing
+            // belongs before it, in the final checkpoint's transactions.
+            if barrier.is_final {
+                self.finish_chain().await?;
+            }
             let tables = self.snapshot_chain(id).await?;
             let inflight_out = self.forward_barrier(barrier, false);
             if let Some(alignment) = self.alignments.get_mut(&id) {

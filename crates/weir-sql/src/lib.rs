@@ -11,6 +11,7 @@ pub mod session;
 #[cfg(test)]
 mod slt;
 pub mod watermark_clause;
+pub mod window_functions;
 
 pub use error::{Error, Result};
 pub use session::{Output, PlannedPipeline, Session};

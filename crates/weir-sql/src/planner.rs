@@ -7,16 +7,22 @@
 
 use std::sync::Arc;
 
-use datafusion::common::DFSchema;
+use datafusion::common::{Column, DFSchema};
 use datafusion::execution::SessionState;
+use datafusion::logical_expr::Expr;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion::physical_expr::aggregate::LoweredAggregateBuilder;
 use weir_connectors::nexmark::{NexmarkConfig, NexmarkSource};
-use weir_engine::operators::{Blackhole, PreviewBuffer, PreviewSink, Stateless, Step, WatermarkAssigner};
+use weir_engine::operators::{
+    Blackhole, PreviewBuffer, PreviewSink, Stateless, Step, TumblingWindow, WatermarkAssigner,
+};
 use weir_engine::{Graph, Partitioning};
 
 use crate::catalog::TableDef;
 use crate::error::Result;
 use crate::plan_err;
+use crate::window_functions::{TUMBLE, interval_ms};
 
 /// Where a pipeline's results go.
 #[derive(Debug, Clone)]
@@ -27,10 +33,90 @@ pub enum SinkTarget {
     Table(TableDef),
 }
 
-/// The source table and the stateless steps above it.
+/// A tumbling-window aggregate in the plan, and the stateless steps after it.
+struct WindowStage {
+    operator: TumblingWindow,
+    /// Columns the input is hash-partitioned by: the window and the keys.
+    partition: Vec<String>,
+    after: Vec<Step>,
+}
+
+/// The source table, the stateless steps above it, and an optional window stage.
 struct Stages {
     table: String,
     steps: Vec<Step>,
+    window: Option<WindowStage>,
+}
+
+impl Stages {
+    /// Where a new stateless step goes: after the window if there is one.
+    fn push(&mut self, step: Step) {
+        match &mut self.window {
+            Some(window) => window.after.push(step),
+            None => self.steps.push(step),
+        }
+    }
+}
+
+/// `GROUP BY tumble(ts, INTERVAL ...), keys...`: a pre-projection appends the group values as
+/// columns to the input (whose columns keep their places, so the aggregate arguments still
+/// point at them), the input is partitioned by those columns, and a `TumblingWindow` runs the
+/// DataFusion accumulators.
+fn window_stage(
+    aggregate: &datafusion::logical_expr::Aggregate,
+    state: &SessionState,
+    below: &mut Stages,
+) -> Result<WindowStage> {
+    if below.window.is_some() {
+        plan_err!("an aggregate over an aggregate is not supported yet");
+    }
+    let Some(Expr::ScalarFunction(first)) = aggregate.group_expr.first() else {
+        plan_err!("GROUP BY without a window is not supported yet: group by tumble(time, INTERVAL '...') first");
+    };
+    if first.name() != TUMBLE {
+        plan_err!("GROUP BY {} is not supported yet: group by tumble(time, INTERVAL '...') first", first.name());
+    }
+    let size = match first.args.get(1) {
+        Some(Expr::Literal(value, _)) => interval_ms(value),
+        _ => None,
+    };
+    let Some(size_ms) = size else {
+        plan_err!("tumble's size must be a fixed interval literal, such as INTERVAL '10' SECOND")
+    };
+    let input = aggregate.input.schema();
+    let input_arrow = input.as_arrow().clone();
+    let mut exprs = Vec::new();
+    let mut fields: Vec<datafusion::arrow::datatypes::FieldRef> = input_arrow.fields().iter().cloned().collect();
+    for i in 0..input.fields().len() {
+        let (qualifier, field) = input.qualified_field(i);
+        let column = Expr::Column(Column::new(qualifier.cloned(), field.name()));
+        exprs.push(state.create_physical_expr(column, input)?);
+    }
+    let mut group_columns = Vec::new();
+    for (i, group) in aggregate.group_expr.iter().enumerate() {
+        if i > 0 && matches!(group, Expr::ScalarFunction(f) if f.name() == TUMBLE) {
+            plan_err!("GROUP BY may hold one window, first");
+        }
+        let name = format!("__group_{i}");
+        let data_type = aggregate.schema.field(i).data_type().clone();
+        exprs.push(state.create_physical_expr(group.clone(), input)?);
+        fields.push(Arc::new(datafusion::arrow::datatypes::Field::new(&name, data_type, true)));
+        group_columns.push(name);
+    }
+    below.steps.push(Step::Project { exprs, schema: Arc::new(datafusion::arrow::datatypes::Schema::new(fields)) });
+    let mut aggregates = Vec::new();
+    for expr in &aggregate.aggr_expr {
+        let planning = PhysicalPlanningContext::default();
+        let lowered =
+            LoweredAggregateBuilder::new(expr, input, &input_arrow, state.execution_props(), &planning).build()?;
+        if lowered.filter.is_some() || !lowered.order_bys.is_empty() {
+            plan_err!("{expr}: FILTER and ORDER BY inside an aggregate are not supported yet");
+        }
+        aggregates.push(lowered.aggregate);
+    }
+    let output = Arc::new(aggregate.schema.as_arrow().clone());
+    let operator = TumblingWindow::new(group_columns.clone(), size_ms, aggregates, output);
+    Ok(WindowStage { operator, partition: group_columns, after: Vec::new() })
 }
 
 fn stages(plan: &LogicalPlan, state: &SessionState) -> Result<Stages> {
@@ -47,18 +133,18 @@ fn stages(plan: &LogicalPlan, state: &SessionState) -> Result<Stages> {
                     .iter()
                     .map(|&i| {
                         let (qualifier, field) = source.qualified_field(i);
-                        let column = datafusion::common::Column::new(qualifier.cloned(), field.name());
-                        state.create_physical_expr(datafusion::logical_expr::Expr::Column(column), &source)
+                        let column = Column::new(qualifier.cloned(), field.name());
+                        state.create_physical_expr(Expr::Column(column), &source)
                     })
                     .collect::<datafusion::error::Result<_>>()?;
                 steps.push(Step::Project { exprs, schema: Arc::new(scan.projected_schema.as_arrow().clone()) });
             }
-            Ok(Stages { table, steps })
+            Ok(Stages { table, steps, window: None })
         }
         LogicalPlan::Filter(filter) => {
             let mut below = stages(&filter.input, state)?;
             let predicate = state.create_physical_expr(filter.predicate.clone(), filter.input.schema())?;
-            below.steps.push(Step::Filter(predicate));
+            below.push(Step::Filter(predicate));
             Ok(below)
         }
         LogicalPlan::Projection(projection) => {
@@ -68,10 +154,15 @@ fn stages(plan: &LogicalPlan, state: &SessionState) -> Result<Stages> {
                 .iter()
                 .map(|e| state.create_physical_expr(e.clone(), projection.input.schema()))
                 .collect::<datafusion::error::Result<_>>()?;
-            below.steps.push(Step::Project { exprs, schema: Arc::new(projection.schema.as_arrow().clone()) });
+            below.push(Step::Project { exprs, schema: Arc::new(projection.schema.as_arrow().clone()) });
             Ok(below)
         }
         LogicalPlan::SubqueryAlias(alias) => stages(&alias.input, state),
+        LogicalPlan::Aggregate(aggregate) => {
+            let mut below = stages(&aggregate.input, state)?;
+            below.window = Some(window_stage(aggregate, state, &mut below)?);
+            Ok(below)
+        }
         other => plan_err!(
             "{} is not supported yet: weir plans projections and filters over one table so far (windows, aggregates and joins are being built)",
             other.display()
@@ -87,7 +178,7 @@ pub fn build_graph(
     sink: &SinkTarget,
     parallelism: usize,
 ) -> Result<Graph> {
-    let Stages { table, steps } = stages(plan, state)?;
+    let Stages { table, steps, window } = stages(plan, state)?;
     let Some(source_table) = table_of(&table) else { plan_err!("there is no table named '{table}'") };
     let mut graph = Graph::new();
     let source = match source_table.connector.connector.as_str() {
@@ -129,8 +220,20 @@ pub fn build_graph(
         None => source,
     };
     let select = Stateless::new(steps);
-    let select = graph.add_operator("select", parallelism, 1, Arc::new(move |_| Ok(Box::new(select.clone()))));
+    let mut select = graph.add_operator("select", parallelism, 1, Arc::new(move |_| Ok(Box::new(select.clone()))));
     graph.connect(source, select, 0, Partitioning::Forward);
+    if let Some(WindowStage { operator, partition, after }) = window {
+        if source_table.event_time.is_none() {
+            plan_err!(
+                "windows need event time: declare it on '{table}' with WATERMARK FOR column AS column - INTERVAL '...'"
+            );
+        }
+        let window = graph.add_operator("window", parallelism, 1, Arc::new(move |_| Ok(Box::new(operator.clone()))));
+        graph.connect(select, window, 0, Partitioning::Hash(partition));
+        let after = Stateless::new(after);
+        select = graph.add_operator("project", parallelism, 1, Arc::new(move |_| Ok(Box::new(after.clone()))));
+        graph.connect(window, select, 0, Partitioning::Forward);
+    }
     let sink_node = match sink {
         SinkTarget::Preview(buffer) => {
             let buffer = buffer.clone();

@@ -148,7 +148,7 @@ impl SltSession {
         let (expected, got) = (rows(straight), rows(&log.committed()));
         if expected != got {
             return Err(SltError(format!(
-                "the hard way (parallelism 2, killed after a checkpoint, restored at 3) gave {} rows, the straight run {}: {sql}",
+                "the hard way (parallelism 2, killed after a checkpoint, restored at 3) gave {} rows, the straight run {}: {sql}\nhard way: {got:?}\nstraight: {expected:?}",
                 got.len(),
                 expected.len()
             )));

@@ -3,8 +3,10 @@
 
 pub mod sinks;
 pub mod stateless;
+pub mod tumbling_window;
 pub mod watermark;
 
 pub use sinks::{Blackhole, PreviewBuffer, PreviewSink};
 pub use stateless::{Stateless, Step};
+pub use tumbling_window::TumblingWindow;
 pub use watermark::WatermarkAssigner;
