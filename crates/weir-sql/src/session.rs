@@ -587,19 +587,25 @@ mod tests {
     /// The streaming answer equals DataFusion's batch answer over the same events.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_stateless_query_streams_the_batch_answer() {
+        let query = "SELECT bid.auction AS auction, bid.price * 908 / 1000 AS price, upper(bid.channel) AS channel \
+                     FROM nexmark WHERE event_type = 2 AND bid.auction % 7 = 0";
+        let setup = "CREATE TABLE nexmark WITH (connector = 'nexmark', events = '20000', as_fast_as_possible = 'true', splits = '4', batch_size = '500');
+                     SET parallelism = 2; SET checkpoint.interval = '20 ms'";
+        let (streamed, batch) = streamed_and_batch(setup, query, 20_000).await;
+        assert!(!batch.is_empty());
+        assert_eq!(streamed, batch);
+    }
+
+    /// Rows of `query` run as a pipeline after `setup` (which creates a Nexmark table of
+    /// `events`), and rows of the same query run by DataFusion as a batch query over the same
+    /// events (with weir's window functions registered).
+    async fn streamed_and_batch(setup: &str, query: &str, events: u64) -> (Vec<String>, Vec<String>) {
         use datafusion::datasource::MemTable;
         use weir_connectors::nexmark::{NexmarkConfig, NexmarkGenerator};
         use weir_engine::testkit::rows;
 
-        let query = "SELECT bid.auction AS auction, bid.price * 908 / 1000 AS price, upper(bid.channel) AS channel \
-                     FROM nexmark WHERE event_type = 2 AND bid.auction % 7 = 0";
         let mut session = Session::new();
-        run(
-            &mut session,
-            "CREATE TABLE nexmark WITH (connector = 'nexmark', events = '20000', as_fast_as_possible = 'true', splits = '4', batch_size = '500');
-             SET parallelism = 2; SET checkpoint.interval = '20 ms'",
-        )
-        .await;
+        run(&mut session, setup).await;
         let pipeline = pipeline_of(&mut session, query).await;
         let preview = pipeline.preview.clone().unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -607,16 +613,18 @@ mod tests {
         weir_engine::start(pipeline.graph, pipeline.config, store, None).unwrap().wait().await.unwrap();
         let streamed = rows(&preview.batches());
 
-        let events = NexmarkGenerator::new(NexmarkConfig { events: Some(20_000), ..NexmarkConfig::default() })
-            .batch(&(0..20_000).collect::<Vec<_>>())
+        let events = NexmarkGenerator::new(NexmarkConfig { events: Some(events), ..NexmarkConfig::default() })
+            .batch(&(0..events).collect::<Vec<_>>())
             .unwrap();
         let context = SessionContext::new();
-        let table = MemTable::try_new(events.schema(), vec![vec![events]]).unwrap();
-        context.register_table("nexmark", Arc::new(table)).unwrap();
+        for function in crate::window_functions::window_functions() {
+            context.register_udf(function);
+        }
+        context
+            .register_table("nexmark", Arc::new(MemTable::try_new(events.schema(), vec![vec![events]]).unwrap()))
+            .unwrap();
         let batch = rows(&context.sql(query).await.unwrap().collect().await.unwrap());
-        assert!(!batch.is_empty());
-        assert_eq!(streamed.len(), batch.len());
-        assert_eq!(streamed, batch);
+        (streamed, batch)
     }
 
     #[tokio::test]
@@ -679,41 +687,15 @@ mod tests {
     /// time, 40 ms of event time per batch; later records would be dropped as late.)
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn window_results_equal_the_batch_answer() {
-        use datafusion::datasource::MemTable;
-        use weir_connectors::nexmark::{NexmarkConfig, NexmarkGenerator};
-        use weir_engine::testkit::rows;
-
         let query = "SELECT tumble(date_time, INTERVAL '100' MILLISECOND) AS window_start, auction.category AS category, \
                      count(*) AS auctions, sum(auction.initial_bid) AS initial, avg(auction.reserve) AS reserve, \
                      max(auction.seller) AS seller, count(DISTINCT auction.seller) AS sellers \
                      FROM nexmark WHERE event_type = 1 \
                      GROUP BY tumble(date_time, INTERVAL '100' MILLISECOND), auction.category";
-        let mut session = Session::new();
-        run(
-            &mut session,
-            "CREATE TABLE nexmark (WATERMARK FOR date_time AS date_time - INTERVAL '100' MILLISECOND) \
+        let setup = "CREATE TABLE nexmark (WATERMARK FOR date_time AS date_time - INTERVAL '100' MILLISECOND) \
              WITH (connector = 'nexmark', events = '20000', as_fast_as_possible = 'true', splits = '4', batch_size = '100');
-             SET parallelism = 2; SET checkpoint.interval = '20 ms'",
-        )
-        .await;
-        let pipeline = pipeline_of(&mut session, query).await;
-        let preview = pipeline.preview.clone().unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let store = weir_state::StateStore::local(dir.path()).unwrap();
-        weir_engine::start(pipeline.graph, pipeline.config, store, None).unwrap().wait().await.unwrap();
-        let streamed = rows(&preview.batches());
-
-        let events = NexmarkGenerator::new(NexmarkConfig { events: Some(20_000), ..NexmarkConfig::default() })
-            .batch(&(0..20_000).collect::<Vec<_>>())
-            .unwrap();
-        let context = SessionContext::new();
-        for function in crate::window_functions::window_functions() {
-            context.register_udf(function);
-        }
-        context
-            .register_table("nexmark", Arc::new(MemTable::try_new(events.schema(), vec![vec![events]]).unwrap()))
-            .unwrap();
-        let batch = rows(&context.sql(query).await.unwrap().collect().await.unwrap());
+             SET parallelism = 2; SET checkpoint.interval = '20 ms'";
+        let (streamed, batch) = streamed_and_batch(setup, query, 20_000).await;
         assert_eq!(batch.len(), 20 * 5, "20 windows of 100 ms, 5 categories");
         assert_eq!(streamed, batch);
     }
