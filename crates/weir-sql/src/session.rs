@@ -336,7 +336,7 @@ impl Session {
                 plan_err!("INSERT INTO {}: the query gives {produced} columns, the table has {expected}", target.name);
             }
         }
-        let config = self.pipeline_config()?;
+        let config = self.pipeline_config();
         let parallelism = self.option("parallelism").and_then(|p| p.parse().ok()).unwrap_or(1);
         let graph = build_graph(&plan, &state, |name| self.catalog.tables.get(name).cloned(), sink, parallelism)?;
         Ok((graph, config))
@@ -372,7 +372,7 @@ impl Session {
     }
 
     /// The runtime configuration the `SET` options describe.
-    fn pipeline_config(&self) -> Result<PipelineConfig> {
+    fn pipeline_config(&self) -> PipelineConfig {
         let mut config = PipelineConfig::default();
         let checkpoint = &mut config.checkpoint;
         let duration = |name: &str| self.option(name).and_then(|v| parse_duration(v).ok());
@@ -394,7 +394,7 @@ impl Session {
         if let Some(n) = self.option("checkpoint.retained").and_then(|v| v.parse().ok()) {
             checkpoint.retained = n;
         }
-        Ok(config)
+        config
     }
 
     /// The pipeline option `name` as set, if it was.

@@ -49,12 +49,12 @@ impl SourceSpec {
     }
 
     /// Every record the source produces, for a failure-free expected output.
-    pub fn all_records(&self) -> RecordBatch {
+    pub fn all_records(&self) -> Result<RecordBatch> {
         let positions = (0..self.splits).flat_map(|s| (0..self.records_per_split).map(move |o| (s, o)));
         self.batch(positions.collect())
     }
 
-    fn batch(&self, positions: Vec<(u32, u64)>) -> RecordBatch {
+    fn batch(&self, positions: Vec<(u32, u64)>) -> Result<RecordBatch> {
         let sources = StringArray::from(vec![self.name.as_str(); positions.len()]);
         let splits: UInt32Array = positions.iter().map(|p| p.0).collect();
         let offsets: UInt64Array = positions.iter().map(|p| p.1).collect();
@@ -62,7 +62,7 @@ impl SourceSpec {
         let values: Int64Array = positions.iter().map(|&(s, o)| (u64::from(s) * 1_000_000 + o) as i64).collect();
         let columns: Vec<Arc<dyn Array>> =
             vec![Arc::new(sources), Arc::new(splits), Arc::new(offsets), Arc::new(keys), Arc::new(values)];
-        RecordBatch::try_new(Self::schema(), columns).unwrap_or_else(|_| RecordBatch::new_empty(Self::schema()))
+        Ok(RecordBatch::try_new(Self::schema(), columns)?)
     }
 }
 
@@ -119,7 +119,7 @@ impl Source for ReplayableSource {
         let end = (*offset + self.spec.batch_size as u64).min(self.spec.records_per_split);
         let positions = (*offset..end).map(|o| (split, o)).collect();
         *offset = end;
-        Ok(SourceEvent::Batch(self.spec.batch(positions)))
+        Ok(SourceEvent::Batch(self.spec.batch(positions)?))
     }
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {

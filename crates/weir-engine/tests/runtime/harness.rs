@@ -82,7 +82,7 @@ pub fn keyed_count_graph(a: &SourceSpec, b: &SourceSpec, parallelism: usize, log
 pub fn expected_counts(specs: &[&SourceSpec]) -> Vec<String> {
     let mut per_key: HashMap<String, i64> = HashMap::new();
     for spec in specs {
-        let records = spec.all_records();
+        let records = spec.all_records().unwrap();
         let keys = records.column_by_name("key").unwrap().as_any().downcast_ref::<StringArray>().unwrap();
         for key in keys.iter().flatten() {
             *per_key.entry(key.to_string()).or_default() += 1;
@@ -121,7 +121,7 @@ pub fn throttled_graph(source: &SourceSpec, per_batch: Duration, log: &TxnLog) -
 
 /// The rows of the records `spec` produces, as the sink shows them.
 pub fn source_rows(spec: &SourceSpec) -> Vec<String> {
-    weir_engine::testkit::rows(&[spec.all_records()])
+    weir_engine::testkit::rows(&[spec.all_records().unwrap()])
 }
 
 /// Waits for a bounded pipeline to finish successfully and returns its final status.
