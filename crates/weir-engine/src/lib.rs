@@ -7,6 +7,7 @@
 //! `weir-state` and tells the tasks (and so the sinks) when a checkpoint is complete; the
 //! [`pipeline`] supervisor restores the last completed checkpoint after any failure.
 
+pub mod changelog;
 pub mod channel;
 pub mod checkpoint;
 mod coordinator;

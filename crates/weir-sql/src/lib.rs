@@ -3,6 +3,8 @@
 //! name resolution, types, optimisation and expressions are DataFusion's; the streaming
 //! operators are weir-engine's.
 
+#[cfg(test)]
+mod batch_equivalence;
 pub mod catalog;
 pub mod error;
 pub mod options;

@@ -1,30 +1,43 @@
-//! Plans a query into the runtime's graph. DataFusion does the SQL: name resolution, type
-//! coercion, optimisation, expressions. weir walks the optimised logical plan and builds its
-//! streaming operators from it.
+//! Plans queries into the runtime's graph. DataFusion does the SQL: name resolution, type
+//! coercion, optimisation, expressions. weir walks the optimised logical plan bottom-up and
+//! builds its streaming operators from it: each plan node becomes a [`Stream`] (the graph node
+//! producing it plus the filters and projections not yet placed), and stateful nodes
+//! (aggregates, joins) cut the stream with a hash-partitioned edge on their keys.
 //!
-//! So far: projections and filters over one table (stateless pipelines, Nexmark q0-q2 and the
-//! like). Anything else is refused here, at planning, with what is not supported yet.
+//! What a stream carries besides rows: which of its columns are *time attributes* (the event
+//! time the watermark tracks, or the start of a window), since windows and expiring joins need
+//! one, and whether it is *updating* (a changelog, [`weir_engine::changelog`]).
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
-use datafusion::common::{Column, DFSchema};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
+use datafusion::common::{Column, DFSchema, ScalarValue};
 use datafusion::execution::SessionState;
-use datafusion::logical_expr::Expr;
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
-use datafusion::physical_expr::aggregate::LoweredAggregateBuilder;
-use weir_connectors::nexmark::{NexmarkConfig, NexmarkSource};
-use weir_engine::operators::{
-    Blackhole, PreviewBuffer, PreviewSink, Stateless, Step, TumblingWindow, WatermarkAssigner,
+use datafusion::logical_expr::{
+    Aggregate, BinaryExpr, Expr, ExprSchemable, Join, JoinType, LogicalPlan, Operator as BinaryOperator,
+    utils::split_conjunction,
 };
-use weir_engine::{Graph, Partitioning};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::aggregate::{AggregateFunctionExpr, LoweredAggregateBuilder};
+use datafusion::physical_expr::expressions::{Column as PhysicalColumn, Literal};
+use weir_connectors::nexmark::{NexmarkConfig, NexmarkSource};
+use weir_engine::changelog::changelog_schema;
+use weir_engine::operators::{
+    ALL_IN_ONE, Blackhole, Expiry, JoinKind, JoinSide, PreviewBuffer, PreviewSink, Stateless, Step, StreamingJoin,
+    UpdatingAggregate, WatermarkAssigner, WindowAggregate, WindowKind, join_key_column,
+};
+use weir_engine::{Graph, NodeId, Partitioning};
 
 use crate::catalog::TableDef;
 use crate::error::Result;
 use crate::plan_err;
-use crate::window_functions::{TUMBLE, interval_ms};
+use crate::window_functions::{HOP, SESSION, TUMBLE, interval_ms};
 
-/// Where a pipeline's results go.
+/// Where a query's results go.
 #[derive(Debug, Clone)]
 pub enum SinkTarget {
     /// A bare SELECT: rows kept for the client.
@@ -33,235 +46,649 @@ pub enum SinkTarget {
     Table(TableDef),
 }
 
-/// A tumbling-window aggregate in the plan, and the stateless steps after it.
-struct WindowStage {
-    operator: TumblingWindow,
-    /// Columns the input is hash-partitioned by: the window and the keys.
-    partition: Vec<String>,
-    after: Vec<Step>,
+/// What a column of a stream means in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TimeAttr {
+    /// The event time the watermark tracks.
+    EventTime,
+    /// The start of a window of this size: complete once the watermark passes start + size.
+    WindowStart { size_ms: i64 },
 }
 
-/// The source table, the stateless steps above it, and an optional window stage.
-struct Stages {
-    table: String,
+/// A planned stream: the node producing it and the stateless steps still to run on its rows.
+#[derive(Clone)]
+struct Stream {
+    node: NodeId,
     steps: Vec<Step>,
-    window: Option<WindowStage>,
+    /// Time attributes, by column index in the plan node's schema.
+    times: HashMap<usize, TimeAttr>,
+    /// A changelog rather than append-only rows.
+    updating: bool,
 }
 
-impl Stages {
-    /// Where a new stateless step goes: after the window if there is one.
-    fn push(&mut self, step: Step) {
-        match &mut self.window {
-            Some(window) => window.after.push(step),
-            None => self.steps.push(step),
-        }
+/// Options that shape operators.
+#[derive(Debug, Clone, Default)]
+pub struct PlanOptions {
+    pub parallelism: usize,
+    /// Time-to-live of the state of updating aggregates and regular joins.
+    pub state_ttl: Option<Duration>,
+}
+
+struct Planner<'a> {
+    state: &'a SessionState,
+    table_of: &'a dyn Fn(&str) -> Option<TableDef>,
+    options: &'a PlanOptions,
+    graph: Graph,
+    /// Source nodes by table, shared by every query of the pipeline that reads the table.
+    sources: HashMap<String, NodeId>,
+    used_names: HashMap<String, usize>,
+}
+
+/// `expr` without aliases.
+fn unaliased(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Alias(alias) => unaliased(&alias.expr),
+        other => other,
     }
 }
 
-/// `GROUP BY tumble(ts, INTERVAL ...), keys...`: a pre-projection appends the group values as
-/// columns to the input (whose columns keep their places, so the aggregate arguments still
-/// point at them), the input is partitioned by those columns, and a `TumblingWindow` runs the
-/// DataFusion accumulators.
-fn window_stage(
-    aggregate: &datafusion::logical_expr::Aggregate,
-    state: &SessionState,
-    below: &mut Stages,
-) -> Result<WindowStage> {
-    if below.window.is_some() {
-        plan_err!("an aggregate over an aggregate is not supported yet");
-    }
-    let Some(Expr::ScalarFunction(first)) = aggregate.group_expr.first() else {
-        plan_err!("GROUP BY without a window is not supported yet: group by tumble(time, INTERVAL '...') first");
-    };
-    if first.name() != TUMBLE {
-        plan_err!("GROUP BY {} is not supported yet: group by tumble(time, INTERVAL '...') first", first.name());
-    }
-    let size = match first.args.get(1) {
-        Some(Expr::Literal(value, _)) => interval_ms(value),
+/// The window function call of a GROUP BY expression, if it is one.
+fn window_call(expr: &Expr) -> Option<&ScalarFunction> {
+    match unaliased(expr) {
+        Expr::ScalarFunction(f) if [TUMBLE, HOP, SESSION].contains(&f.name()) => Some(f),
         _ => None,
-    };
-    let Some(size_ms) = size else {
-        plan_err!("tumble's size must be a fixed interval literal, such as INTERVAL '10' SECOND")
-    };
-    let input = aggregate.input.schema();
-    let input_arrow = input.as_arrow().clone();
-    let mut exprs = Vec::new();
-    let mut fields: Vec<datafusion::arrow::datatypes::FieldRef> = input_arrow.fields().iter().cloned().collect();
-    for i in 0..input.fields().len() {
-        let (qualifier, field) = input.qualified_field(i);
-        let column = Expr::Column(Column::new(qualifier.cloned(), field.name()));
-        exprs.push(state.create_physical_expr(column, input)?);
-    }
-    let mut group_columns = Vec::new();
-    for (i, group) in aggregate.group_expr.iter().enumerate() {
-        if i > 0 && matches!(group, Expr::ScalarFunction(f) if f.name() == TUMBLE) {
-            plan_err!("GROUP BY may hold one window, first");
-        }
-        let name = format!("__group_{i}");
-        let data_type = aggregate.schema.field(i).data_type().clone();
-        exprs.push(state.create_physical_expr(group.clone(), input)?);
-        fields.push(Arc::new(datafusion::arrow::datatypes::Field::new(&name, data_type, true)));
-        group_columns.push(name);
-    }
-    below.steps.push(Step::Project { exprs, schema: Arc::new(datafusion::arrow::datatypes::Schema::new(fields)) });
-    let mut aggregates = Vec::new();
-    for expr in &aggregate.aggr_expr {
-        let planning = PhysicalPlanningContext::default();
-        let lowered =
-            LoweredAggregateBuilder::new(expr, input, &input_arrow, state.execution_props(), &planning).build()?;
-        if lowered.filter.is_some() || !lowered.order_bys.is_empty() {
-            plan_err!("{expr}: FILTER and ORDER BY inside an aggregate are not supported yet");
-        }
-        aggregates.push(lowered.aggregate);
-    }
-    let output = Arc::new(aggregate.schema.as_arrow().clone());
-    let operator = TumblingWindow::new(group_columns.clone(), size_ms, aggregates, output);
-    Ok(WindowStage { operator, partition: group_columns, after: Vec::new() })
-}
-
-fn stages(plan: &LogicalPlan, state: &SessionState) -> Result<Stages> {
-    match plan {
-        LogicalPlan::TableScan(scan) => {
-            let table = scan.table_name.table().to_string();
-            if !scan.filters.is_empty() || scan.fetch.is_some() {
-                plan_err!("a scan of '{table}' with pushed-down filters or a limit is not supported yet");
-            }
-            let mut steps = Vec::new();
-            if let Some(indices) = &scan.projection {
-                let source: DFSchema = scan.source.schema().as_ref().clone().try_into()?;
-                let exprs = indices
-                    .iter()
-                    .map(|&i| {
-                        let (qualifier, field) = source.qualified_field(i);
-                        let column = Column::new(qualifier.cloned(), field.name());
-                        state.create_physical_expr(Expr::Column(column), &source)
-                    })
-                    .collect::<datafusion::error::Result<_>>()?;
-                steps.push(Step::Project { exprs, schema: Arc::new(scan.projected_schema.as_arrow().clone()) });
-            }
-            Ok(Stages { table, steps, window: None })
-        }
-        LogicalPlan::Filter(filter) => {
-            let mut below = stages(&filter.input, state)?;
-            let predicate = state.create_physical_expr(filter.predicate.clone(), filter.input.schema())?;
-            below.push(Step::Filter(predicate));
-            Ok(below)
-        }
-        LogicalPlan::Projection(projection) => {
-            let mut below = stages(&projection.input, state)?;
-            let exprs = projection
-                .expr
-                .iter()
-                .map(|e| state.create_physical_expr(e.clone(), projection.input.schema()))
-                .collect::<datafusion::error::Result<_>>()?;
-            below.push(Step::Project { exprs, schema: Arc::new(projection.schema.as_arrow().clone()) });
-            Ok(below)
-        }
-        LogicalPlan::SubqueryAlias(alias) => stages(&alias.input, state),
-        LogicalPlan::Aggregate(aggregate) => {
-            let mut below = stages(&aggregate.input, state)?;
-            below.window = Some(window_stage(aggregate, state, &mut below)?);
-            Ok(below)
-        }
-        other => plan_err!(
-            "{} is not supported yet: weir plans projections and filters over one table so far (windows, aggregates and joins are being built)",
-            other.display()
-        ),
     }
 }
 
-/// The graph of `plan` reading from `tables` and writing to `sink`, at `parallelism`.
-pub fn build_graph(
-    plan: &LogicalPlan,
-    state: &SessionState,
-    table_of: impl Fn(&str) -> Option<TableDef>,
-    sink: &SinkTarget,
-    parallelism: usize,
-) -> Result<Graph> {
-    let Stages { table, steps, window } = stages(plan, state)?;
-    let Some(source_table) = table_of(&table) else { plan_err!("there is no table named '{table}'") };
-    let mut graph = Graph::new();
-    let source = match source_table.connector.connector.as_str() {
-        "nexmark" => {
-            let options = &source_table.connector;
-            let defaults = NexmarkConfig::default();
-            let config = NexmarkConfig {
-                seed: options.integer("seed", defaults.seed),
-                rate: options.integer("rate", defaults.rate),
-                as_fast_as_possible: options.boolean("as_fast_as_possible", defaults.as_fast_as_possible),
-                events: options.get("events").and_then(|v| v.parse().ok()),
-                splits: options.integer("splits", u64::from(defaults.splits)).try_into().unwrap_or(defaults.splits),
-                batch_size: options
-                    .integer("batch_size", defaults.batch_size as u64)
-                    .try_into()
-                    .unwrap_or(defaults.batch_size),
-                ..defaults
-            };
-            if parallelism > config.splits as usize {
-                plan_err!(
-                    "table '{table}' has {} splits; the pipeline's parallelism {parallelism} needs at least as many (option 'splits')",
-                    config.splits
-                );
+/// An interval literal argument, in milliseconds.
+fn interval_arg(call: &ScalarFunction, index: usize, what: &str) -> Result<i64> {
+    match call.args.get(index).map(unaliased) {
+        Some(Expr::Literal(value, _)) => match interval_ms(value) {
+            Some(ms) => Ok(ms),
+            None => {
+                plan_err!("{}'s {what} must be a fixed positive interval, such as INTERVAL '10' SECOND", call.name())
             }
-            graph.add_source(&table, parallelism, Arc::new(move |_| Ok(Box::new(NexmarkSource::new(config.clone())))))
+        },
+        _ => plan_err!("{}'s {what} must be an interval literal, such as INTERVAL '10' SECOND", call.name()),
+    }
+}
+
+/// `column + offset` (milliseconds) for an expression of that shape, seeing through casts.
+fn column_plus_offset(expr: &Expr) -> Option<(Column, i64)> {
+    match unaliased(expr) {
+        Expr::Column(column) => Some((column.clone(), 0)),
+        Expr::Cast(cast) => column_plus_offset(&cast.expr),
+        Expr::TryCast(cast) => column_plus_offset(&cast.expr),
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+            let (column, offset) = column_plus_offset(left)?;
+            let Expr::Literal(value, _) = unaliased(right) else { return None };
+            let ms = interval_ms(value)?;
+            match op {
+                BinaryOperator::Plus => Some((column, offset + ms)),
+                BinaryOperator::Minus => Some((column, offset - ms)),
+                _ => None,
+            }
         }
-        other => plan_err!("table '{table}': reading from a '{other}' table is not supported yet (nexmark is)"),
-    };
-    // Event time starts right after the source: the watermark is the largest event time seen
-    // less the table's allowed lateness.
-    let source = match &source_table.event_time {
-        Some((column, delay)) => {
-            let assigner = WatermarkAssigner::new(column, delay.as_millis() as i64);
-            let node =
-                graph.add_operator("watermark", parallelism, 1, Arc::new(move |_| Ok(Box::new(assigner.clone()))));
-            graph.connect(source, node, 0, Partitioning::Forward);
-            node
+        _ => None,
+    }
+}
+
+/// The bounds an interval join's condition sets: (largest right - left, largest left - right)
+/// between a left and a right time column, with the two columns' indices in the join schema.
+fn interval_bounds(filter: &Expr, schema: &DFSchema, left_width: usize) -> Option<(usize, usize, i64, i64)> {
+    let (mut columns, mut right_minus_left, mut left_minus_right) = (None, None::<i64>, None::<i64>);
+    for conjunct in split_conjunction(filter) {
+        let Expr::BinaryExpr(BinaryExpr { left, op, right }) = conjunct else { continue };
+        let (Some((a, a_offset)), Some((b, b_offset))) = (column_plus_offset(left), column_plus_offset(right)) else {
+            continue;
+        };
+        let (Ok(a_index), Ok(b_index)) = (schema.index_of_column(&a), schema.index_of_column(&b)) else { continue };
+        // Normalise to `left + l op right + r`.
+        let (l, l_offset, r, r_offset, op) = match (a_index < left_width, b_index < left_width) {
+            (true, false) => (a_index, a_offset, b_index, b_offset, *op),
+            (false, true) => match op.swap() {
+                Some(swapped) => (b_index, b_offset, a_index, a_offset, swapped),
+                None => continue,
+            },
+            _ => continue,
+        };
+        if columns.is_some_and(|c| c != (l, r)) {
+            return None;
         }
-        None => source,
-    };
-    let select = Stateless::new(steps);
-    let mut select = graph.add_operator("select", parallelism, 1, Arc::new(move |_| Ok(Box::new(select.clone()))));
-    graph.connect(source, select, 0, Partitioning::Forward);
-    if let Some(WindowStage { operator, partition, after }) = window {
-        if source_table.event_time.is_none() {
+        columns = Some((l, r));
+        match op {
+            // left + l >= right + r  =>  right - left <= l - r
+            BinaryOperator::GtEq | BinaryOperator::Gt => {
+                let bound = l_offset - r_offset;
+                right_minus_left = Some(right_minus_left.map_or(bound, |b| b.min(bound)));
+            }
+            // left + l <= right + r  =>  left - right <= r - l
+            BinaryOperator::LtEq | BinaryOperator::Lt => {
+                let bound = r_offset - l_offset;
+                left_minus_right = Some(left_minus_right.map_or(bound, |b| b.min(bound)));
+            }
+            _ => {}
+        }
+    }
+    let (l, r) = columns?;
+    Some((l, r, right_minus_left?, left_minus_right?))
+}
+
+impl Planner<'_> {
+    /// A node name not used yet in this graph: `base`, then `base_2`, ...
+    fn name(&mut self, base: &str) -> String {
+        let count = self.used_names.entry(base.to_string()).or_insert(0);
+        *count += 1;
+        if *count == 1 { base.to_string() } else { format!("{base}_{count}") }
+    }
+
+    fn parallelism(&self) -> usize {
+        self.options.parallelism.max(1)
+    }
+
+    /// Places the stream's pending steps in a node of their own; the node that produces the
+    /// stream's rows as they are.
+    fn materialize(&mut self, stream: Stream, name: &str) -> NodeId {
+        if stream.steps.is_empty() {
+            return stream.node;
+        }
+        let operator = Stateless::new(stream.steps);
+        let name = self.name(name);
+        let node =
+            self.graph.add_operator(&name, self.parallelism(), 1, Arc::new(move |_| Ok(Box::new(operator.clone()))));
+        self.graph.connect(stream.node, node, 0, Partitioning::Forward);
+        node
+    }
+
+    fn physical(&self, expr: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
+        Ok(self.state.create_physical_expr(expr.clone(), schema)?)
+    }
+
+    /// A projection keeping every column of `schema` and appending `extra` named columns (and
+    /// the change column of an updating stream).
+    fn appending(
+        &self,
+        schema: &DFSchema,
+        extra: Vec<(String, Arc<dyn PhysicalExpr>, DataType)>,
+        updating: bool,
+    ) -> Step {
+        let arrow = schema.as_arrow();
+        let mut exprs: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
+        let mut fields: Vec<FieldRef> = Vec::new();
+        for (i, field) in arrow.fields().iter().enumerate() {
+            exprs.push(Arc::new(PhysicalColumn::new(field.name(), i)));
+            fields.push(field.clone());
+        }
+        for (name, expr, data_type) in extra {
+            exprs.push(expr);
+            fields.push(Arc::new(Field::new(name, data_type, true)));
+        }
+        let schema = Schema::new(fields);
+        let schema = if updating { changelog_schema(&schema) } else { Arc::new(schema) };
+        Step::Project { exprs, schema }
+    }
+
+    fn source(&mut self, table: &TableDef) -> Result<NodeId> {
+        if let Some(node) = self.sources.get(&table.name) {
+            return Ok(*node);
+        }
+        let parallelism = self.parallelism();
+        let name = &table.name;
+        let node = match table.connector.connector.as_str() {
+            "nexmark" => {
+                let options = &table.connector;
+                let defaults = NexmarkConfig::default();
+                let config = NexmarkConfig {
+                    seed: options.integer("seed", defaults.seed),
+                    rate: options.integer("rate", defaults.rate),
+                    as_fast_as_possible: options.boolean("as_fast_as_possible", defaults.as_fast_as_possible),
+                    events: options.get("events").and_then(|v| v.parse().ok()),
+                    splits: options.integer("splits", u64::from(defaults.splits)).try_into().unwrap_or(defaults.splits),
+                    batch_size: options
+                        .integer("batch_size", defaults.batch_size as u64)
+                        .try_into()
+                        .unwrap_or(defaults.batch_size),
+                    ..defaults
+                };
+                if parallelism > config.splits as usize {
+                    plan_err!(
+                        "table '{name}' has {} splits; the pipeline's parallelism {parallelism} needs at least as many (option 'splits')",
+                        config.splits
+                    );
+                }
+                let node_name = self.name(name);
+                self.graph.add_source(
+                    &node_name,
+                    parallelism,
+                    Arc::new(move |_| Ok(Box::new(NexmarkSource::new(config.clone())))),
+                )
+            }
+            other => plan_err!("table '{name}': reading from a '{other}' table is not supported yet (nexmark is)"),
+        };
+        // Event time starts right after the source: the watermark is the largest event time
+        // seen less the table's allowed lateness.
+        let node = match &table.event_time {
+            Some((column, delay)) => {
+                let assigner = WatermarkAssigner::new(column, delay.as_millis() as i64);
+                let name = self.name("watermark");
+                let watermark =
+                    self.graph.add_operator(&name, parallelism, 1, Arc::new(move |_| Ok(Box::new(assigner.clone()))));
+                self.graph.connect(node, watermark, 0, Partitioning::Forward);
+                watermark
+            }
+            None => node,
+        };
+        self.sources.insert(table.name.clone(), node);
+        Ok(node)
+    }
+
+    fn plan(&mut self, plan: &LogicalPlan) -> Result<Stream> {
+        match plan {
+            LogicalPlan::TableScan(scan) => {
+                let table = scan.table_name.table().to_string();
+                if !scan.filters.is_empty() || scan.fetch.is_some() {
+                    plan_err!("a scan of '{table}' with pushed-down filters or a limit is not supported yet");
+                }
+                let Some(definition) = (self.table_of)(&table) else { plan_err!("there is no table named '{table}'") };
+                let node = self.source(&definition)?;
+                let event_time =
+                    definition.event_time.as_ref().and_then(|(column, _)| definition.schema.index_of(column).ok());
+                let mut times = HashMap::new();
+                let mut steps = Vec::new();
+                match &scan.projection {
+                    Some(indices) => {
+                        let source: DFSchema = scan.source.schema().as_ref().clone().try_into()?;
+                        let exprs = indices
+                            .iter()
+                            .map(|&i| {
+                                let (qualifier, field) = source.qualified_field(i);
+                                self.physical(&Expr::Column(Column::new(qualifier.cloned(), field.name())), &source)
+                            })
+                            .collect::<Result<_>>()?;
+                        steps.push(Step::Project { exprs, schema: Arc::new(scan.projected_schema.as_arrow().clone()) });
+                        if let Some(position) = indices.iter().position(|&i| Some(i) == event_time) {
+                            times.insert(position, TimeAttr::EventTime);
+                        }
+                    }
+                    None => {
+                        if let Some(index) = event_time {
+                            times.insert(index, TimeAttr::EventTime);
+                        }
+                    }
+                }
+                Ok(Stream { node, steps, times, updating: false })
+            }
+            LogicalPlan::Filter(filter) => {
+                let mut stream = self.plan(&filter.input)?;
+                stream.steps.push(Step::Filter(self.physical(&filter.predicate, filter.input.schema())?));
+                Ok(stream)
+            }
+            LogicalPlan::Projection(projection) => {
+                let mut stream = self.plan(&projection.input)?;
+                let input = projection.input.schema();
+                let exprs = projection.expr.iter().map(|e| self.physical(e, input)).collect::<Result<Vec<_>>>()?;
+                let mut times = HashMap::new();
+                for (i, expr) in projection.expr.iter().enumerate() {
+                    if let Expr::Column(column) = unaliased(expr)
+                        && let Ok(index) = input.index_of_column(column)
+                        && let Some(time) = stream.times.get(&index)
+                    {
+                        times.insert(i, *time);
+                    }
+                }
+                let schema = projection.schema.as_arrow();
+                let schema = if stream.updating { changelog_schema(schema) } else { Arc::new(schema.clone()) };
+                stream.steps.push(Step::Project { exprs, schema });
+                stream.times = times;
+                Ok(stream)
+            }
+            LogicalPlan::SubqueryAlias(alias) => self.plan(&alias.input),
+            LogicalPlan::Aggregate(aggregate) => {
+                let input = self.plan(&aggregate.input)?;
+                match aggregate.group_expr.iter().position(|e| window_call(e).is_some()) {
+                    Some(window) => self.window_aggregate(aggregate, input, window),
+                    None => self.updating_aggregate(aggregate, input),
+                }
+            }
+            LogicalPlan::Join(join) => self.join(join),
+            LogicalPlan::Window(_) => plan_err!(
+                "OVER (...) window functions are not supported yet: aggregate over tumble(...), hop(...) or session(...) in GROUP BY instead"
+            ),
+            LogicalPlan::Sort(_) | LogicalPlan::Limit(_) => plan_err!(
+                "ORDER BY and LIMIT over an unbounded stream are not supported: a stream has no last row to sort or stop at (the preview keeps the latest rows)"
+            ),
+            other => plan_err!("{} is not supported yet in a streaming query", other.display()),
+        }
+    }
+
+    /// The aggregate functions of `aggregate`, lowered to physical accumulators' plans.
+    fn aggregates(&self, aggregate: &Aggregate) -> Result<Vec<Arc<AggregateFunctionExpr>>> {
+        let input = aggregate.input.schema();
+        let input_arrow = input.as_arrow().clone();
+        let mut aggregates = Vec::new();
+        for expr in &aggregate.aggr_expr {
+            let planning = PhysicalPlanningContext::default();
+            let lowered =
+                LoweredAggregateBuilder::new(expr, input, &input_arrow, self.state.execution_props(), &planning)
+                    .build()?;
+            if lowered.filter.is_some() || !lowered.order_bys.is_empty() {
+                plan_err!("{expr}: FILTER and ORDER BY inside an aggregate are not supported yet");
+            }
+            aggregates.push(lowered.aggregate);
+        }
+        Ok(aggregates)
+    }
+
+    /// `GROUP BY tumble|hop|session(ts, ...), keys...`: a pre-projection appends the window
+    /// column and the keys to the input (whose columns keep their places, so the aggregate
+    /// arguments still point at them), the input is partitioned, and a [`WindowAggregate`]
+    /// runs the accumulators. Its output puts the window first; a projection restores the
+    /// GROUP BY order.
+    fn window_aggregate(&mut self, aggregate: &Aggregate, mut input: Stream, window: usize) -> Result<Stream> {
+        if input.updating {
             plan_err!(
-                "windows need event time: declare it on '{table}' with WATERMARK FOR column AS column - INTERVAL '...'"
-            );
-        }
-        let window = graph.add_operator("window", parallelism, 1, Arc::new(move |_| Ok(Box::new(operator.clone()))));
-        graph.connect(select, window, 0, Partitioning::Hash(partition));
-        let after = Stateless::new(after);
-        select = graph.add_operator("project", parallelism, 1, Arc::new(move |_| Ok(Box::new(after.clone()))));
-        graph.connect(window, select, 0, Partitioning::Forward);
-    }
-    let sink_node = match sink {
-        SinkTarget::Preview(buffer) => {
-            let buffer = buffer.clone();
-            graph.add_operator(
-                "preview",
-                parallelism,
-                1,
-                Arc::new(move |_| Ok(Box::new(PreviewSink::new(buffer.clone())))),
+                "a window over an updating (changelog) input is not supported: window the append-only rows before they are aggregated or joined"
             )
         }
-        SinkTarget::Table(target) => match target.connector.connector.as_str() {
-            "blackhole" => graph.add_operator(&target.name, parallelism, 1, Arc::new(|_| Ok(Box::new(Blackhole)))),
-            "preview" => {
-                let buffer = PreviewBuffer::new(target.connector.integer("capacity", 10_000) as usize);
-                graph.add_operator(
-                    &target.name,
+        let Some(call) = window_call(&aggregate.group_expr[window]) else { plan_err!("GROUP BY lost its window") };
+        if aggregate.group_expr.iter().filter(|e| window_call(e).is_some()).count() > 1 {
+            plan_err!("GROUP BY may hold one window function (tumble, hop or session)");
+        }
+        let schema = aggregate.input.schema();
+        let time_ok = match call.args.first().map(unaliased) {
+            Some(Expr::Column(column)) => {
+                schema.index_of_column(column).ok().and_then(|i| input.times.get(&i)) == Some(&TimeAttr::EventTime)
+            }
+            _ => false,
+        };
+        if !time_ok {
+            plan_err!(
+                "{}(...) needs the event time column as its first argument: declare it on the table with WATERMARK FOR column AS column - INTERVAL '...'",
+                call.name()
+            );
+        }
+        let (kind, window_expr) = match call.name() {
+            TUMBLE => (
+                WindowKind::Tumbling { size_ms: interval_arg(call, 1, "size")? },
+                unaliased(&aggregate.group_expr[window]).clone(),
+            ),
+            HOP => {
+                let (slide_ms, size_ms) = (interval_arg(call, 1, "slide")?, interval_arg(call, 2, "size")?);
+                if slide_ms > size_ms {
+                    plan_err!(
+                        "hop's slide ({slide_ms} ms) is larger than its size ({size_ms} ms): rows between windows would be lost"
+                    );
+                }
+                (WindowKind::Hopping { slide_ms, size_ms }, call.args[0].clone())
+            }
+            _ => (WindowKind::Session { gap_ms: interval_arg(call, 1, "gap")? }, call.args[0].clone()),
+        };
+        // Group columns in the operator's order: the window, then the keys.
+        let order: Vec<usize> =
+            std::iter::once(window).chain((0..aggregate.group_expr.len()).filter(|&i| i != window)).collect();
+        let mut extra = Vec::new();
+        let mut group_columns = Vec::new();
+        for (position, &i) in order.iter().enumerate() {
+            let name = format!("__group_{position}");
+            let expr = if i == window { &window_expr } else { &aggregate.group_expr[i] };
+            let data_type =
+                if i == window { expr.get_type(schema)? } else { aggregate.schema.field(i).data_type().clone() };
+            extra.push((name.clone(), self.physical(expr, schema)?, data_type));
+            group_columns.push(name);
+        }
+        let partition = match kind {
+            WindowKind::Tumbling { .. } => group_columns.clone(),
+            _ if group_columns.len() > 1 => group_columns[1..].to_vec(),
+            _ => {
+                let all: Arc<dyn PhysicalExpr> = Arc::new(Literal::new(ScalarValue::Int64(Some(0))));
+                extra.push((ALL_IN_ONE.to_string(), all, DataType::Int64));
+                vec![ALL_IN_ONE.to_string()]
+            }
+        };
+        input.steps.push(self.appending(schema, extra, false));
+        let node = self.materialize(input, "select");
+        let aggregates = self.aggregates(aggregate)?;
+        let groups = aggregate.group_expr.len();
+        let output_fields: Vec<FieldRef> = order
+            .iter()
+            .map(|&i| aggregate.schema.as_arrow().field(i).clone().into())
+            .chain(aggregate.schema.as_arrow().fields()[groups..].iter().cloned())
+            .collect();
+        let output = Arc::new(Schema::new(output_fields));
+        let operator = WindowAggregate::new(kind, group_columns, partition.clone(), aggregates, output.clone());
+        let name = self.name("window");
+        let window_node =
+            self.graph.add_operator(&name, self.parallelism(), 1, Arc::new(move |_| Ok(Box::new(operator.clone()))));
+        self.graph.connect(node, window_node, 0, Partitioning::Hash(partition));
+        let mut steps = Vec::new();
+        if window != 0 {
+            // Back to the GROUP BY's order.
+            let mut exprs: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
+            for i in 0..aggregate.schema.fields().len() {
+                let from = if i < groups { order.iter().position(|&o| o == i).unwrap_or(i) } else { i };
+                exprs.push(Arc::new(PhysicalColumn::new(output.field(from).name(), from)));
+            }
+            steps.push(Step::Project { exprs, schema: Arc::new(aggregate.schema.as_arrow().clone()) });
+        }
+        let mut times = HashMap::new();
+        match kind {
+            WindowKind::Tumbling { size_ms } | WindowKind::Hopping { size_ms, .. } => {
+                times.insert(window, TimeAttr::WindowStart { size_ms });
+            }
+            WindowKind::Session { .. } => {}
+        }
+        Ok(Stream { node: window_node, steps, times, updating: false })
+    }
+
+    /// A GROUP BY without a window: an [`UpdatingAggregate`] emitting a changelog.
+    fn updating_aggregate(&mut self, aggregate: &Aggregate, mut input: Stream) -> Result<Stream> {
+        let schema = aggregate.input.schema();
+        let aggregates = self.aggregates(aggregate)?;
+        if input.updating {
+            for a in &aggregates {
+                if !UpdatingAggregate::can_retract(a)? {
+                    plan_err!(
+                        "{} cannot take back rows, so it cannot aggregate an updating (changelog) input: use it over a window, or over append-only rows",
+                        a.name()
+                    );
+                }
+            }
+        }
+        let mut extra = Vec::new();
+        let mut group_columns = Vec::new();
+        for (i, expr) in aggregate.group_expr.iter().enumerate() {
+            let name = format!("__group_{i}");
+            extra.push((name.clone(), self.physical(expr, schema)?, aggregate.schema.field(i).data_type().clone()));
+            group_columns.push(name);
+        }
+        if group_columns.is_empty() {
+            let all: Arc<dyn PhysicalExpr> = Arc::new(Literal::new(ScalarValue::Int64(Some(0))));
+            extra.push((ALL_IN_ONE.to_string(), all, DataType::Int64));
+        }
+        input.steps.push(self.appending(schema, extra, input.updating));
+        let retracting = input.updating;
+        let node = self.materialize(input, "select");
+        let output = changelog_schema(aggregate.schema.as_arrow());
+        let partition = UpdatingAggregate::partition_columns(&group_columns);
+        let operator = UpdatingAggregate::new(group_columns, aggregates, output, self.options.state_ttl, retracting);
+        let name = self.name("aggregate");
+        let aggregate_node =
+            self.graph.add_operator(&name, self.parallelism(), 1, Arc::new(move |_| Ok(Box::new(operator.clone()))));
+        self.graph.connect(node, aggregate_node, 0, Partitioning::Hash(partition));
+        Ok(Stream { node: aggregate_node, steps: Vec::new(), times: HashMap::new(), updating: true })
+    }
+
+    /// An equi-join: both inputs get their key columns appended and are partitioned by them.
+    /// A window join (equal window starts among the keys) and an interval join (time columns
+    /// bounded by each other in the condition) expire their state by watermark; any other
+    /// join is a regular join, kept for the state time-to-live.
+    fn join(&mut self, join: &Join) -> Result<Stream> {
+        let kind = match join.join_type {
+            JoinType::Inner => JoinKind::Inner,
+            JoinType::Left => JoinKind::Left,
+            JoinType::LeftSemi => JoinKind::LeftSemi,
+            JoinType::LeftAnti => JoinKind::LeftAnti,
+            JoinType::Right => plan_err!("RIGHT JOIN is not supported yet: swap the two sides and write LEFT JOIN"),
+            other => plan_err!("{other} JOIN is not supported yet: weir runs INNER and LEFT joins"),
+        };
+        if join.on.is_empty() {
+            plan_err!(
+                "a join needs an equality between the two sides (as in ON a.id = b.id): a streaming cross join would keep every row forever"
+            );
+        }
+        let (mut left, mut right) = (self.plan(&join.left)?, self.plan(&join.right)?);
+        if left.updating || right.updating {
+            plan_err!(
+                "joining an updating (changelog) input is not supported yet: join the append-only rows before aggregating them"
+            );
+        }
+        let (left_schema, right_schema) = (join.left.schema(), join.right.schema());
+        let left_width = left_schema.fields().len();
+        // Pairs have the left columns then the right ones (as the join's own schema for inner
+        // and left joins; semi and anti joins output the left ones only).
+        let combined = match kind {
+            JoinKind::Inner | JoinKind::Left => join.schema.as_ref().clone(),
+            JoinKind::LeftSemi | JoinKind::LeftAnti => left_schema.join(right_schema)?,
+        };
+        // Window join: a pair of keys that are both starts of windows of one size.
+        let mut expiry: [Option<Expiry>; 2] = [None, None];
+        for (l, r) in &join.on {
+            let (Expr::Column(lc), Expr::Column(rc)) = (unaliased(l), unaliased(r)) else { continue };
+            let (Ok(li), Ok(ri)) = (left_schema.index_of_column(lc), right_schema.index_of_column(rc)) else {
+                continue;
+            };
+            if let (Some(TimeAttr::WindowStart { size_ms }), Some(TimeAttr::WindowStart { size_ms: other })) =
+                (left.times.get(&li), right.times.get(&ri))
+                && size_ms == other
+            {
+                expiry =
+                    [Some(Expiry { column: li, after_ms: *size_ms }), Some(Expiry { column: ri, after_ms: *size_ms })];
+            }
+        }
+        let window_join = expiry[0].is_some();
+        if !window_join
+            && let Some(filter) = &join.filter
+            && let Some((l, r, right_minus_left, left_minus_right)) = interval_bounds(filter, &combined, left_width)
+            && left.times.get(&l) == Some(&TimeAttr::EventTime)
+            && right.times.get(&(r - left_width)) == Some(&TimeAttr::EventTime)
+        {
+            expiry = [
+                Some(Expiry { column: l, after_ms: right_minus_left + 1 }),
+                Some(Expiry { column: r - left_width, after_ms: left_minus_right + 1 }),
+            ];
+        }
+        let mut key_types = Vec::new();
+        let (mut left_keys, mut right_keys) = (Vec::new(), Vec::new());
+        for (i, (l, r)) in join.on.iter().enumerate() {
+            let data_type = l.get_type(left_schema)?;
+            let r = if r.get_type(right_schema)? == data_type {
+                r.clone()
+            } else {
+                Expr::Cast(datafusion::logical_expr::Cast::new(Box::new(r.clone()), data_type.clone()))
+            };
+            left_keys.push((join_key_column(i), self.physical(l, left_schema)?, data_type.clone()));
+            right_keys.push((join_key_column(i), self.physical(&r, right_schema)?, data_type.clone()));
+            key_types.push(data_type);
+        }
+        let keys: Vec<String> = (0..key_types.len()).map(join_key_column).collect();
+        left.steps.push(self.appending(left_schema, left_keys, false));
+        right.steps.push(self.appending(right_schema, right_keys, false));
+        let (left_times, right_times) = (left.times.clone(), right.times.clone());
+        let left_node = self.materialize(left, "select");
+        let right_node = self.materialize(right, "select");
+        let filter = match &join.filter {
+            Some(filter) => Some(self.physical(filter, &combined)?),
+            None => None,
+        };
+        let updating = StreamingJoin::is_updating(kind, expiry[0]);
+        let ttl = if expiry[0].is_none() { self.options.state_ttl } else { None };
+        let output = join.schema.as_arrow();
+        let output: SchemaRef = if updating { changelog_schema(output) } else { Arc::new(output.clone()) };
+        let sides = [
+            JoinSide { schema: Arc::new(left_schema.as_arrow().clone()), expiry: expiry[0] },
+            JoinSide { schema: Arc::new(right_schema.as_arrow().clone()), expiry: expiry[1] },
+        ];
+        let combined = Arc::new(combined.as_arrow().clone());
+        let operator = StreamingJoin::new(kind, sides, key_types, filter, combined, output, ttl);
+        // Named by kind, so EXPLAIN says which join it is.
+        let name = match (expiry[0], window_join) {
+            (None, _) => self.name("join"),
+            (Some(_), true) => self.name("window_join"),
+            (Some(_), false) => self.name("interval_join"),
+        };
+        let node =
+            self.graph.add_operator(&name, self.parallelism(), 2, Arc::new(move |_| Ok(Box::new(operator.clone()))));
+        self.graph.connect(left_node, node, 0, Partitioning::Hash(keys.clone()));
+        self.graph.connect(right_node, node, 1, Partitioning::Hash(keys));
+        // An inner window or interval join keeps its inputs' time attributes: the watermark
+        // it forwards is held back by its state's expiry, so its rows are never late.
+        let mut times = HashMap::new();
+        if kind == JoinKind::Inner && expiry[0].is_some() {
+            for (i, time) in left_times {
+                times.insert(i, time);
+            }
+            for (i, time) in right_times {
+                times.insert(left_width + i, time);
+            }
+        }
+        Ok(Stream { node, steps: Vec::new(), times, updating })
+    }
+
+    fn sink(&mut self, stream: Stream, sink: &SinkTarget) -> Result<()> {
+        let parallelism = self.parallelism();
+        let node = self.materialize(stream, "select");
+        let sink_node = match sink {
+            SinkTarget::Preview(buffer) => {
+                let buffer = buffer.clone();
+                let name = self.name("preview");
+                self.graph.add_operator(
+                    &name,
                     parallelism,
                     1,
                     Arc::new(move |_| Ok(Box::new(PreviewSink::new(buffer.clone())))),
                 )
             }
-            other => plan_err!(
-                "table '{}': writing to a '{other}' table is not supported yet (blackhole and preview are)",
-                target.name
-            ),
-        },
-    };
-    graph.connect(select, sink_node, 0, Partitioning::Forward);
-    graph.validate()?;
-    Ok(graph)
+            SinkTarget::Table(target) => {
+                let name = self.name(&target.name);
+                match target.connector.connector.as_str() {
+                    "blackhole" => {
+                        self.graph.add_operator(&name, parallelism, 1, Arc::new(|_| Ok(Box::new(Blackhole))))
+                    }
+                    "preview" => {
+                        let buffer = PreviewBuffer::new(target.connector.integer("capacity", 10_000) as usize);
+                        self.graph.add_operator(
+                            &name,
+                            parallelism,
+                            1,
+                            Arc::new(move |_| Ok(Box::new(PreviewSink::new(buffer.clone())))),
+                        )
+                    }
+                    other => plan_err!(
+                        "table '{}': writing to a '{other}' table is not supported yet (blackhole and preview are)",
+                        target.name
+                    ),
+                }
+            }
+        };
+        self.graph.connect(node, sink_node, 0, Partitioning::Forward);
+        Ok(())
+    }
+}
+
+/// The graph of `queries` (each a plan and where its rows go), sharing the sources they
+/// read, reading tables from `table_of`.
+pub fn build_graph(
+    queries: &[(LogicalPlan, SinkTarget)],
+    state: &SessionState,
+    table_of: &dyn Fn(&str) -> Option<TableDef>,
+    options: &PlanOptions,
+) -> Result<Graph> {
+    let mut planner =
+        Planner { state, table_of, options, graph: Graph::new(), sources: HashMap::new(), used_names: HashMap::new() };
+    for (plan, sink) in queries {
+        let stream = planner.plan(plan)?;
+        planner.sink(stream, sink)?;
+    }
+    planner.graph.validate()?;
+    Ok(planner.graph)
 }

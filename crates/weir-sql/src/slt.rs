@@ -14,7 +14,8 @@ use datafusion::arrow::array::Array;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::array_value_to_string;
 use sqllogictest::{DBOutput, DefaultColumnType};
-use weir_engine::testkit::{Delivery, TransactionalSink, TxnLog, rows};
+use weir_engine::changelog::{changes, is_changelog};
+use weir_engine::testkit::{Delivery, TransactionalSink, TxnLog};
 use weir_engine::{CheckpointStatus, Graph, PipelineConfig};
 use weir_state::StateStore;
 
@@ -65,26 +66,16 @@ impl sqllogictest::AsyncDB for SltSession {
                         .map_err(|e| SltError(e.to_string()))?;
                     match pipeline.preview {
                         Some(preview) => {
+                            if preview.dropped() > 0 {
+                                return Err(SltError(format!(
+                                    "the query gave more rows than the preview keeps ({} dropped): make its input smaller",
+                                    preview.dropped()
+                                )));
+                            }
                             let batches = preview.batches();
                             self.the_hard_way(&pipeline.graph, &pipeline.sql, &batches).await?;
-                            let columns = batches.first().map_or(0, |b| b.num_columns());
-                            let rows = batches
-                                .iter()
-                                .flat_map(|batch| {
-                                    (0..batch.num_rows()).map(move |row| {
-                                        batch
-                                            .columns()
-                                            .iter()
-                                            .map(|c| match c.is_null(row) {
-                                                true => "NULL".to_string(),
-                                                false => cell(
-                                                    array_value_to_string(c, row).unwrap_or_else(|e| format!("<{e}>")),
-                                                ),
-                                            })
-                                            .collect::<Vec<_>>()
-                                    })
-                                })
-                                .collect();
+                            let rows = final_rows(&batches).map_err(SltError)?;
+                            let columns = rows.first().map_or(0, Vec::len);
                             DBOutput::Rows { types: vec![DefaultColumnType::Any; columns], rows }
                         }
                         None => DBOutput::StatementComplete(0),
@@ -101,6 +92,35 @@ impl sqllogictest::AsyncDB for SltSession {
     fn engine_name(&self) -> &str {
         "weir"
     }
+}
+
+/// The rows `batches` leave: as they are, or for a changelog (an updating query) the rows its
+/// changes leave in place, each retraction taking back one equal row added before (an error if
+/// there is none: a changelog that takes back what it never gave is wrong).
+pub(crate) fn final_rows(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>, String> {
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for batch in batches {
+        let kinds = changes(batch).map_err(|e| e.to_string())?;
+        let width = batch.num_columns() - usize::from(is_changelog(&batch.schema()));
+        for (row, kind) in kinds.iter().enumerate() {
+            let cells: Vec<String> = batch.columns()[..width]
+                .iter()
+                .map(|c| match c.is_null(row) {
+                    true => "NULL".to_string(),
+                    false => cell(array_value_to_string(c, row).unwrap_or_else(|e| format!("<{e}>"))),
+                })
+                .collect();
+            if kind.is_retraction() {
+                let Some(at) = rows.iter().position(|r| *r == cells) else {
+                    return Err(format!("the changelog takes back {cells:?} ({}), which it never added", kind.code()));
+                };
+                rows.swap_remove(at);
+            } else {
+                rows.push(cells);
+            }
+        }
+    }
+    Ok(rows)
 }
 
 /// An empty string shows as "(empty)" (as in DataFusion's .slt files): sqllogictest cannot tell
@@ -145,7 +165,12 @@ impl SltSession {
             .await
             .map_err(|_| SltError("the hard way: the restored pipeline did not finish within 120 s".into()))?
             .map_err(|e| fail("restored at 3", &e))?;
-        let (expected, got) = (rows(straight), rows(&log.committed()));
+        let final_of = |batches: &[RecordBatch]| -> Result<Vec<String>, SltError> {
+            let mut rows: Vec<String> = final_rows(batches).map_err(SltError)?.iter().map(|r| r.join(" ")).collect();
+            rows.sort();
+            Ok(rows)
+        };
+        let (expected, got) = (final_of(straight)?, final_of(&log.committed())?);
         if expected != got {
             return Err(SltError(format!(
                 "the hard way (parallelism 2, killed after a checkpoint, restored at 3) gave {} rows, the straight run {}: {sql}\nhard way: {got:?}\nstraight: {expected:?}",
@@ -181,7 +206,18 @@ async fn every_slt_file_passes() {
                 pipelines: 0,
             })
         });
-        if let Err(error) = runner.run_file_async(file).await {
+        // WEIR_SLT_COMPLETE=1 writes the results into the files instead of checking them
+        // (review the diff before committing it).
+        if std::env::var_os("WEIR_SLT_COMPLETE").is_some() {
+            let (validator, normalizer, columns) = (
+                sqllogictest::default_validator,
+                sqllogictest::default_normalizer,
+                sqllogictest::default_column_validator::<DefaultColumnType>,
+            );
+            if let Err(error) = runner.update_test_file(file, " ", validator, normalizer, columns).await {
+                failures.push(format!("{}: {error}", file.display()));
+            }
+        } else if let Err(error) = runner.run_file_async(file).await {
             failures.push(format!("{}: {error}", file.display()));
         }
     }

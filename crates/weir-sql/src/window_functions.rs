@@ -1,6 +1,9 @@
-//! `tumble(ts, INTERVAL ...)`: the start of the tumbling window `ts` falls in. As a GROUP BY key
-//! it makes a tumbling-window aggregate; DataFusion evaluates it like any function, so the same
-//! query also runs as a batch query (which is how tests check windows against batch answers).
+//! The window functions of GROUP BY: `tumble(ts, size)`, `hop(ts, slide, size)` and
+//! `session(ts, gap)`, each standing for the start of the row's window. The streaming planner
+//! turns them into window operators. `tumble` is also an ordinary function (the start of the
+//! tumbling window `ts` falls in), so a tumbling query runs as a batch query too, which is how
+//! tests check windows against batch answers; a row is in several hopping windows and a
+//! session depends on other rows, so `hop` and `session` only work in a streaming GROUP BY.
 
 use std::sync::Arc;
 
@@ -11,6 +14,8 @@ use datafusion::common::{ScalarValue, exec_err};
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
 
 pub const TUMBLE: &str = "tumble";
+pub const HOP: &str = "hop";
+pub const SESSION: &str = "session";
 
 /// An interval literal as milliseconds, if it is a fixed duration (no months).
 pub fn interval_ms(value: &ScalarValue) -> Option<i64> {
@@ -61,7 +66,46 @@ impl ScalarUDFImpl for Tumble {
     }
 }
 
+/// `hop` and `session`: only meaningful as GROUP BY keys of a streaming query, which the
+/// planner replaces by a window operator; evaluated as a function, they fail.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct StreamingOnly {
+    name: &'static str,
+    usage: &'static str,
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for StreamingOnly {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::Timestamp(TimeUnit::Millisecond, None))
+    }
+
+    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
+        exec_err!("{} only works as the window of a streaming GROUP BY, as in GROUP BY {}", self.name, self.usage)
+    }
+}
+
 /// The window functions to register with a DataFusion context.
 pub fn window_functions() -> Vec<ScalarUDF> {
-    vec![ScalarUDF::from(Tumble { signature: Signature::any(2, Volatility::Immutable) })]
+    vec![
+        ScalarUDF::from(Tumble { signature: Signature::any(2, Volatility::Immutable) }),
+        ScalarUDF::from(StreamingOnly {
+            name: HOP,
+            usage: "hop(ts, INTERVAL '1' SECOND, INTERVAL '10' SECOND) (slide, then size)",
+            signature: Signature::any(3, Volatility::Immutable),
+        }),
+        ScalarUDF::from(StreamingOnly {
+            name: SESSION,
+            usage: "session(ts, INTERVAL '30' SECOND) (the gap that ends a session)",
+            signature: Signature::any(2, Volatility::Immutable),
+        }),
+    ]
 }

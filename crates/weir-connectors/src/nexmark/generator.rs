@@ -75,41 +75,41 @@ pub fn event_kind(n: u64) -> i32 {
 
 fn person_fields() -> Fields {
     Fields::from(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("name", DataType::Utf8, false),
-        Field::new("email_address", DataType::Utf8, false),
-        Field::new("credit_card", DataType::Utf8, false),
-        Field::new("city", DataType::Utf8, false),
-        Field::new("state", DataType::Utf8, false),
-        Field::new("date_time", timestamp(), false),
-        Field::new("extra", DataType::Utf8, false),
+        Field::new("id", DataType::Int64, true),
+        Field::new("name", DataType::Utf8, true),
+        Field::new("email_address", DataType::Utf8, true),
+        Field::new("credit_card", DataType::Utf8, true),
+        Field::new("city", DataType::Utf8, true),
+        Field::new("state", DataType::Utf8, true),
+        Field::new("date_time", timestamp(), true),
+        Field::new("extra", DataType::Utf8, true),
     ])
 }
 
 fn auction_fields() -> Fields {
     Fields::from(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("item_name", DataType::Utf8, false),
-        Field::new("description", DataType::Utf8, false),
-        Field::new("initial_bid", DataType::Int64, false),
-        Field::new("reserve", DataType::Int64, false),
-        Field::new("date_time", timestamp(), false),
-        Field::new("expires", timestamp(), false),
-        Field::new("seller", DataType::Int64, false),
-        Field::new("category", DataType::Int64, false),
-        Field::new("extra", DataType::Utf8, false),
+        Field::new("id", DataType::Int64, true),
+        Field::new("item_name", DataType::Utf8, true),
+        Field::new("description", DataType::Utf8, true),
+        Field::new("initial_bid", DataType::Int64, true),
+        Field::new("reserve", DataType::Int64, true),
+        Field::new("date_time", timestamp(), true),
+        Field::new("expires", timestamp(), true),
+        Field::new("seller", DataType::Int64, true),
+        Field::new("category", DataType::Int64, true),
+        Field::new("extra", DataType::Utf8, true),
     ])
 }
 
 fn bid_fields() -> Fields {
     Fields::from(vec![
-        Field::new("auction", DataType::Int64, false),
-        Field::new("bidder", DataType::Int64, false),
-        Field::new("price", DataType::Int64, false),
-        Field::new("channel", DataType::Utf8, false),
-        Field::new("url", DataType::Utf8, false),
-        Field::new("date_time", timestamp(), false),
-        Field::new("extra", DataType::Utf8, false),
+        Field::new("auction", DataType::Int64, true),
+        Field::new("bidder", DataType::Int64, true),
+        Field::new("price", DataType::Int64, true),
+        Field::new("channel", DataType::Utf8, true),
+        Field::new("url", DataType::Utf8, true),
+        Field::new("date_time", timestamp(), true),
+        Field::new("extra", DataType::Utf8, true),
     ])
 }
 
@@ -245,8 +245,8 @@ impl NexmarkGenerator {
     }
 }
 
-/// Builds a nullable struct column: children hold a placeholder where the row is of another
-/// kind, and the struct's null buffer marks it.
+/// Builds a nullable struct column: where the row is of another kind, the struct and its
+/// children are null (so `auction.seller` of a bid is NULL, not a placeholder value).
 fn struct_array(fields: Fields, children: Vec<ArrayRef>, valid: Vec<bool>) -> Result<StructArray, ArrowError> {
     StructArray::try_new(fields, children, Some(NullBuffer::from(valid)))
 }
@@ -268,13 +268,13 @@ impl PersonColumns {
     fn push(&mut self, here: bool, n: u64, time: i64, random: &mut Random) {
         self.valid.push(here);
         if !here {
-            self.id.append_value(0);
+            self.id.append_null();
             for column in
                 [&mut self.name, &mut self.email, &mut self.card, &mut self.city, &mut self.state, &mut self.extra]
             {
-                column.append_value("");
+                column.append_null();
             }
-            self.time.append_value(0);
+            self.time.append_null();
             return;
         }
         self.id.append_value(FIRST_ID + persons_before(n) as i64);
@@ -323,13 +323,13 @@ impl AuctionColumns {
         self.valid.push(here);
         if !here {
             for column in [&mut self.id, &mut self.initial, &mut self.reserve, &mut self.seller, &mut self.category] {
-                column.append_value(0);
+                column.append_null();
             }
             for column in [&mut self.item, &mut self.description, &mut self.extra] {
-                column.append_value("");
+                column.append_null();
             }
-            self.time.append_value(0);
-            self.expires.append_value(0);
+            self.time.append_null();
+            self.expires.append_null();
             return;
         }
         self.id.append_value(FIRST_ID + auctions_before(n) as i64);
@@ -380,12 +380,12 @@ impl BidColumns {
         self.valid.push(here);
         if !here {
             for column in [&mut self.auction, &mut self.bidder, &mut self.price] {
-                column.append_value(0);
+                column.append_null();
             }
             for column in [&mut self.channel, &mut self.url, &mut self.extra] {
-                column.append_value("");
+                column.append_null();
             }
-            self.time.append_value(0);
+            self.time.append_null();
             return;
         }
         let auctions = auctions_before(n).max(1);

@@ -1,12 +1,15 @@
-//! weir's streaming operators (one module each). So far the stateless ones, watermark
-//! assignment and the simple sinks; windows, aggregates and joins follow.
+//! weir's streaming operators, one module each.
 
+pub mod join;
 pub mod sinks;
 pub mod stateless;
-pub mod tumbling_window;
+pub mod updating_aggregate;
 pub mod watermark;
+pub mod window_aggregate;
 
+pub use join::{Expiry, JoinKind, JoinSide, StreamingJoin, join_key_column};
 pub use sinks::{Blackhole, PreviewBuffer, PreviewSink};
 pub use stateless::{Stateless, Step};
-pub use tumbling_window::TumblingWindow;
+pub use updating_aggregate::UpdatingAggregate;
 pub use watermark::WatermarkAssigner;
+pub use window_aggregate::{ALL_IN_ONE, WindowAggregate, WindowKind};

@@ -25,28 +25,42 @@ impl Operator for Blackhole {
 /// dropped): bounded memory whatever the query produces.
 #[derive(Debug, Clone)]
 pub struct PreviewBuffer {
-    inner: Arc<Mutex<(VecDeque<RecordBatch>, usize)>>,
+    inner: Arc<Mutex<Kept>>,
     capacity: usize,
+}
+
+#[derive(Debug, Default)]
+struct Kept {
+    batches: VecDeque<RecordBatch>,
+    rows: usize,
+    /// Rows dropped to stay within the capacity.
+    dropped: usize,
 }
 
 impl PreviewBuffer {
     pub fn new(capacity: usize) -> Self {
-        Self { inner: Arc::new(Mutex::new((VecDeque::new(), 0))), capacity: capacity.max(1) }
+        Self { inner: Arc::new(Mutex::new(Kept::default())), capacity: capacity.max(1) }
     }
 
     fn push(&self, batch: RecordBatch) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner.1 += batch.num_rows();
-        inner.0.push_back(batch);
-        while inner.1 > self.capacity {
-            let Some(oldest) = inner.0.pop_front() else { break };
-            inner.1 -= oldest.num_rows();
+        inner.rows += batch.num_rows();
+        inner.batches.push_back(batch);
+        while inner.rows > self.capacity {
+            let Some(oldest) = inner.batches.pop_front() else { break };
+            inner.rows -= oldest.num_rows();
+            inner.dropped += oldest.num_rows();
         }
     }
 
     /// The rows kept now, oldest first.
     pub fn batches(&self) -> Vec<RecordBatch> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).0.iter().cloned().collect()
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).batches.iter().cloned().collect()
+    }
+
+    /// How many rows were dropped to stay within the capacity.
+    pub fn dropped(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).dropped
     }
 }
 

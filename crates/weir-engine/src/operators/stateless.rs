@@ -10,6 +10,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::physical_expr::PhysicalExpr;
 
+use crate::changelog::{change_column, is_changelog};
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator};
 
@@ -18,7 +19,8 @@ use crate::operator::{Collector, Operator};
 pub enum Step {
     /// Keep the rows for which the predicate is true.
     Filter(Arc<dyn PhysicalExpr>),
-    /// Compute these expressions into a batch of `schema`.
+    /// Compute these expressions into a batch of `schema`. On a changelog, `schema` ends with
+    /// the change column, which is carried over as it is (one field more than `exprs`).
     Project { exprs: Vec<Arc<dyn PhysicalExpr>>, schema: SchemaRef },
 }
 
@@ -51,10 +53,16 @@ impl Stateless {
                     filter_record_batch(&batch, mask)?
                 }
                 Step::Project { exprs, schema } => {
-                    let columns: Vec<ArrayRef> = exprs
+                    let mut columns: Vec<ArrayRef> = exprs
                         .iter()
                         .map(|e| e.evaluate(&batch).and_then(|v| v.into_array(batch.num_rows())))
                         .collect::<datafusion::error::Result<_>>()?;
+                    if schema.fields().len() == exprs.len() + 1 && is_changelog(schema) {
+                        let Some(change) = change_column(&batch) else {
+                            return Err(Error::Graph("a changelog projection got a batch without change kinds".into()));
+                        };
+                        columns.push(change);
+                    }
                     let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
                     RecordBatch::try_new_with_options(schema.clone(), columns, &options)?
                 }

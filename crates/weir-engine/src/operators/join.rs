@@ -1,0 +1,657 @@
+//! Equi-joins of two streams. Each input carries its own columns followed by the join key
+//! columns (computed upstream and hash-partitioned on, so equal keys meet in one subtask).
+//! A row is stored on its side and probed against the other side's stored rows of its key;
+//! the pairs that pass the join's other conditions are emitted.
+//!
+//! How long a stored row is kept decides the kind of join:
+//! - an *interval join* (`a.ts BETWEEN b.ts - x AND b.ts + y`) or a *window join* (both sides
+//!   grouped into the same windows) keeps a row until the watermark shows that no row that can
+//!   still arrive on the other side can match it ([`Expiry`]); its output is append-only, and a
+//!   left join emits a left row that never matched, padded with nulls, when it expires;
+//! - a *regular join* keeps rows until they have been idle for the time-to-live (processing
+//!   time, forever without one). A regular left join is updating: a left row is emitted padded
+//!   with nulls at once, and retracted (`-D`) when its first match arrives.
+//!
+//! The snapshot holds each side's stored rows keyed by the hash of their join key.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, UInt32Array, new_null_array};
+use datafusion::arrow::compute::{cast, filter_record_batch, take};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
+use datafusion::physical_expr::PhysicalExpr;
+use weir_state::KEY_HASH_COLUMN;
+
+use crate::changelog::{Change, change_array};
+use crate::error::{Error, Result};
+use crate::operator::{Collector, Operator, RestoredState, StateTable};
+use crate::partition::key_hashes;
+
+const MATCHED: &str = "__matched";
+const EXPIRES_AT: &str = "__expires_at";
+const LAST_ACCESS: &str = "__last_access_ms";
+
+/// The name of the `i`-th join key column on both inputs.
+pub fn join_key_column(i: usize) -> String {
+    format!("__join_key_{i}")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinKind {
+    Inner,
+    /// Every left row: joined, or padded with nulls when it has no match.
+    Left,
+    /// The left rows that have a match, once each, left columns only.
+    LeftSemi,
+    /// The left rows that have no match, left columns only.
+    LeftAnti,
+}
+
+impl JoinKind {
+    /// Whether left rows without a match are output (padded with nulls for a left join).
+    fn emits_unmatched(self) -> bool {
+        matches!(self, JoinKind::Left | JoinKind::LeftAnti)
+    }
+}
+
+/// A stored row expires when the watermark reaches the value of its `column` (an event time,
+/// or a window start) plus `after_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expiry {
+    pub column: usize,
+    pub after_ms: i64,
+}
+
+/// One input of a join.
+#[derive(Debug, Clone)]
+pub struct JoinSide {
+    /// The side's own columns (the input has the key columns after them).
+    pub schema: SchemaRef,
+    pub expiry: Option<Expiry>,
+}
+
+struct Stored {
+    row: OwnedRow,
+    /// How many output rows it took part in (a left join's unmatched rows have none).
+    matched: i64,
+    expires_at: i64,
+    last_access_ms: i64,
+}
+
+/// A two-input equi-join (input 0 is the left side).
+pub struct StreamingJoin {
+    kind: JoinKind,
+    sides: [JoinSide; 2],
+    key_types: Vec<DataType>,
+    /// The join's other conditions, over left columns then right columns.
+    filter: Option<Arc<dyn PhysicalExpr>>,
+    /// Left columns then right columns (nullable on the right for a left join).
+    combined: SchemaRef,
+    /// The output: the combined columns (inner and left joins) or the left ones (semi and
+    /// anti joins), and the change column for an updating join.
+    output: SchemaRef,
+    ttl: Option<Duration>,
+    converters: Option<Converters>,
+    stored: [HashMap<OwnedRow, Vec<Stored>>; 2],
+    /// Keys of stored rows by expiry time.
+    expiring: [BTreeMap<i64, Vec<OwnedRow>>; 2],
+    watermark: i64,
+    last_sweep_ms: i64,
+}
+
+struct Converters {
+    keys: RowConverter,
+    values: [RowConverter; 2],
+}
+
+impl Clone for StreamingJoin {
+    fn clone(&self) -> Self {
+        Self::new(
+            self.kind,
+            self.sides.clone(),
+            self.key_types.clone(),
+            self.filter.clone(),
+            self.combined.clone(),
+            self.output.clone(),
+            self.ttl,
+        )
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+fn converter(types: impl Iterator<Item = DataType>) -> Result<RowConverter> {
+    Ok(RowConverter::new(types.map(SortField::new).collect())?)
+}
+
+fn int_column(batch: &RecordBatch, name: &str) -> Result<Int64Array> {
+    let column = batch.column(batch.schema().index_of(name)?).clone();
+    column
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .cloned()
+        .ok_or_else(|| Error::Graph(format!("join state column '{name}' is not Int64")))
+}
+
+impl StreamingJoin {
+    pub fn new(
+        kind: JoinKind,
+        sides: [JoinSide; 2],
+        key_types: Vec<DataType>,
+        filter: Option<Arc<dyn PhysicalExpr>>,
+        combined: SchemaRef,
+        output: SchemaRef,
+        ttl: Option<Duration>,
+    ) -> Self {
+        Self {
+            kind,
+            sides,
+            key_types,
+            filter,
+            combined,
+            output,
+            ttl,
+            converters: None,
+            stored: [HashMap::new(), HashMap::new()],
+            expiring: [BTreeMap::new(), BTreeMap::new()],
+            watermark: i64::MIN,
+            last_sweep_ms: now_ms(),
+        }
+    }
+
+    /// Whether the output is a changelog: a regular (non-expiring) left or anti join, whose
+    /// unmatched rows are taken back when a match arrives.
+    pub fn is_updating(kind: JoinKind, left_expiry: Option<Expiry>) -> bool {
+        kind.emits_unmatched() && left_expiry.is_none()
+    }
+
+    fn updating(&self) -> bool {
+        Self::is_updating(self.kind, self.sides[0].expiry)
+    }
+
+    fn converters(&mut self) -> Result<&Converters> {
+        if self.converters.is_none() {
+            let values = |side: &JoinSide| converter(side.schema.fields().iter().map(|f| f.data_type().clone()));
+            self.converters = Some(Converters {
+                keys: converter(self.key_types.iter().cloned())?,
+                values: [values(&self.sides[0])?, values(&self.sides[1])?],
+            });
+        }
+        self.converters.as_ref().ok_or_else(|| Error::Graph("join row converters missing".into()))
+    }
+
+    /// Pairs: `left` and `right` columns side by side, each already taken row by row.
+    fn joined(&self, left: Vec<ArrayRef>, right: Vec<ArrayRef>, rows: usize) -> Result<RecordBatch> {
+        let columns = left
+            .into_iter()
+            .chain(right)
+            .zip(self.combined.fields())
+            .map(|(c, f)| if c.data_type() == f.data_type() { Ok(c) } else { cast(&c, f.data_type()) })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let options = RecordBatchOptions::new().with_row_count(Some(rows));
+        Ok(RecordBatch::try_new_with_options(self.combined.clone(), columns, &options)?)
+    }
+
+    /// Emits joined pairs (inner and left joins).
+    fn emit_pairs(&self, pairs: RecordBatch, out: &mut Collector) -> Result<()> {
+        self.emit(pairs.columns().to_vec(), pairs.num_rows(), Change::Insert, out)
+    }
+
+    /// Emits left rows on their own: padded with nulls for a left join, as they are for semi
+    /// and anti joins.
+    fn emit_left(&self, left: Vec<ArrayRef>, rows: usize, change: Change, out: &mut Collector) -> Result<()> {
+        let mut columns = left;
+        if self.kind == JoinKind::Left {
+            let right = &self.combined.fields()[columns.len()..];
+            columns.extend(right.iter().map(|f| new_null_array(f.data_type(), rows)));
+        }
+        self.emit(columns, rows, change, out)
+    }
+
+    fn emit(&self, mut columns: Vec<ArrayRef>, rows: usize, change: Change, out: &mut Collector) -> Result<()> {
+        if rows == 0 {
+            return Ok(());
+        }
+        if self.updating() {
+            columns.push(change_array(&vec![change; rows]));
+        }
+        let columns = columns
+            .into_iter()
+            .zip(self.output.fields())
+            .map(|(c, f)| if c.data_type() == f.data_type() { Ok(c) } else { cast(&c, f.data_type()) })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let options = RecordBatchOptions::new().with_row_count(Some(rows));
+        out.emit(RecordBatch::try_new_with_options(self.output.clone(), columns, &options)?);
+        Ok(())
+    }
+
+    /// Stored rows as columns of their side.
+    fn rows_to_columns(&mut self, side: usize, rows: &[&OwnedRow]) -> Result<Vec<ArrayRef>> {
+        let converter = &self.converters()?.values[side];
+        Ok(converter.convert_rows(rows.iter().map(|r| r.row()))?)
+    }
+
+    /// Removes rows whose expiry the watermark has reached; a left join emits the left rows
+    /// that never matched.
+    fn expire(&mut self, watermark: i64, out: &mut Collector) -> Result<()> {
+        for side in 0..2 {
+            let mut unmatched: Vec<OwnedRow> = Vec::new();
+            while let Some(entry) = self.expiring[side].first_entry() {
+                if *entry.key() > watermark {
+                    break;
+                }
+                for key in entry.remove() {
+                    let Some(rows) = self.stored[side].get_mut(&key) else { continue };
+                    rows.retain(|stored| {
+                        let expired = stored.expires_at <= watermark;
+                        if expired && side == 0 && self.kind.emits_unmatched() && stored.matched == 0 {
+                            unmatched.push(stored.row.clone());
+                        }
+                        !expired
+                    });
+                    if rows.is_empty() {
+                        self.stored[side].remove(&key);
+                    }
+                }
+            }
+            if !unmatched.is_empty() {
+                let refs: Vec<&OwnedRow> = unmatched.iter().collect();
+                let left = self.rows_to_columns(0, &refs)?;
+                self.emit_left(left, refs.len(), Change::Insert, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets rows idle for longer than the time-to-live (checked every half of it).
+    fn sweep(&mut self, now: i64) {
+        let Some(ttl) = self.ttl else { return };
+        let ttl = ttl.as_millis() as i64;
+        if now - self.last_sweep_ms < (ttl / 2).max(1) {
+            return;
+        }
+        self.last_sweep_ms = now;
+        for side in &mut self.stored {
+            side.retain(|_, rows| {
+                rows.retain(|r| r.last_access_ms + ttl >= now);
+                !rows.is_empty()
+            });
+        }
+    }
+}
+
+#[async_trait]
+impl Operator for StreamingJoin {
+    async fn open(&mut self, _info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
+        let keys = self.key_types.len();
+        for side in 0..2 {
+            let width = self.sides[side].schema.fields().len();
+            for batch in restored.table(&format!("side_{side}")) {
+                let (matched, expires, access) =
+                    (int_column(batch, MATCHED)?, int_column(batch, EXPIRES_AT)?, int_column(batch, LAST_ACCESS)?);
+                let converters = self.converters()?;
+                let key_rows = converters.keys.convert_columns(&batch.columns()[1..=keys])?;
+                let value_rows =
+                    converters.values[side].convert_columns(&batch.columns()[1 + keys..1 + keys + width])?;
+                for row in 0..batch.num_rows() {
+                    let key = key_rows.row(row).owned();
+                    let stored = Stored {
+                        row: value_rows.row(row).owned(),
+                        matched: matched.value(row),
+                        expires_at: expires.value(row),
+                        last_access_ms: access.value(row),
+                    };
+                    if self.sides[side].expiry.is_some() {
+                        self.expiring[side].entry(stored.expires_at).or_default().push(key.clone());
+                    }
+                    self.stored[side].entry(key).or_default().push(stored);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn process_batch(&mut self, input: usize, batch: RecordBatch, out: &mut Collector) -> Result<()> {
+        let side = input.min(1);
+        let other = 1 - side;
+        let now = now_ms();
+        self.sweep(now);
+        let width = self.sides[side].schema.fields().len();
+        let keys = self.key_types.len();
+        if batch.num_columns() != width + keys {
+            return Err(Error::Graph(format!(
+                "join input {side} has {} columns; expected {width} and {keys} key(s)",
+                batch.num_columns()
+            )));
+        }
+        let values = batch.columns()[..width].to_vec();
+        let converters = self.converters()?;
+        let key_rows = converters.keys.convert_columns(&batch.columns()[width..])?;
+        let value_rows = converters.values[side].convert_columns(&values)?;
+        let has_null_key: Vec<bool> =
+            (0..batch.num_rows()).map(|r| batch.columns()[width..].iter().any(|c| c.is_null(r))).collect();
+        let times: Option<Int64Array> = match self.sides[side].expiry {
+            Some(expiry) => {
+                let millis = cast(&values[expiry.column], &DataType::Timestamp(TimeUnit::Millisecond, None))?;
+                cast(&millis, &DataType::Int64)?.as_any().downcast_ref::<Int64Array>().cloned()
+            }
+            None => None,
+        };
+        // Candidate pairs: (row of this batch, key, index among the other side's rows).
+        let mut pairs: Vec<(u32, OwnedRow, usize)> = Vec::new();
+        for (row, _) in has_null_key.iter().enumerate().filter(|(_, null)| !**null) {
+            let key = key_rows.row(row).owned();
+            if let Some(stored) = self.stored[other].get(&key) {
+                pairs.extend((0..stored.len()).map(|i| (row as u32, key.clone(), i)));
+            }
+        }
+        let mut passing = vec![false; pairs.len()];
+        if !pairs.is_empty() {
+            let indices = UInt32Array::from_iter_values(pairs.iter().map(|p| p.0));
+            let mine = values.iter().map(|c| take(c, &indices, None)).collect::<std::result::Result<Vec<_>, _>>()?;
+            let theirs_rows: Vec<OwnedRow> =
+                pairs.iter().filter_map(|(_, key, i)| self.stored[other].get(key).map(|r| r[*i].row.clone())).collect();
+            let theirs = self.rows_to_columns(other, &theirs_rows.iter().collect::<Vec<_>>())?;
+            let joined = match side {
+                0 => self.joined(mine, theirs, pairs.len())?,
+                _ => self.joined(theirs, mine, pairs.len())?,
+            };
+            if let Some(filter) = &self.filter {
+                let mask = filter.evaluate(&joined)?.into_array(joined.num_rows())?;
+                let Some(mask) = mask.as_any().downcast_ref::<BooleanArray>() else {
+                    return Err(Error::Graph(format!(
+                        "the join condition gave {} values, not booleans",
+                        mask.data_type()
+                    )));
+                };
+                for (i, pass) in passing.iter_mut().enumerate() {
+                    *pass = mask.is_valid(i) && mask.value(i);
+                }
+            } else {
+                passing.fill(true);
+            }
+            // Stored left rows matched for the first time: a semi join emits them, an updating
+            // left or anti join takes back what it emitted for them unmatched.
+            if side == 1 {
+                let mut first: Vec<(OwnedRow, usize)> = Vec::new();
+                for ((_, key, i), pass) in pairs.iter().zip(&passing) {
+                    if *pass
+                        && self.stored[0].get(key).is_some_and(|rows| rows[*i].matched == 0)
+                        && !first.contains(&(key.clone(), *i))
+                    {
+                        first.push((key.clone(), *i));
+                    }
+                }
+                let change = match self.kind {
+                    JoinKind::LeftSemi => Some(Change::Insert),
+                    _ if self.updating() => Some(Change::Delete),
+                    _ => None,
+                };
+                if let Some(change) = change.filter(|_| !first.is_empty()) {
+                    let rows: Vec<OwnedRow> = first
+                        .iter()
+                        .filter_map(|(key, i)| self.stored[0].get(key).map(|r| r[*i].row.clone()))
+                        .collect();
+                    let left = self.rows_to_columns(0, &rows.iter().collect::<Vec<_>>())?;
+                    self.emit_left(left, rows.len(), change, out)?;
+                }
+            }
+            if matches!(self.kind, JoinKind::Inner | JoinKind::Left) {
+                self.emit_pairs(filter_record_batch(&joined, &BooleanArray::from(passing.clone()))?, out)?;
+            }
+            for ((_, key, i), pass) in pairs.iter().zip(&passing) {
+                if *pass && let Some(rows) = self.stored[other].get_mut(key) {
+                    rows[*i].matched += 1;
+                    rows[*i].last_access_ms = now;
+                }
+            }
+        }
+        let mut matched = vec![0i64; batch.num_rows()];
+        for ((row, _, _), pass) in pairs.iter().zip(&passing) {
+            matched[*row as usize] += i64::from(*pass);
+        }
+        if side == 0 {
+            // Arriving left rows: a semi join emits the matched ones; an updating left or anti
+            // join the unmatched ones at once (an expiring one waits for their expiry).
+            let emit: Option<Vec<u32>> = match self.kind {
+                JoinKind::LeftSemi => Some((0..batch.num_rows() as u32).filter(|r| matched[*r as usize] > 0).collect()),
+                _ if self.updating() => {
+                    Some((0..batch.num_rows() as u32).filter(|r| matched[*r as usize] == 0).collect())
+                }
+                _ => None,
+            };
+            if let Some(rows) = emit.filter(|r| !r.is_empty()) {
+                let indices = UInt32Array::from(rows);
+                let left =
+                    values.iter().map(|c| take(c, &indices, None)).collect::<std::result::Result<Vec<_>, _>>()?;
+                self.emit_left(left, indices.len(), Change::Insert, out)?;
+            }
+        }
+        for row in 0..batch.num_rows() {
+            let expires_at = match (&times, self.sides[side].expiry) {
+                (Some(times), Some(expiry)) if times.is_valid(row) => times.value(row).saturating_add(expiry.after_ms),
+                (Some(_), _) => i64::MIN, // no event time: it can never be matched later
+                _ => i64::MAX,
+            };
+            let late = expires_at <= self.watermark;
+            if has_null_key[row] || late {
+                if late && side == 0 && self.kind.emits_unmatched() && !self.updating() && matched[row] == 0 {
+                    let left = values.iter().map(|c| c.slice(row, 1)).collect();
+                    self.emit_left(left, 1, Change::Insert, out)?;
+                }
+                continue;
+            }
+            let key = key_rows.row(row).owned();
+            if self.sides[side].expiry.is_some() {
+                self.expiring[side].entry(expires_at).or_default().push(key.clone());
+            }
+            let stored =
+                Stored { row: value_rows.row(row).owned(), matched: matched[row], expires_at, last_access_ms: now };
+            self.stored[side].entry(key).or_default().push(stored);
+        }
+        Ok(())
+    }
+
+    async fn process_watermark(&mut self, watermark: i64, out: &mut Collector) -> Result<()> {
+        self.watermark = self.watermark.max(watermark);
+        self.expire(self.watermark, out)?;
+        if !self.updating() {
+            // Held back by the longest expiry: a row is emitted while its time plus expiry is
+            // ahead of the watermark, so its time columns stay ahead of the forwarded one.
+            let hold_back = self.sides.iter().filter_map(|s| s.expiry.map(|e| e.after_ms.max(0))).max().unwrap_or(0);
+            out.emit_watermark(watermark.saturating_sub(hold_back));
+        }
+        Ok(())
+    }
+
+    async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
+        let mut tables = Vec::new();
+        for side in 0..2 {
+            let mut fields = vec![Field::new(KEY_HASH_COLUMN, DataType::UInt64, false)];
+            for (i, data_type) in self.key_types.iter().enumerate() {
+                fields.push(Field::new(join_key_column(i), data_type.clone(), true));
+            }
+            for (i, field) in self.sides[side].schema.fields().iter().enumerate() {
+                fields.push(Field::new(format!("c{i}"), field.data_type().clone(), true));
+            }
+            for name in [MATCHED, EXPIRES_AT, LAST_ACCESS] {
+                fields.push(Field::new(name, DataType::Int64, false));
+            }
+            let schema = Arc::new(Schema::new(fields));
+            let mut key_rows = Vec::new();
+            let mut value_rows = Vec::new();
+            let (mut matched, mut expires, mut access) = (Vec::new(), Vec::new(), Vec::new());
+            for (key, rows) in &self.stored[side] {
+                for stored in rows {
+                    key_rows.push(key.clone());
+                    value_rows.push(stored.row.clone());
+                    matched.push(stored.matched);
+                    expires.push(stored.expires_at);
+                    access.push(stored.last_access_ms);
+                }
+            }
+            if key_rows.is_empty() {
+                tables.push(StateTable {
+                    name: format!("side_{side}"),
+                    schema: schema.clone(),
+                    batches: vec![RecordBatch::new_empty(schema)],
+                });
+                continue;
+            }
+            let converters = self.converters()?;
+            let key_columns = converters.keys.convert_rows(key_rows.iter().map(|r| r.row()))?;
+            let value_columns = converters.values[side].convert_rows(value_rows.iter().map(|r| r.row()))?;
+            let keyed = RecordBatch::try_new(
+                Arc::new(Schema::new(schema.fields()[1..=self.key_types.len()].to_vec())),
+                key_columns.clone(),
+            )?;
+            let key_names: Vec<String> = (0..self.key_types.len()).map(join_key_column).collect();
+            let mut columns: Vec<ArrayRef> = vec![Arc::new(key_hashes(&keyed, &key_names)?)];
+            columns.extend(key_columns);
+            columns.extend(value_columns);
+            for values in [matched, expires, access] {
+                columns.push(Arc::new(Int64Array::from(values)));
+            }
+            let batch = RecordBatch::try_new(schema.clone(), columns)?;
+            tables.push(StateTable { name: format!("side_{side}"), schema, batches: vec![batch] });
+        }
+        Ok(tables)
+    }
+
+    /// Both inputs ended: a left join's left rows that never matched come out now.
+    async fn finish(&mut self, out: &mut Collector) -> Result<()> {
+        if !self.updating() {
+            self.expire(i64::MAX, out)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::TimestampMillisecondArray;
+
+    use super::*;
+    use crate::changelog::{changelog_schema, changes};
+
+    fn side_schema(name: &str) -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new(format!("{name}_id"), DataType::Int64, true),
+            Field::new(format!("{name}_ts"), DataType::Timestamp(TimeUnit::Millisecond, None), true),
+        ]))
+    }
+
+    /// Rows (id, ts) of one side with the id as the join key.
+    fn rows(name: &str, rows: &[(i64, i64)]) -> RecordBatch {
+        let mut fields: Vec<Field> = side_schema(name).fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new(join_key_column(0), DataType::Int64, true));
+        let ids = Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0)));
+        let columns: Vec<ArrayRef> =
+            vec![ids.clone(), Arc::new(TimestampMillisecondArray::from_iter_values(rows.iter().map(|r| r.1))), ids];
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+    }
+
+    fn join(kind: JoinKind, expiry: [Option<Expiry>; 2]) -> StreamingJoin {
+        let sides = [
+            JoinSide { schema: side_schema("l"), expiry: expiry[0] },
+            JoinSide { schema: side_schema("r"), expiry: expiry[1] },
+        ];
+        let mut fields: Vec<Field> = sides[0].schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.extend(sides[1].schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)));
+        let combined = Arc::new(Schema::new(fields));
+        let output = match kind {
+            JoinKind::Inner | JoinKind::Left => combined.clone(),
+            JoinKind::LeftSemi | JoinKind::LeftAnti => sides[0].schema.clone(),
+        };
+        let output = match StreamingJoin::is_updating(kind, expiry[0]) {
+            true => changelog_schema(&output),
+            false => output,
+        };
+        StreamingJoin::new(kind, sides, vec![DataType::Int64], None, combined, output, None)
+    }
+
+    /// Output rows as "kind left_id right_id" (NULL for a missing side).
+    fn lines(out: &Collector) -> Vec<String> {
+        let mut lines = Vec::new();
+        for batch in &out.batches {
+            let ids = |c: usize| batch.column(c).as_any().downcast_ref::<Int64Array>().unwrap().clone();
+            let (left, right) = (ids(0), ids(2));
+            for (row, kind) in changes(batch).unwrap().into_iter().enumerate() {
+                let right = if right.is_null(row) { "NULL".to_string() } else { right.value(row).to_string() };
+                lines.push(format!("{} {} {right}", kind.code(), left.value(row)));
+            }
+        }
+        lines
+    }
+
+    async fn feed(join: &mut StreamingJoin, input: usize, batch: RecordBatch) -> Vec<String> {
+        lines(&collect(join, input, batch).await)
+    }
+
+    async fn collect(join: &mut StreamingJoin, input: usize, batch: RecordBatch) -> Collector {
+        let mut out = Collector::default();
+        join.process_batch(input, batch, &mut out).await.unwrap();
+        out
+    }
+
+    /// Left-only output rows as "kind left_id".
+    async fn left_rows(join: &mut StreamingJoin, input: usize, batch: RecordBatch) -> Vec<String> {
+        let out = collect(join, input, batch).await;
+        let mut lines = Vec::new();
+        for batch in &out.batches {
+            assert_eq!(batch.num_columns(), 2 + usize::from(crate::changelog::is_changelog(&batch.schema())));
+            let ids = batch.column(0).as_any().downcast_ref::<Int64Array>().unwrap().clone();
+            for (row, kind) in changes(batch).unwrap().into_iter().enumerate() {
+                lines.push(format!("{} {}", kind.code(), ids.value(row)));
+            }
+        }
+        lines
+    }
+
+    fn stored(join: &StreamingJoin) -> usize {
+        join.stored.iter().map(|side| side.values().map(Vec::len).sum::<usize>()).sum()
+    }
+
+    #[tokio::test]
+    async fn a_regular_left_join_takes_back_the_null_padded_row_when_a_match_arrives() {
+        let mut join = join(JoinKind::Left, [None, None]);
+        assert_eq!(feed(&mut join, 0, rows("l", &[(1, 0), (2, 0)])).await, ["+I 1 NULL", "+I 2 NULL"]);
+        assert_eq!(feed(&mut join, 1, rows("r", &[(1, 5), (1, 6)])).await, ["-D 1 NULL", "+I 1 1", "+I 1 1"]);
+        assert_eq!(feed(&mut join, 1, rows("r", &[(1, 7)])).await, ["+I 1 1"], "taken back once only");
+        assert_eq!(feed(&mut join, 0, rows("l", &[(1, 8)])).await, ["+I 1 1", "+I 1 1", "+I 1 1"]);
+    }
+
+    #[tokio::test]
+    async fn an_interval_join_drops_rows_the_watermark_has_passed_and_holds_its_watermark_back() {
+        // Right rows up to 10 ms after the left one: left rows expire 11 ms after their time.
+        let expiry = [Some(Expiry { column: 1, after_ms: 11 }), Some(Expiry { column: 1, after_ms: 1 })];
+        let mut join = join(JoinKind::Left, expiry);
+        assert!(feed(&mut join, 0, rows("l", &[(1, 100), (2, 100)])).await.is_empty(), "waits for expiry");
+        assert_eq!(feed(&mut join, 1, rows("r", &[(1, 105)])).await, ["+I 1 1"]);
+        assert_eq!(stored(&join), 3);
+        let mut out = Collector::default();
+        join.process_watermark(111, &mut out).await.unwrap();
+        assert_eq!(lines(&out), ["+I 2 NULL"], "the unmatched left row, once it can no longer match");
+        assert_eq!(out.watermark, Some(100), "held back by the longest expiry");
+        assert_eq!(stored(&join), 0, "all state dropped");
+    }
+
+    #[tokio::test]
+    async fn a_semi_join_emits_a_left_row_once_and_an_anti_join_the_unmatched_ones() {
+        let mut semi = join(JoinKind::LeftSemi, [None, None]);
+        assert!(left_rows(&mut semi, 0, rows("l", &[(1, 0), (2, 0)])).await.is_empty());
+        assert_eq!(left_rows(&mut semi, 1, rows("r", &[(1, 0), (1, 0)])).await, ["+I 1"]);
+        assert!(left_rows(&mut semi, 1, rows("r", &[(1, 0)])).await.is_empty());
+        assert_eq!(left_rows(&mut semi, 0, rows("l", &[(1, 0)])).await, ["+I 1"]);
+        let mut anti = join(JoinKind::LeftAnti, [None, None]);
+        assert_eq!(left_rows(&mut anti, 0, rows("l", &[(1, 0), (2, 0)])).await, ["+I 1", "+I 2"]);
+        assert_eq!(left_rows(&mut anti, 1, rows("r", &[(1, 0)])).await, ["-D 1"]);
+    }
+}

@@ -1,0 +1,420 @@
+//! A non-windowed `GROUP BY`: an updating aggregate. Its output is a changelog
+//! ([`crate::changelog`]): after each input batch, every group it touched emits `+I` when it is
+//! new, `-U` old / `+U` new when its values changed, and `-D` when a retracting input emptied it.
+//! A changelog input is aggregated with `retract_batch`, by the accumulators DataFusion makes
+//! for sliding window frames (the planner only allows functions that have them). With a time-to-live, groups not touched for that long (processing time,
+//! as Flink's state TTL) are forgotten without output: a later row for the key starts afresh.
+//!
+//! The snapshot holds each group's accumulator state, row count and last access, keyed by the
+//! hash of the group columns (the input's partitioning).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{Array, ArrayRef, Int64Array, UInt32Array};
+use datafusion::arrow::compute::{cast, take};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::Accumulator;
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use weir_state::KEY_HASH_COLUMN;
+
+use crate::changelog::{Change, change_array, changes};
+use crate::error::{Error, Result};
+use crate::operator::{Collector, Operator, RestoredState, StateTable};
+use crate::operators::window_aggregate::ALL_IN_ONE;
+use crate::partition::key_hashes;
+
+const GROUPS: &str = "groups";
+const ROWS: &str = "__rows";
+const LAST_ACCESS: &str = "__last_access_ms";
+
+struct Group {
+    accumulators: Vec<Box<dyn Accumulator>>,
+    /// Input rows in the group (inserts less retractions).
+    rows: i64,
+    /// The aggregate values last emitted.
+    emitted: Option<Vec<ScalarValue>>,
+    /// Wall-clock milliseconds of the last row, for the time-to-live.
+    last_access_ms: i64,
+}
+
+pub struct UpdatingAggregate {
+    /// The group columns' names in the input (none for a global aggregate).
+    group_columns: Vec<String>,
+    aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    /// Group columns, aggregates, then the change column.
+    output: SchemaRef,
+    ttl: Option<Duration>,
+    /// The input is a changelog: use accumulators that can take rows back.
+    retracting: bool,
+    groups: HashMap<Vec<ScalarValue>, Group>,
+    last_sweep_ms: i64,
+}
+
+impl Clone for UpdatingAggregate {
+    /// A fresh instance with the same plan.
+    fn clone(&self) -> Self {
+        Self::new(self.group_columns.clone(), self.aggregates.clone(), self.output.clone(), self.ttl, self.retracting)
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+impl UpdatingAggregate {
+    pub fn new(
+        group_columns: Vec<String>,
+        aggregates: Vec<Arc<AggregateFunctionExpr>>,
+        output: SchemaRef,
+        ttl: Option<Duration>,
+        retracting: bool,
+    ) -> Self {
+        Self { group_columns, aggregates, output, ttl, retracting, groups: HashMap::new(), last_sweep_ms: now_ms() }
+    }
+
+    /// Whether `aggregate` can aggregate a changelog: its sliding accumulator must take back
+    /// any row, not only the oldest. DataFusion's are built for window frames, which retract
+    /// in arrival order; those whose state is a sum (count, sum, avg, variances) or a count per
+    /// value (DISTINCT) are right for any order, while min and max (a queue of candidates) are
+    /// not. So: those functions only.
+    pub fn can_retract(aggregate: &AggregateFunctionExpr) -> Result<bool> {
+        const ANY_ORDER: &[&str] =
+            &["count", "sum", "avg", "mean", "stddev", "stddev_pop", "var", "var_samp", "var_pop", "regr_count"];
+        let function = aggregate.fun().name().to_lowercase();
+        Ok(ANY_ORDER.contains(&function.as_str()) && aggregate.create_sliding_accumulator()?.supports_retract_batch())
+    }
+
+    /// The columns the input is partitioned by.
+    pub fn partition_columns(group_columns: &[String]) -> Vec<String> {
+        if group_columns.is_empty() { vec![ALL_IN_ONE.to_string()] } else { group_columns.to_vec() }
+    }
+
+    fn accumulators(&self) -> Result<Vec<Box<dyn Accumulator>>> {
+        let create = |a: &Arc<AggregateFunctionExpr>| match self.retracting {
+            true => a.create_sliding_accumulator(),
+            false => a.create_accumulator(),
+        };
+        Ok(self.aggregates.iter().map(create).collect::<datafusion::error::Result<_>>()?)
+    }
+
+    /// The types of each accumulator's state, as a fresh one reports it (sliding accumulators
+    /// keep more than `state_fields` says).
+    fn state_layout(&self) -> Result<Vec<Vec<DataType>>> {
+        let mut layout = Vec::new();
+        for mut accumulator in self.accumulators()? {
+            layout.push(accumulator.state()?.iter().map(ScalarValue::data_type).collect());
+        }
+        Ok(layout)
+    }
+
+    /// Forgets groups idle for longer than the time-to-live (checked every half of it).
+    fn expire(&mut self, now: i64) {
+        let Some(ttl) = self.ttl else { return };
+        let ttl = ttl.as_millis() as i64;
+        if now - self.last_sweep_ms < (ttl / 2).max(1) {
+            return;
+        }
+        self.last_sweep_ms = now;
+        self.groups.retain(|_, group| group.last_access_ms + ttl >= now);
+    }
+
+    fn emit(&self, rows: Vec<(Change, Vec<ScalarValue>)>, out: &mut Collector) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let width = self.output.fields().len() - 1;
+        let mut columns = (0..width)
+            .map(|i| {
+                let values = ScalarValue::iter_to_array(rows.iter().map(|(_, r)| r[i].clone()))?;
+                Ok(cast(&values, self.output.field(i).data_type())?)
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        columns.push(change_array(&rows.iter().map(|(c, _)| *c).collect::<Vec<_>>()));
+        out.emit(RecordBatch::try_new(self.output.clone(), columns)?);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Operator for UpdatingAggregate {
+    async fn open(&mut self, _info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
+        let keys = self.group_columns.len();
+        let layout = self.state_layout()?;
+        for batch in restored.table(GROUPS) {
+            let schema = batch.schema();
+            let (rows, access) = (schema.index_of(ROWS)?, schema.index_of(LAST_ACCESS)?);
+            let int =
+                |column: usize| {
+                    batch.column(column).as_any().downcast_ref::<Int64Array>().cloned().ok_or_else(|| {
+                        Error::Graph(format!("state column {} is not Int64", schema.field(column).name()))
+                    })
+                };
+            let (counts, accesses) = (int(rows)?, int(access)?);
+            for row in 0..batch.num_rows() {
+                let key: Vec<ScalarValue> = (1..=keys)
+                    .map(|k| ScalarValue::try_from_array(batch.column(k), row))
+                    .collect::<datafusion::error::Result<_>>()?;
+                let mut accumulators = self.accumulators()?;
+                let mut column = access + 1;
+                for (accumulator, types) in accumulators.iter_mut().zip(&layout) {
+                    let fields = types.len();
+                    let states: Vec<ArrayRef> =
+                        (column..column + fields).map(|c| batch.column(c).slice(row, 1)).collect();
+                    accumulator.merge_batch(&states)?;
+                    column += fields;
+                }
+                // Every batch's changes were emitted before the snapshot: the emitted values
+                // are the current ones.
+                let emitted =
+                    accumulators.iter_mut().map(|a| a.evaluate()).collect::<datafusion::error::Result<_>>()?;
+                let group = Group {
+                    accumulators,
+                    rows: counts.value(row),
+                    emitted: Some(emitted),
+                    last_access_ms: accesses.value(row),
+                };
+                self.groups.insert(key, group);
+            }
+        }
+        Ok(())
+    }
+
+    async fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Collector) -> Result<()> {
+        let now = now_ms();
+        self.expire(now);
+        let kinds = changes(&batch)?;
+        let key_columns: Vec<ArrayRef> = self
+            .group_columns
+            .iter()
+            .map(|c| {
+                batch.column_by_name(c).cloned().ok_or_else(|| Error::Graph(format!("group column '{c}' is missing")))
+            })
+            .collect::<Result<_>>()?;
+        let arguments: Vec<Vec<ArrayRef>> = self
+            .aggregates
+            .iter()
+            .map(|a| {
+                a.expressions()
+                    .iter()
+                    .map(|e| e.evaluate(&batch).and_then(|v| v.into_array(batch.num_rows())))
+                    .collect()
+            })
+            .collect::<datafusion::error::Result<_>>()?;
+        // Rows of each group, in first-seen order (so the output order follows the input),
+        // split into added and retracted.
+        let mut order: Vec<Vec<ScalarValue>> = Vec::new();
+        let mut rows_of: HashMap<Vec<ScalarValue>, (Vec<u32>, Vec<u32>)> = HashMap::new();
+        for (row, kind) in kinds.iter().enumerate() {
+            let key: Vec<ScalarValue> = key_columns
+                .iter()
+                .map(|c| ScalarValue::try_from_array(c, row))
+                .collect::<datafusion::error::Result<_>>()?;
+            let entry = rows_of.entry(key.clone()).or_insert_with(|| {
+                order.push(key);
+                (Vec::new(), Vec::new())
+            });
+            if kind.is_retraction() { entry.1.push(row as u32) } else { entry.0.push(row as u32) }
+        }
+        let mut output = Vec::new();
+        for key in order {
+            let Some((added, retracted)) = rows_of.remove(&key) else { continue };
+            if !self.groups.contains_key(&key) {
+                if added.is_empty() {
+                    continue; // retracting a group that expired or never was: nothing to take back
+                }
+                let accumulators = self.accumulators()?;
+                self.groups.insert(key.clone(), Group { accumulators, rows: 0, emitted: None, last_access_ms: now });
+            }
+            let Some(group) = self.groups.get_mut(&key) else { continue };
+            for (indices, retract) in [(added, false), (retracted, true)] {
+                if indices.is_empty() {
+                    continue;
+                }
+                group.rows += if retract { -(indices.len() as i64) } else { indices.len() as i64 };
+                let indices = UInt32Array::from(indices);
+                for (accumulator, args) in group.accumulators.iter_mut().zip(&arguments) {
+                    let taken =
+                        args.iter().map(|a| take(a, &indices, None)).collect::<std::result::Result<Vec<_>, _>>()?;
+                    if retract { accumulator.retract_batch(&taken)? } else { accumulator.update_batch(&taken)? }
+                }
+            }
+            group.last_access_ms = now;
+            let row_of = |values: &[ScalarValue]| key.iter().chain(values).cloned().collect::<Vec<_>>();
+            if group.rows <= 0 {
+                if let Some(old) = &group.emitted {
+                    output.push((Change::Delete, row_of(old)));
+                }
+                self.groups.remove(&key);
+                continue;
+            }
+            let new: Vec<ScalarValue> =
+                group.accumulators.iter_mut().map(|a| a.evaluate()).collect::<datafusion::error::Result<_>>()?;
+            match &group.emitted {
+                None => output.push((Change::Insert, row_of(&new))),
+                Some(old) if *old != new => {
+                    output.push((Change::UpdateBefore, row_of(old)));
+                    output.push((Change::UpdateAfter, row_of(&new)));
+                }
+                Some(_) => {}
+            }
+            group.emitted = Some(new);
+        }
+        self.emit(output, out)
+    }
+
+    async fn process_watermark(&mut self, _watermark: i64, _out: &mut Collector) -> Result<()> {
+        // Updating results carry no event time on: later rows may change any group.
+        Ok(())
+    }
+
+    async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
+        let mut fields = vec![Field::new(KEY_HASH_COLUMN, DataType::UInt64, false)];
+        for (i, name) in self.group_columns.iter().enumerate() {
+            fields.push(Field::new(name, self.output.field(i).data_type().clone(), true));
+        }
+        fields.push(Field::new(ROWS, DataType::Int64, false));
+        fields.push(Field::new(LAST_ACCESS, DataType::Int64, false));
+        for types in self.state_layout()? {
+            for data_type in types {
+                fields.push(Field::new(format!("state_{}", fields.len()), data_type, true));
+            }
+        }
+        let schema = Arc::new(Schema::new(fields));
+        if self.groups.is_empty() {
+            return Ok(vec![StateTable {
+                name: GROUPS.into(),
+                schema: schema.clone(),
+                batches: vec![RecordBatch::new_empty(schema)],
+            }]);
+        }
+        let mut rows: Vec<Vec<ScalarValue>> = Vec::new();
+        for (key, group) in &mut self.groups {
+            let mut row = key.clone();
+            row.push(ScalarValue::Int64(Some(group.rows)));
+            row.push(ScalarValue::Int64(Some(group.last_access_ms)));
+            for accumulator in &mut group.accumulators {
+                row.extend(accumulator.state()?);
+            }
+            rows.push(row);
+        }
+        let mut columns: Vec<ArrayRef> = Vec::new();
+        for i in 0..schema.fields().len() - 1 {
+            let values = ScalarValue::iter_to_array(rows.iter().map(|r| r[i].clone()))?;
+            columns.push(cast(&values, schema.field(i + 1).data_type())?);
+        }
+        let partition = Self::partition_columns(&self.group_columns);
+        let keyed = match self.group_columns.is_empty() {
+            true => RecordBatch::try_new(
+                Arc::new(Schema::new(vec![Field::new(ALL_IN_ONE, DataType::Int64, true)])),
+                vec![Arc::new(Int64Array::from(vec![0; rows.len()]))],
+            )?,
+            false => RecordBatch::try_new(
+                Arc::new(Schema::new(schema.fields()[1..=self.group_columns.len()].to_vec())),
+                columns[..self.group_columns.len()].to_vec(),
+            )?,
+        };
+        let mut all: Vec<ArrayRef> = vec![Arc::new(key_hashes(&keyed, &partition)?)];
+        all.extend(columns);
+        Ok(vec![StateTable {
+            name: GROUPS.into(),
+            schema: schema.clone(),
+            batches: vec![RecordBatch::try_new(schema, all)?],
+        }])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::StringArray;
+    use datafusion::functions_aggregate::sum::sum_udaf;
+    use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+    use datafusion::physical_expr::expressions::col;
+
+    use super::*;
+    use crate::SubtaskInfo;
+    use crate::changelog::{changelog_schema, changes};
+
+    fn input(rows: &[(&str, i64)], kinds: Option<&[Change]>) -> RecordBatch {
+        let mut fields = vec![Field::new("k", DataType::Utf8, false), Field::new("v", DataType::Int64, false)];
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+        ];
+        if let Some(kinds) = kinds {
+            fields.push(Field::new(crate::changelog::CHANGE_COLUMN, DataType::Utf8, false));
+            columns.push(change_array(kinds));
+        }
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+    }
+
+    fn sum_by_key(ttl: Option<Duration>) -> UpdatingAggregate {
+        let schema = input(&[], None).schema();
+        let sum = AggregateExprBuilder::new(sum_udaf(), vec![col("v", &schema).unwrap()])
+            .schema(schema.clone())
+            .alias("total")
+            .build()
+            .unwrap();
+        let output =
+            Schema::new(vec![Field::new("k", DataType::Utf8, true), Field::new("total", DataType::Int64, true)]);
+        UpdatingAggregate::new(vec!["k".into()], vec![Arc::new(sum)], changelog_schema(&output), ttl, true)
+    }
+
+    /// The changes as "kind key value" lines.
+    fn lines(out: &Collector) -> Vec<String> {
+        let mut lines = Vec::new();
+        for batch in &out.batches {
+            let keys = batch.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+            let totals = batch.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+            for (row, kind) in changes(batch).unwrap().into_iter().enumerate() {
+                lines.push(format!("{} {} {}", kind.code(), keys.value(row), totals.value(row)));
+            }
+        }
+        lines
+    }
+
+    async fn feed(aggregate: &mut UpdatingAggregate, batch: RecordBatch) -> Vec<String> {
+        let mut out = Collector::default();
+        aggregate.process_batch(0, batch, &mut out).await.unwrap();
+        lines(&out)
+    }
+
+    #[tokio::test]
+    async fn groups_are_inserted_updated_and_deleted_as_a_changelog() {
+        let mut aggregate = sum_by_key(None);
+        assert_eq!(feed(&mut aggregate, input(&[("a", 1), ("b", 2), ("a", 3)], None)).await, ["+I a 4", "+I b 2"]);
+        assert_eq!(feed(&mut aggregate, input(&[("a", 5)], None)).await, ["-U a 4", "+U a 9"]);
+        // A changelog input: taking back b's only row deletes the group.
+        let retract = input(&[("b", 2), ("a", 1)], Some(&[Change::Delete, Change::UpdateBefore]));
+        assert_eq!(feed(&mut aggregate, retract).await, ["-D b 2", "-U a 9", "+U a 8"]);
+        // An unchanged value emits nothing.
+        let same = input(&[("a", 0)], None);
+        assert_eq!(feed(&mut aggregate, same).await, Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn a_restored_aggregate_continues_from_the_values_it_had_emitted() {
+        let mut aggregate = sum_by_key(None);
+        feed(&mut aggregate, input(&[("a", 1), ("b", 2)], None)).await;
+        let tables = aggregate.snapshot(1).await.unwrap();
+        let mut restored = sum_by_key(None);
+        let state =
+            RestoredState { checkpoint_id: Some(1), tables: tables.into_iter().map(|t| (t.name, t.batches)).collect() };
+        let info = SubtaskInfo { operator: "aggregate".into(), subtask: 0, parallelism: 1 };
+        restored.open(&info, state).await.unwrap();
+        assert_eq!(feed(&mut restored, input(&[("a", 10)], None)).await, ["-U a 1", "+U a 11"]);
+    }
+
+    #[tokio::test]
+    async fn groups_idle_longer_than_the_ttl_are_forgotten() {
+        let mut aggregate = sum_by_key(Some(Duration::from_millis(20)));
+        assert_eq!(feed(&mut aggregate, input(&[("a", 1)], None)).await, ["+I a 1"]);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert_eq!(feed(&mut aggregate, input(&[("a", 2)], None)).await, ["+I a 2"], "a starts afresh");
+        assert_eq!(feed(&mut aggregate, input(&[("a", 3)], None)).await, ["-U a 2", "+U a 5"]);
+    }
+}
