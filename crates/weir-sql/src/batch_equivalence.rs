@@ -214,3 +214,35 @@ async fn window_joins_equal_the_batch_answer() {
     assert!(rows.len() > 10, "{}", rows.len());
     assert!(description.contains("window_join"), "{description}");
 }
+
+/// Nexmark q5's shape: the auctions with the most bids per window, joining counts per window
+/// with their maximum per window (an aggregate grouped by an upstream window's start is that
+/// window again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hottest_items_per_window_equal_the_batch_answer() {
+    let counts = "SELECT bid.auction AS auction, count(*) AS num, tumble(date_time, INTERVAL '100' MILLISECOND) AS w \
+                  FROM nexmark WHERE event_type = 2 GROUP BY bid.auction, tumble(date_time, INTERVAL '100' MILLISECOND)";
+    let query = format!(
+        "SELECT ab.auction, ab.num, ab.w FROM ({counts}) ab \
+         JOIN (SELECT max(num) AS top, w FROM ({counts}) GROUP BY w) mb ON ab.w = mb.w AND ab.num >= mb.top"
+    );
+    let (rows, description) = same_as_batch(&query).await;
+    assert!(rows.len() >= 20, "{}", rows.len());
+    assert!(description.contains("window_join"), "{description}");
+    assert!(!description.contains("aggregate"), "no updating aggregate: {description}");
+}
+
+/// Nexmark q7's shape: the bids at the highest price of their window, an interval join of bids
+/// with each window's maximum (which arrives a window late: the join keeps bids that long).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_highest_bids_per_window_equal_the_batch_answer() {
+    let query = format!(
+        "SELECT b.auction, b.price, b.bidder, b.date_time FROM {BIDS} b JOIN \
+           (SELECT max(bid.price) AS top, tumble(date_time, INTERVAL '100' MILLISECOND) AS w FROM nexmark \
+            WHERE event_type = 2 GROUP BY tumble(date_time, INTERVAL '100' MILLISECOND)) m \
+         ON b.price = m.top AND b.date_time BETWEEN m.w AND m.w + INTERVAL '99' MILLISECOND"
+    );
+    let (rows, description) = same_as_batch(&query).await;
+    assert!(rows.len() >= 20, "{}", rows.len());
+    assert!(description.contains("interval_join"), "{description}");
+}

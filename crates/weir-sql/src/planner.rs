@@ -345,8 +345,26 @@ impl Planner<'_> {
             LogicalPlan::SubqueryAlias(alias) => self.plan(&alias.input),
             LogicalPlan::Aggregate(aggregate) => {
                 let input = self.plan(&aggregate.input)?;
-                match aggregate.group_expr.iter().position(|e| window_call(e).is_some()) {
-                    Some(window) => self.window_aggregate(aggregate, input, window),
+                if let Some(window) = aggregate.group_expr.iter().position(|e| window_call(e).is_some()) {
+                    let (kind, window_expr) = self.window_of(aggregate, &input, window)?;
+                    return self.window_aggregate(aggregate, input, window, kind, window_expr);
+                }
+                // Grouped by the start of windows computed upstream: the same windows again
+                // (Nexmark q5's "max per window" over counts per window).
+                let schema = aggregate.input.schema();
+                let window_start = aggregate.group_expr.iter().enumerate().find_map(|(i, e)| match unaliased(e) {
+                    Expr::Column(column) if !input.updating => {
+                        match schema.index_of_column(column).ok().and_then(|c| input.times.get(&c)) {
+                            Some(TimeAttr::WindowStart { size_ms }) => Some((i, *size_ms, unaliased(e).clone())),
+                            _ => None,
+                        }
+                    }
+                    _ => None,
+                });
+                match window_start {
+                    Some((window, size_ms, expr)) => {
+                        self.window_aggregate(aggregate, input, window, WindowKind::Tumbling { size_ms }, expr)
+                    }
                     None => self.updating_aggregate(aggregate, input),
                 }
             }
@@ -379,12 +397,10 @@ impl Planner<'_> {
         Ok(aggregates)
     }
 
-    /// `GROUP BY tumble|hop|session(ts, ...), keys...`: a pre-projection appends the window
-    /// column and the keys to the input (whose columns keep their places, so the aggregate
-    /// arguments still point at them), the input is partitioned, and a [`WindowAggregate`]
-    /// runs the accumulators. Its output puts the window first; a projection restores the
-    /// GROUP BY order.
-    fn window_aggregate(&mut self, aggregate: &Aggregate, mut input: Stream, window: usize) -> Result<Stream> {
+    /// The window of GROUP BY's `window`-th expression (a window function call): its kind,
+    /// and the expression of the operator's window column (the window start for a tumbling
+    /// window, the event time for the others).
+    fn window_of(&self, aggregate: &Aggregate, input: &Stream, window: usize) -> Result<(WindowKind, Expr)> {
         if input.updating {
             plan_err!(
                 "a window over an updating (changelog) input is not supported: window the append-only rows before they are aggregated or joined"
@@ -423,6 +439,22 @@ impl Planner<'_> {
             }
             _ => (WindowKind::Session { gap_ms: interval_arg(call, 1, "gap")? }, call.args[0].clone()),
         };
+        Ok((kind, window_expr))
+    }
+
+    /// A windowed GROUP BY: a pre-projection appends the window column and the keys to the
+    /// input (whose columns keep their places, so the aggregate arguments still point at
+    /// them), the input is partitioned, and a [`WindowAggregate`] runs the accumulators. Its
+    /// output puts the window first; a projection restores the GROUP BY order.
+    fn window_aggregate(
+        &mut self,
+        aggregate: &Aggregate,
+        mut input: Stream,
+        window: usize,
+        kind: WindowKind,
+        window_expr: Expr,
+    ) -> Result<Stream> {
+        let schema = aggregate.input.schema();
         // Group columns in the operator's order: the window, then the keys.
         let order: Vec<usize> =
             std::iter::once(window).chain((0..aggregate.group_expr.len()).filter(|&i| i != window)).collect();
@@ -566,15 +598,24 @@ impl Planner<'_> {
             }
         }
         let window_join = expiry[0].is_some();
+        // Interval join: how late a time column's rows arrive after the watermark passed their
+        // value: never for event time, up to the size for a window start (emitted at its end).
+        let lateness = |time: Option<&TimeAttr>| match time {
+            Some(TimeAttr::EventTime) => Some(0),
+            Some(TimeAttr::WindowStart { size_ms }) => Some(*size_ms),
+            None => None,
+        };
         if !window_join
             && let Some(filter) = &join.filter
             && let Some((l, r, right_minus_left, left_minus_right)) = interval_bounds(filter, &combined, left_width)
-            && left.times.get(&l) == Some(&TimeAttr::EventTime)
-            && right.times.get(&(r - left_width)) == Some(&TimeAttr::EventTime)
+            && let (Some(left_late), Some(right_late)) =
+                (lateness(left.times.get(&l)), lateness(right.times.get(&(r - left_width))))
         {
+            // A left row can match right rows up to `right_minus_left` after it, which arrive
+            // until the watermark passes that plus their lateness; and the other way round.
             expiry = [
-                Some(Expiry { column: l, after_ms: right_minus_left + 1 }),
-                Some(Expiry { column: r - left_width, after_ms: left_minus_right + 1 }),
+                Some(Expiry { column: l, after_ms: right_minus_left + right_late + 1 }),
+                Some(Expiry { column: r - left_width, after_ms: left_minus_right + left_late + 1 }),
             ];
         }
         let mut key_types = Vec::new();

@@ -612,6 +612,29 @@ mod tests {
         }
     }
 
+    /// Consecutive INSERTs in one submission are one pipeline reading the source once.
+    #[tokio::test]
+    async fn several_inserts_make_one_pipeline_sharing_the_source() {
+        let mut session = Session::new();
+        run(
+            &mut session,
+            "CREATE TABLE nexmark WITH (connector = 'nexmark', events = '100');
+             CREATE TABLE bids (price BIGINT) WITH (connector = 'blackhole');
+             CREATE TABLE persons (id BIGINT) WITH (connector = 'blackhole')",
+        )
+        .await;
+        let outputs = run(
+            &mut session,
+            "INSERT INTO bids SELECT bid.price FROM nexmark WHERE event_type = 2;
+             INSERT INTO persons SELECT person.id FROM nexmark WHERE event_type = 0",
+        )
+        .await;
+        let [Output::Pipeline(pipeline)] = outputs.as_slice() else { panic!("{outputs:?}") };
+        let description = pipeline.graph.describe(true);
+        assert_eq!(description.matches("task [nexmark]").count(), 1, "{description}");
+        assert!(description.contains("-> bids]") && description.contains("-> persons]"), "{description}");
+    }
+
     #[tokio::test]
     async fn explain_shows_the_dataflow_and_unsupported_queries_fail_at_planning() {
         let mut session = Session::new();
