@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, UInt32Array, new_null_array};
@@ -30,6 +30,7 @@ use weir_state::KEY_HASH_COLUMN;
 use crate::changelog::{Change, change_array};
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
+use crate::operators::state_ttl::{StateTtl, now_ms};
 use crate::partition::key_hashes;
 
 const MATCHED: &str = "__matched";
@@ -95,13 +96,12 @@ pub struct StreamingJoin {
     /// The output: the combined columns (inner and left joins) or the left ones (semi and
     /// anti joins), and the change column for an updating join.
     output: SchemaRef,
-    ttl: Option<Duration>,
+    ttl: StateTtl,
     converters: Option<Converters>,
     stored: [HashMap<OwnedRow, Vec<Stored>>; 2],
     /// Keys of stored rows by expiry time.
     expiring: [BTreeMap<i64, Vec<OwnedRow>>; 2],
     watermark: i64,
-    last_sweep_ms: i64,
 }
 
 struct Converters {
@@ -118,13 +118,9 @@ impl Clone for StreamingJoin {
             self.filter.clone(),
             self.combined.clone(),
             self.output.clone(),
-            self.ttl,
+            self.ttl.ttl(),
         )
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 fn converter(types: impl Iterator<Item = DataType>) -> Result<RowConverter> {
@@ -157,12 +153,11 @@ impl StreamingJoin {
             filter,
             combined,
             output,
-            ttl,
+            ttl: StateTtl::new(ttl),
             converters: None,
             stored: [HashMap::new(), HashMap::new()],
             expiring: [BTreeMap::new(), BTreeMap::new()],
             watermark: i64::MIN,
-            last_sweep_ms: now_ms(),
         }
     }
 
@@ -272,15 +267,10 @@ impl StreamingJoin {
 
     /// Forgets rows idle for longer than the time-to-live (checked every half of it).
     fn sweep(&mut self, now: i64) {
-        let Some(ttl) = self.ttl else { return };
-        let ttl = ttl.as_millis() as i64;
-        if now - self.last_sweep_ms < (ttl / 2).max(1) {
-            return;
-        }
-        self.last_sweep_ms = now;
+        let Some(oldest) = self.ttl.sweep_due(now) else { return };
         for side in &mut self.stored {
             side.retain(|_, rows| {
-                rows.retain(|r| r.last_access_ms + ttl >= now);
+                rows.retain(|r| r.last_access_ms >= oldest);
                 !rows.is_empty()
             });
         }

@@ -2,6 +2,7 @@
 
 pub mod join;
 pub mod sinks;
+pub mod state_ttl;
 pub mod stateless;
 pub mod updating_aggregate;
 pub mod watermark;

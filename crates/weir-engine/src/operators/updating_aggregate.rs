@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{Array, ArrayRef, Int64Array, UInt32Array};
@@ -25,6 +25,7 @@ use weir_state::KEY_HASH_COLUMN;
 use crate::changelog::{Change, change_array, changes};
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
+use crate::operators::state_ttl::{StateTtl, now_ms};
 use crate::operators::window_aggregate::ALL_IN_ONE;
 use crate::partition::key_hashes;
 
@@ -48,22 +49,23 @@ pub struct UpdatingAggregate {
     aggregates: Vec<Arc<AggregateFunctionExpr>>,
     /// Group columns, aggregates, then the change column.
     output: SchemaRef,
-    ttl: Option<Duration>,
+    ttl: StateTtl,
     /// The input is a changelog: use accumulators that can take rows back.
     retracting: bool,
     groups: HashMap<Vec<ScalarValue>, Group>,
-    last_sweep_ms: i64,
 }
 
 impl Clone for UpdatingAggregate {
     /// A fresh instance with the same plan.
     fn clone(&self) -> Self {
-        Self::new(self.group_columns.clone(), self.aggregates.clone(), self.output.clone(), self.ttl, self.retracting)
+        Self::new(
+            self.group_columns.clone(),
+            self.aggregates.clone(),
+            self.output.clone(),
+            self.ttl.ttl(),
+            self.retracting,
+        )
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 impl UpdatingAggregate {
@@ -74,7 +76,7 @@ impl UpdatingAggregate {
         ttl: Option<Duration>,
         retracting: bool,
     ) -> Self {
-        Self { group_columns, aggregates, output, ttl, retracting, groups: HashMap::new(), last_sweep_ms: now_ms() }
+        Self { group_columns, aggregates, output, ttl: StateTtl::new(ttl), retracting, groups: HashMap::new() }
     }
 
     /// Whether `aggregate` can aggregate a changelog: its sliding accumulator must take back
@@ -114,13 +116,8 @@ impl UpdatingAggregate {
 
     /// Forgets groups idle for longer than the time-to-live (checked every half of it).
     fn expire(&mut self, now: i64) {
-        let Some(ttl) = self.ttl else { return };
-        let ttl = ttl.as_millis() as i64;
-        if now - self.last_sweep_ms < (ttl / 2).max(1) {
-            return;
-        }
-        self.last_sweep_ms = now;
-        self.groups.retain(|_, group| group.last_access_ms + ttl >= now);
+        let Some(oldest) = self.ttl.sweep_due(now) else { return };
+        self.groups.retain(|_, group| group.last_access_ms >= oldest);
     }
 
     fn emit(&self, rows: Vec<(Change, Vec<ScalarValue>)>, out: &mut Collector) -> Result<()> {
