@@ -246,3 +246,17 @@ async fn the_highest_bids_per_window_equal_the_batch_answer() {
     assert!(rows.len() >= 20, "{}", rows.len());
     assert!(description.contains("interval_join"), "{description}");
 }
+
+/// Top-N per window: the three auctions with the most bids in each window (ties broken by
+/// auction id, so the batch answer is unique).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_n_per_window_equals_the_batch_answer() {
+    let query = "SELECT auction, num, w, rn FROM ( \
+           SELECT auction, num, w, ROW_NUMBER() OVER (PARTITION BY w ORDER BY num DESC, auction) AS rn FROM ( \
+             SELECT bid.auction AS auction, count(*) AS num, tumble(date_time, INTERVAL '100' MILLISECOND) AS w \
+             FROM nexmark WHERE event_type = 2 GROUP BY bid.auction, tumble(date_time, INTERVAL '100' MILLISECOND))) \
+         WHERE rn <= 3";
+    let (rows, description) = same_as_batch(query).await;
+    assert_eq!(rows.len(), 20 * 3, "3 for each of 20 windows");
+    assert!(description.contains("rank"), "{description}");
+}

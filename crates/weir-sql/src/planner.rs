@@ -28,7 +28,7 @@ use weir_connectors::nexmark::{NexmarkConfig, NexmarkSource};
 use weir_engine::changelog::changelog_schema;
 use weir_engine::operators::{
     ALL_IN_ONE, Blackhole, Expiry, JoinKind, JoinSide, PreviewBuffer, PreviewSink, Stateless, Step, StreamingJoin,
-    UpdatingAggregate, WatermarkAssigner, WindowAggregate, WindowKind, join_key_column,
+    UpdatingAggregate, WatermarkAssigner, WindowAggregate, WindowKind, WindowRank, join_key_column,
 };
 use weir_engine::{Graph, NodeId, Partitioning};
 
@@ -369,14 +369,73 @@ impl Planner<'_> {
                 }
             }
             LogicalPlan::Join(join) => self.join(join),
-            LogicalPlan::Window(_) => plan_err!(
-                "OVER (...) window functions are not supported yet: aggregate over tumble(...), hop(...) or session(...) in GROUP BY instead"
-            ),
+            LogicalPlan::Window(window) => self.window_rank(window),
             LogicalPlan::Sort(_) | LogicalPlan::Limit(_) => plan_err!(
                 "ORDER BY and LIMIT over an unbounded stream are not supported: a stream has no last row to sort or stop at (the preview keeps the latest rows)"
             ),
             other => plan_err!("{} is not supported yet in a streaming query", other.display()),
         }
+    }
+
+    /// `ROW_NUMBER() OVER (PARTITION BY window_start, ... ORDER BY ...)` over a window's output:
+    /// a [`WindowRank`] numbering each window's rows once the window is complete (top-N per
+    /// window with a filter on the number after it).
+    fn window_rank(&mut self, window: &datafusion::logical_expr::Window) -> Result<Stream> {
+        const SUPPORTED: &str = "weir supports ROW_NUMBER() OVER (PARTITION BY <a window start>, ... ORDER BY ...) over a windowed result (top-N per window)";
+        let [expr] = window.window_expr.as_slice() else {
+            plan_err!("several OVER (...) functions in one SELECT are not supported: {SUPPORTED}")
+        };
+        let Expr::WindowFunction(function) = unaliased(expr) else { plan_err!("{expr} is not supported: {SUPPORTED}") };
+        if function.fun.name() != "row_number" {
+            plan_err!("{}() OVER (...) is not supported yet: {SUPPORTED}", function.fun.name());
+        }
+        let mut input = self.plan(&window.input)?;
+        let schema = window.input.schema();
+        if input.updating {
+            plan_err!("ROW_NUMBER() over an updating (changelog) input is not supported: {SUPPORTED}");
+        }
+        let params = &function.params;
+        let window_start = params.partition_by.iter().find_map(|e| match unaliased(e) {
+            Expr::Column(column) => schema.index_of_column(column).ok().and_then(|i| match input.times.get(&i) {
+                Some(TimeAttr::WindowStart { size_ms }) => Some((i, *size_ms)),
+                _ => None,
+            }),
+            _ => None,
+        });
+        let Some((window_column, size_ms)) = window_start else {
+            plan_err!(
+                "ROW_NUMBER() needs the window start among its PARTITION BY columns: a stream has no end, so rows can only be numbered once their window is complete; {SUPPORTED}"
+            )
+        };
+        let mut extra = Vec::new();
+        let mut partition = Vec::new();
+        for (i, expr) in params.partition_by.iter().enumerate() {
+            let name = format!("__partition_{i}");
+            extra.push((name.clone(), self.physical(expr, schema)?, expr.get_type(schema)?));
+            partition.push(name);
+        }
+        let order = params
+            .order_by
+            .iter()
+            .map(|sort| {
+                let options =
+                    datafusion::arrow::compute::SortOptions { descending: !sort.asc, nulls_first: sort.nulls_first };
+                Ok((self.physical(&sort.expr, schema)?, options))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let step = self.appending(schema, extra, false);
+        let Step::Project { schema: input_schema, .. } = &step else { plan_err!("the rank's input lost its shape") };
+        let input_schema = input_schema.clone();
+        input.steps.push(step);
+        let times = input.times.clone();
+        let node = self.materialize(input, "select");
+        let output = Arc::new(window.schema.as_arrow().clone());
+        let operator = WindowRank::new(window_column, size_ms, partition.clone(), order, input_schema, output);
+        let name = self.name("rank");
+        let rank =
+            self.graph.add_operator(&name, self.parallelism(), 1, Arc::new(move |_| Ok(Box::new(operator.clone()))));
+        self.graph.connect(node, rank, 0, Partitioning::Hash(partition));
+        Ok(Stream { node: rank, steps: Vec::new(), times, updating: false })
     }
 
     /// The aggregate functions of `aggregate`, lowered to physical accumulators' plans.

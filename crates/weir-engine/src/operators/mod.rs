@@ -7,6 +7,7 @@ pub mod stateless;
 pub mod updating_aggregate;
 pub mod watermark;
 pub mod window_aggregate;
+pub mod window_rank;
 
 pub use join::{Expiry, JoinKind, JoinSide, StreamingJoin, join_key_column};
 pub use sinks::{Blackhole, PreviewBuffer, PreviewSink};
@@ -14,3 +15,4 @@ pub use stateless::{Stateless, Step};
 pub use updating_aggregate::UpdatingAggregate;
 pub use watermark::WatermarkAssigner;
 pub use window_aggregate::{ALL_IN_ONE, WindowAggregate, WindowKind};
+pub use window_rank::WindowRank;
