@@ -7,6 +7,8 @@
 mod batch_equivalence;
 pub mod catalog;
 pub mod error;
+#[cfg(test)]
+mod filesystem_roundtrip;
 pub mod options;
 pub mod planner;
 pub mod session;

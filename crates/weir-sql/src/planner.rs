@@ -24,6 +24,7 @@ use datafusion::logical_expr::{
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::{AggregateFunctionExpr, LoweredAggregateBuilder};
 use datafusion::physical_expr::expressions::{Column as PhysicalColumn, Literal};
+use weir_connectors::filesystem::{FileFormat, FileSink, FileSource};
 use weir_connectors::nexmark::{NexmarkConfig, NexmarkSource};
 use weir_engine::changelog::changelog_schema;
 use weir_engine::operators::{
@@ -263,7 +264,18 @@ impl Planner<'_> {
                     Arc::new(move |_| Ok(Box::new(NexmarkSource::new(config.clone())))),
                 )
             }
-            other => plan_err!("table '{name}': reading from a '{other}' table is not supported yet (nexmark is)"),
+            "filesystem" => {
+                let (path, format) = filesystem_options(table)?;
+                let (schema, node_name) = (table.schema.clone(), self.name(name));
+                self.graph.add_source(
+                    &node_name,
+                    parallelism,
+                    Arc::new(move |_| Ok(Box::new(FileSource::new(path.clone(), format, schema.clone(), 8192)))),
+                )
+            }
+            other => plan_err!(
+                "table '{name}': reading from a '{other}' table is not supported yet (nexmark and filesystem are)"
+            ),
         };
         // Event time starts right after the source: the watermark is the largest event time
         // seen less the table's allowed lateness.
@@ -736,6 +748,7 @@ impl Planner<'_> {
 
     fn sink(&mut self, stream: Stream, sink: &SinkTarget) -> Result<()> {
         let parallelism = self.parallelism();
+        let updating = stream.updating;
         let node = self.materialize(stream, "select");
         let sink_node = match sink {
             SinkTarget::Preview(buffer) => {
@@ -763,8 +776,24 @@ impl Planner<'_> {
                             Arc::new(move |_| Ok(Box::new(PreviewSink::new(buffer.clone())))),
                         )
                     }
+                    "filesystem" => {
+                        if updating {
+                            plan_err!(
+                                "table '{}': a filesystem table takes append-only rows, and this query's result is updating (a changelog): aggregate over a window, or write to a table that takes updates",
+                                target.name
+                            );
+                        }
+                        let (path, format) = filesystem_options(target)?;
+                        let schema = target.schema.clone();
+                        self.graph.add_operator(
+                            &name,
+                            parallelism,
+                            1,
+                            Arc::new(move |_| Ok(Box::new(FileSink::new(path.clone(), format, schema.clone())))),
+                        )
+                    }
                     other => plan_err!(
-                        "table '{}': writing to a '{other}' table is not supported yet (blackhole and preview are)",
+                        "table '{}': writing to a '{other}' table is not supported yet (blackhole, preview and filesystem are)",
                         target.name
                     ),
                 }
@@ -773,6 +802,17 @@ impl Planner<'_> {
         self.graph.connect(node, sink_node, 0, Partitioning::Forward);
         Ok(())
     }
+}
+
+/// A filesystem table's directory (or file) and format.
+fn filesystem_options(table: &TableDef) -> Result<(std::path::PathBuf, FileFormat)> {
+    let (Some(path), Some(format)) = (table.connector.get("path"), table.connector.get("format")) else {
+        plan_err!("table '{}': a filesystem table needs 'path' and 'format'", table.name)
+    };
+    let Some(format) = FileFormat::parse(format) else {
+        plan_err!("table '{}': format '{format}' is not one of 'parquet', 'json'", table.name)
+    };
+    Ok((std::path::PathBuf::from(path), format))
 }
 
 /// The graph of `queries` (each a plan and where its rows go), sharing the sources they

@@ -1,0 +1,17 @@
+//! The `filesystem` connector: Parquet or JSON-lines files in a directory, as a bounded source
+//! (each subtask reads its share of the files, its position in each checkpointed) and as an
+//! exactly-once sink (a two-phase commit by rename: rows of checkpoint n go to a pending file
+//! written at the barrier, renamed into place when n completes).
+
+mod format;
+mod sink;
+mod source;
+
+pub use format::FileFormat;
+pub use sink::FileSink;
+pub use source::FileSource;
+
+/// Runs blocking file work off the async workers.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T, String> + Send + 'static) -> Result<T, String> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| format!("file task failed: {e}"))?
+}

@@ -1,0 +1,132 @@
+//! The bounded file source. The files of the directory (sorted by name; names starting with
+//! `.` or `_` are skipped, so a sink's pending files are not read) are shared among subtasks
+//! by index; the snapshot holds how many rows of each file were read, and is restored as a
+//! union so that any parallelism takes over the files it now owns where they were left.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{Array, StringArray, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use weir_engine::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
+
+use super::{FileFormat, blocking};
+
+const POSITIONS: &str = "positions";
+
+#[derive(Debug, Clone)]
+pub struct FileSource {
+    path: PathBuf,
+    format: FileFormat,
+    schema: SchemaRef,
+    batch_size: usize,
+    info: Option<SubtaskInfo>,
+    /// This subtask's files, with the rows read from each.
+    files: Vec<(String, u64)>,
+    next_file: usize,
+    /// The rest of the file being read.
+    current: VecDeque<RecordBatch>,
+}
+
+impl FileSource {
+    pub fn new(path: PathBuf, format: FileFormat, schema: SchemaRef, batch_size: usize) -> Self {
+        Self { path, format, schema, batch_size, info: None, files: Vec::new(), next_file: 0, current: VecDeque::new() }
+    }
+
+    fn error(&self, message: String) -> weir_engine::Error {
+        match &self.info {
+            Some(info) => info.error(message),
+            None => weir_engine::Error::Graph(message),
+        }
+    }
+}
+
+#[async_trait]
+impl Source for FileSource {
+    async fn open(&mut self, info: &SubtaskInfo, restored: RestoredState) -> weir_engine::Result<()> {
+        self.info = Some(info.clone());
+        let path = self.path.clone();
+        let extension = self.format.extension();
+        let names = blocking(move || {
+            if path.is_file() {
+                return Ok(vec![String::new()]);
+            }
+            let entries = std::fs::read_dir(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let mut names: Vec<String> = entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().to_string())
+                .filter(|n| !n.starts_with('.') && !n.starts_with('_') && n.ends_with(extension))
+                .collect();
+            names.sort();
+            Ok(names)
+        })
+        .await
+        .map_err(|e| self.error(e))?;
+        let mut read: HashMap<String, u64> = HashMap::new();
+        for batch in restored.table(POSITIONS) {
+            let (Some(files), Some(rows)) = (
+                batch.column(0).as_any().downcast_ref::<StringArray>(),
+                batch.column(1).as_any().downcast_ref::<UInt64Array>(),
+            ) else {
+                return Err(info.error("restored file positions have the wrong types"));
+            };
+            for row in 0..batch.num_rows() {
+                read.insert(files.value(row).to_string(), rows.value(row));
+            }
+        }
+        self.files = names
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| i % info.parallelism == info.subtask)
+            .map(|(_, name)| {
+                let rows = read.get(&name).copied().unwrap_or(0);
+                (name, rows)
+            })
+            .collect();
+        Ok(())
+    }
+
+    async fn next(&mut self) -> weir_engine::Result<SourceEvent> {
+        loop {
+            if let Some(batch) = self.current.pop_front() {
+                if let Some((_, rows)) = self.files.get_mut(self.next_file - 1) {
+                    *rows += batch.num_rows() as u64;
+                }
+                return Ok(SourceEvent::Batch(batch));
+            }
+            let Some((name, skip)) = self.files.get(self.next_file).cloned() else { return Ok(SourceEvent::End) };
+            self.next_file += 1;
+            let path = if name.is_empty() { self.path.clone() } else { self.path.join(&name) };
+            let (format, schema, batch_size) = (self.format, self.schema.clone(), self.batch_size);
+            let batches = blocking(move || format.read(&path, &schema, batch_size)).await.map_err(|e| self.error(e))?;
+            // Skip the rows read before the checkpoint restored from.
+            let mut skip = skip as usize;
+            for batch in batches {
+                if skip >= batch.num_rows() {
+                    skip -= batch.num_rows();
+                    continue;
+                }
+                self.current.push_back(batch.slice(skip, batch.num_rows() - skip));
+                skip = 0;
+            }
+        }
+    }
+
+    async fn snapshot(&mut self, _checkpoint_id: u64) -> weir_engine::Result<Vec<StateTable>> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("file", DataType::Utf8, false),
+            Field::new("rows", DataType::UInt64, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from_iter_values(self.files.iter().map(|f| f.0.as_str()))),
+                Arc::new(UInt64Array::from_iter_values(self.files.iter().map(|f| f.1))),
+            ],
+        )?;
+        Ok(vec![StateTable { name: POSITIONS.into(), schema, batches: vec![batch] }])
+    }
+}
