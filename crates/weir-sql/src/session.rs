@@ -155,7 +155,12 @@ impl Session {
         // VARCHAR as Utf8, not Utf8View: what the JSON decoder, Parquet files and the Nexmark
         // generator produce, so declared and produced schemas agree.
         let config = SessionConfig::new().set_bool("datafusion.sql_parser.map_string_types_to_utf8view", false);
-        let context = SessionContext::new_with_config(config);
+        let mut context = SessionContext::new_with_config(config);
+        // JSON access on text columns: json_get_str(doc, 'key'), doc->'key', doc->>'key'...
+        // (registering only adds functions to a fresh context; it cannot fail in practice).
+        if let Err(error) = datafusion_functions_json::register_all(&mut context) {
+            tracing::warn!("JSON functions unavailable: {error}");
+        }
         for function in crate::window_functions::window_functions() {
             context.register_udf(function);
         }
