@@ -15,3 +15,11 @@ pub use source::FileSource;
 async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T, String> + Send + 'static) -> Result<T, String> {
     tokio::task::spawn_blocking(work).await.map_err(|e| format!("file task failed: {e}"))?
 }
+
+/// An error of the subtask `info` (once opened) about a file.
+fn subtask_error(info: Option<&weir_engine::SubtaskInfo>, message: String) -> weir_engine::Error {
+    match info {
+        Some(info) => info.error(message),
+        None => weir_engine::Error::Graph(message),
+    }
+}

@@ -15,7 +15,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use weir_engine::{Collector, Operator, RestoredState, StateTable, SubtaskInfo};
 
-use super::{FileFormat, blocking};
+use super::{FileFormat, blocking, subtask_error};
 
 const PENDING: &str = "pending";
 const PENDING_DIR: &str = ".pending";
@@ -54,10 +54,7 @@ impl FileSink {
     }
 
     fn error(&self, message: String) -> weir_engine::Error {
-        match &self.info {
-            Some(info) => info.error(message),
-            None => weir_engine::Error::Graph(message),
-        }
+        subtask_error(self.info.as_ref(), message)
     }
 
     fn state_schema() -> SchemaRef {

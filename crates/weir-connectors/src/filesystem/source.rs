@@ -13,7 +13,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use weir_engine::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
 
-use super::{FileFormat, blocking};
+use super::{FileFormat, blocking, subtask_error};
 
 const POSITIONS: &str = "positions";
 
@@ -37,10 +37,7 @@ impl FileSource {
     }
 
     fn error(&self, message: String) -> weir_engine::Error {
-        match &self.info {
-            Some(info) => info.error(message),
-            None => weir_engine::Error::Graph(message),
-        }
+        subtask_error(self.info.as_ref(), message)
     }
 }
 
