@@ -260,3 +260,14 @@ async fn top_n_per_window_equals_the_batch_answer() {
     assert_eq!(rows.len(), 20 * 3, "3 for each of 20 windows");
     assert!(description.contains("rank"), "{description}");
 }
+
+/// UNNEST of a list built per row (a NULL list where the row is not a bid).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unnest_equals_the_batch_answer() {
+    let (rows, _) = same_as_batch(
+        "SELECT event_type, unnest(CASE WHEN event_type = 2 THEN make_array(bid.price, bid.bidder) END) AS v, date_time \
+         FROM nexmark WHERE event_type <> 1",
+    )
+    .await;
+    assert!(rows.len() > 30_000, "{}", rows.len());
+}

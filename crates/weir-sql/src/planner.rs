@@ -15,6 +15,7 @@ use std::time::Duration;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use datafusion::common::{Column, DFSchema, ScalarValue};
 use datafusion::execution::SessionState;
+use datafusion::logical_expr::ColumnUnnestList;
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{
@@ -381,6 +382,34 @@ impl Planner<'_> {
                 }
             }
             LogicalPlan::Join(join) => self.join(join),
+            LogicalPlan::Unnest(unnest) => {
+                let mut stream = self.plan(&unnest.input)?;
+                let [(list, ColumnUnnestList { depth: 1, .. })] = unnest.list_type_columns.as_slice() else {
+                    plan_err!(
+                        "UNNEST of one list column, one level deep, is supported; not several, structs or deeper levels"
+                    );
+                };
+                if !unnest.struct_type_columns.is_empty() || stream.updating {
+                    plan_err!(
+                        "UNNEST of one list column of append-only rows is supported; not of structs or changelogs"
+                    );
+                }
+                let times = unnest
+                    .dependency_indices
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, source)| *source != list)
+                    .filter_map(|(i, source)| stream.times.get(source).map(|t| (i, *t)))
+                    .collect();
+                stream.steps.push(Step::Unnest {
+                    list: *list,
+                    sources: unnest.dependency_indices.clone(),
+                    preserve_nulls: unnest.options.preserve_nulls(),
+                    schema: Arc::new(unnest.schema.as_arrow().clone()),
+                });
+                stream.times = times;
+                Ok(stream)
+            }
             LogicalPlan::Window(window) => self.window_rank(window),
             LogicalPlan::Sort(_) | LogicalPlan::Limit(_) => plan_err!(
                 "ORDER BY and LIMIT over an unbounded stream are not supported: a stream has no last row to sort or stop at (the preview keeps the latest rows)"

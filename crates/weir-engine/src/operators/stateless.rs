@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{ArrayRef, BooleanArray};
-use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, ListArray, UInt32Array};
+use datafusion::arrow::compute::{filter_record_batch, take};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::physical_expr::PhysicalExpr;
@@ -22,6 +22,10 @@ pub enum Step {
     /// Compute these expressions into a batch of `schema`. On a changelog, `schema` ends with
     /// the change column, which is carried over as it is (one field more than `exprs`).
     Project { exprs: Vec<Arc<dyn PhysicalExpr>>, schema: SchemaRef },
+    /// One row per element of the list column `list`: output column i takes input column
+    /// `sources[i]`, repeated, or the elements where that is `list`. A NULL list gives one NULL
+    /// element when `preserve_nulls`, none otherwise; an empty list gives none.
+    Unnest { list: usize, sources: Vec<usize>, preserve_nulls: bool, schema: SchemaRef },
 }
 
 /// Filters and projections in order.
@@ -66,10 +70,53 @@ impl Stateless {
                     let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
                     RecordBatch::try_new_with_options(schema.clone(), columns, &options)?
                 }
+                Step::Unnest { list, sources, preserve_nulls, schema } => {
+                    unnest(&batch, *list, sources, *preserve_nulls, schema)?
+                }
             };
         }
         Ok(batch)
     }
+}
+
+fn unnest(
+    batch: &RecordBatch,
+    list: usize,
+    sources: &[usize],
+    preserve_nulls: bool,
+    schema: &SchemaRef,
+) -> Result<RecordBatch> {
+    let Some(lists) = batch.column(list).as_any().downcast_ref::<ListArray>() else {
+        return Err(Error::Graph(format!(
+            "UNNEST of a {} column: only lists are supported",
+            batch.column(list).data_type()
+        )));
+    };
+    let (mut rows, mut elements) = (Vec::new(), Vec::new());
+    let offsets = lists.value_offsets();
+    for row in 0..lists.len() {
+        if lists.is_null(row) {
+            if preserve_nulls {
+                rows.push(row as u32);
+                elements.push(None);
+            }
+            continue;
+        }
+        for element in offsets[row]..offsets[row + 1] {
+            rows.push(row as u32);
+            elements.push(Some(element as u32));
+        }
+    }
+    let (rows, elements) = (UInt32Array::from(rows), UInt32Array::from(elements));
+    let columns = sources
+        .iter()
+        .map(|&source| match source == list {
+            true => take(lists.values(), &elements, None),
+            false => take(batch.column(source), &rows, None),
+        })
+        .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
+    let options = RecordBatchOptions::new().with_row_count(Some(rows.len()));
+    Ok(RecordBatch::try_new_with_options(schema.clone(), columns, &options)?)
 }
 
 #[async_trait]
