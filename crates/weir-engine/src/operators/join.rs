@@ -214,14 +214,10 @@ impl StreamingJoin {
         if rows == 0 {
             return Ok(());
         }
+        // The columns have the output's types already (the pair schema's, or the left side's).
         if self.updating() {
             columns.push(change_array(&vec![change; rows]));
         }
-        let columns = columns
-            .into_iter()
-            .zip(self.output.fields())
-            .map(|(c, f)| if c.data_type() == f.data_type() { Ok(c) } else { cast(&c, f.data_type()) })
-            .collect::<std::result::Result<Vec<_>, _>>()?;
         let options = RecordBatchOptions::new().with_row_count(Some(rows));
         out.emit(RecordBatch::try_new_with_options(self.output.clone(), columns, &options)?);
         Ok(())

@@ -1,5 +1,6 @@
 //! weir's streaming operators, one module each.
 
+mod accumulators;
 pub mod join;
 pub mod sinks;
 pub mod state_ttl;

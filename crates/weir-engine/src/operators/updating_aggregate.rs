@@ -13,8 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{Array, ArrayRef, Int64Array, UInt32Array};
-use datafusion::arrow::compute::{cast, take};
+use datafusion::arrow::array::{Array, ArrayRef, Int64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
@@ -25,6 +24,7 @@ use weir_state::KEY_HASH_COLUMN;
 use crate::changelog::{Change, change_array, changes};
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
+use crate::operators::accumulators;
 use crate::operators::state_ttl::{StateTtl, now_ms};
 use crate::operators::window_aggregate::ALL_IN_ONE;
 use crate::partition::key_hashes;
@@ -124,14 +124,10 @@ impl UpdatingAggregate {
         if rows.is_empty() {
             return Ok(());
         }
+        let (kinds, rows): (Vec<Change>, Vec<Vec<ScalarValue>>) = rows.into_iter().unzip();
         let width = self.output.fields().len() - 1;
-        let mut columns = (0..width)
-            .map(|i| {
-                let values = ScalarValue::iter_to_array(rows.iter().map(|(_, r)| r[i].clone()))?;
-                Ok(cast(&values, self.output.field(i).data_type())?)
-            })
-            .collect::<Result<Vec<ArrayRef>>>()?;
-        columns.push(change_array(&rows.iter().map(|(c, _)| *c).collect::<Vec<_>>()));
+        let mut columns = accumulators::columns(&rows, &self.output.fields()[..width])?;
+        columns.push(change_array(&kinds));
         out.emit(RecordBatch::try_new(self.output.clone(), columns)?);
         Ok(())
     }
@@ -192,16 +188,7 @@ impl Operator for UpdatingAggregate {
                 batch.column_by_name(c).cloned().ok_or_else(|| Error::Graph(format!("group column '{c}' is missing")))
             })
             .collect::<Result<_>>()?;
-        let arguments: Vec<Vec<ArrayRef>> = self
-            .aggregates
-            .iter()
-            .map(|a| {
-                a.expressions()
-                    .iter()
-                    .map(|e| e.evaluate(&batch).and_then(|v| v.into_array(batch.num_rows())))
-                    .collect()
-            })
-            .collect::<datafusion::error::Result<_>>()?;
+        let arguments = accumulators::arguments(&self.aggregates, &batch)?;
         // Rows of each group, in first-seen order (so the output order follows the input),
         // split into added and retracted.
         let mut order: Vec<Vec<ScalarValue>> = Vec::new();
@@ -233,12 +220,7 @@ impl Operator for UpdatingAggregate {
                     continue;
                 }
                 group.rows += if retract { -(indices.len() as i64) } else { indices.len() as i64 };
-                let indices = UInt32Array::from(indices);
-                for (accumulator, args) in group.accumulators.iter_mut().zip(&arguments) {
-                    let taken =
-                        args.iter().map(|a| take(a, &indices, None)).collect::<std::result::Result<Vec<_>, _>>()?;
-                    if retract { accumulator.retract_batch(&taken)? } else { accumulator.update_batch(&taken)? }
-                }
+                accumulators::feed(&mut group.accumulators, &arguments, &indices, retract)?;
             }
             group.last_access_ms = now;
             let row_of = |values: &[ScalarValue]| key.iter().chain(values).cloned().collect::<Vec<_>>();
@@ -299,11 +281,7 @@ impl Operator for UpdatingAggregate {
             }
             rows.push(row);
         }
-        let mut columns: Vec<ArrayRef> = Vec::new();
-        for i in 0..schema.fields().len() - 1 {
-            let values = ScalarValue::iter_to_array(rows.iter().map(|r| r[i].clone()))?;
-            columns.push(cast(&values, schema.field(i + 1).data_type())?);
-        }
+        let columns = accumulators::columns(&rows, &schema.fields()[1..])?;
         let partition = Self::partition_columns(&self.group_columns);
         let keyed = match self.group_columns.is_empty() {
             true => RecordBatch::try_new(

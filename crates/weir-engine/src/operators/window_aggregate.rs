@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{Array, ArrayRef, Int64Array, UInt32Array};
-use datafusion::arrow::compute::{cast, take};
+use datafusion::arrow::array::{Array, ArrayRef, Int64Array};
+use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
@@ -24,6 +24,7 @@ use weir_state::KEY_HASH_COLUMN;
 
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
+use crate::operators::accumulators;
 use crate::partition::key_hashes;
 
 const WINDOWS: &str = "windows";
@@ -189,12 +190,7 @@ impl WindowAggregate {
         if rows.is_empty() {
             return Ok(());
         }
-        let columns = (0..self.output.fields().len())
-            .map(|i| {
-                let values = ScalarValue::iter_to_array(rows.iter().map(|r| r[i].clone()))?;
-                Ok(cast(&values, self.output.field(i).data_type())?)
-            })
-            .collect::<Result<Vec<ArrayRef>>>()?;
+        let columns = accumulators::columns(&rows, self.output.fields())?;
         out.emit(RecordBatch::try_new(self.output.clone(), columns)?);
         Ok(())
     }
@@ -217,27 +213,6 @@ impl WindowAggregate {
         kept.push(merged);
         kept.sort_by_key(|s| s.start);
         *sessions = kept;
-        Ok(())
-    }
-
-    /// The aggregates' arguments over `batch`.
-    fn arguments(&self, batch: &RecordBatch) -> Result<Vec<Vec<ArrayRef>>> {
-        Ok(self
-            .aggregates
-            .iter()
-            .map(|a| {
-                a.expressions().iter().map(|e| e.evaluate(batch).and_then(|v| v.into_array(batch.num_rows()))).collect()
-            })
-            .collect::<datafusion::error::Result<_>>()?)
-    }
-
-    /// Feeds rows `indices` of the arguments into `accumulators`.
-    fn update(accumulators: &mut Accumulators, arguments: &[Vec<ArrayRef>], indices: &[u32]) -> Result<()> {
-        let indices = UInt32Array::from(indices.to_vec());
-        for (accumulator, args) in accumulators.iter_mut().zip(arguments) {
-            let taken = args.iter().map(|a| take(a, &indices, None)).collect::<std::result::Result<Vec<_>, _>>()?;
-            accumulator.update_batch(&taken)?;
-        }
         Ok(())
     }
 }
@@ -287,7 +262,7 @@ impl Operator for WindowAggregate {
                 batch.column_by_name(c).cloned().ok_or_else(|| Error::Graph(format!("group column '{c}' is missing")))
             })
             .collect::<Result<_>>()?;
-        let arguments = self.arguments(&batch)?;
+        let arguments = accumulators::arguments(&self.aggregates, &batch)?;
         // The rows of each key, in time order for sessions; rows of closed windows are late.
         let mut rows_of: HashMap<Vec<ScalarValue>, Vec<u32>> = HashMap::new();
         for row in 0..batch.num_rows() {
@@ -313,7 +288,7 @@ impl Operator for WindowAggregate {
                     if next.is_none_or(|n| n - t >= gap_ms) {
                         let start = times.value(run[0] as usize);
                         let mut accumulators = self.accumulators()?;
-                        Self::update(&mut accumulators, &arguments, &run)?;
+                        accumulators::feed(&mut accumulators, &arguments, &run, false)?;
                         self.add_session(&key, start, t + gap_ms, accumulators)?;
                         run.clear();
                     }
@@ -335,7 +310,7 @@ impl Operator for WindowAggregate {
                 };
                 let groups = self.windows.entry(window).or_default();
                 let accumulators = groups.entry(key.clone()).or_insert_with(|| fresh.unwrap_or_default());
-                Self::update(accumulators, &arguments, &rows)?;
+                accumulators::feed(accumulators, &arguments, &rows, false)?;
             }
         }
         Ok(())
@@ -389,11 +364,7 @@ impl Operator for WindowAggregate {
                 batches: vec![RecordBatch::new_empty(schema)],
             }]);
         }
-        let mut columns: Vec<ArrayRef> = Vec::new();
-        for i in 0..schema.fields().len() - 1 {
-            let values = ScalarValue::iter_to_array(rows.iter().map(|r| r[i].clone()))?;
-            columns.push(cast(&values, schema.field(i + 1).data_type())?);
-        }
+        let columns = accumulators::columns(&rows, &schema.fields()[1..])?;
         let hashes = key_hashes(&self.partition_batch(&columns, rows.len())?, &self.partition)?;
         let mut all: Vec<ArrayRef> = vec![Arc::new(hashes)];
         all.extend(columns);
