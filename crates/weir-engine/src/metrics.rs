@@ -18,6 +18,8 @@ pub struct OperatorMetrics {
     pub backpressure_ns: AtomicU64,
     /// The subtask's current watermark (`i64::MIN` before the first).
     pub watermark: AtomicI64,
+    /// Input records a source could not decode and skipped or sent to a dead-letter topic.
+    pub bad_records: AtomicU64,
 }
 
 impl Default for OperatorMetrics {
@@ -28,6 +30,7 @@ impl Default for OperatorMetrics {
             batches_in: AtomicU64::new(0),
             backpressure_ns: AtomicU64::new(0),
             watermark: AtomicI64::new(i64::MIN),
+            bad_records: AtomicU64::new(0),
         }
     }
 }
@@ -41,6 +44,7 @@ pub struct OperatorSample {
     pub records_out: u64,
     pub backpressure_ms: u64,
     pub watermark: Option<i64>,
+    pub bad_records: u64,
 }
 
 /// A point-in-time copy of one channel's counters.
@@ -96,6 +100,7 @@ impl MetricsRegistry {
                     records_out: m.records_out.load(Ordering::Relaxed),
                     backpressure_ms: m.backpressure_ns.load(Ordering::Relaxed) / 1_000_000,
                     watermark: (watermark != i64::MIN).then_some(watermark),
+                    bad_records: m.bad_records.load(Ordering::Relaxed),
                 }
             })
             .collect()

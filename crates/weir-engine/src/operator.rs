@@ -2,22 +2,31 @@
 //! channels, barriers, alignment and in-flight data: an operator only sees the calls below.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::Result;
+use crate::metrics::OperatorMetrics;
 
-/// Where a subtask sits in its operator.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where a subtask sits in its operator, and its counters (for what only the operator can
+/// count, such as bad input records).
+#[derive(Debug, Clone)]
 pub struct SubtaskInfo {
     pub operator: String,
     pub subtask: usize,
     pub parallelism: usize,
+    pub metrics: Arc<OperatorMetrics>,
 }
 
 impl SubtaskInfo {
+    /// A subtask with counters of its own (the runtime passes the registry's).
+    pub fn new(operator: &str, subtask: usize, parallelism: usize) -> Self {
+        Self { operator: operator.to_string(), subtask, parallelism, metrics: Arc::default() }
+    }
+
     /// An [`crate::Error::Operator`] for this subtask.
     pub fn error(&self, message: impl std::fmt::Display) -> crate::Error {
         crate::Error::Operator { operator: self.operator.clone(), subtask: self.subtask, message: message.to_string() }

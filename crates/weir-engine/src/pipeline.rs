@@ -304,9 +304,14 @@ async fn run_attempt(
             let mut members = Vec::new();
             for node_id in &chain.nodes {
                 let node = graph.node(*node_id);
-                let info = SubtaskInfo { operator: node.name.clone(), subtask, parallelism: node.parallelism };
-                let restored = restorer.operator_state(&node.name, subtask, node.parallelism).await?;
                 let metrics = registry.operator(&node.name, subtask);
+                let info = SubtaskInfo {
+                    operator: node.name.clone(),
+                    subtask,
+                    parallelism: node.parallelism,
+                    metrics: metrics.clone(),
+                };
+                let restored = restorer.operator_state(&node.name, subtask, node.parallelism).await?;
                 match &node.kind {
                     NodeKind::Source(factory) => {
                         source = Some(SourceHead { source: factory(&info)?, info, metrics, restored });

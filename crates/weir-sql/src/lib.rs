@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod error;
 #[cfg(test)]
 mod filesystem_roundtrip;
+pub mod kafka_tables;
 pub mod options;
 pub mod planner;
 pub mod session;

@@ -61,6 +61,10 @@ const KAFKA: &[OptionSpec] = &[
     option("transactional_id.prefix", Kind::Text),
     option("transaction.timeout.ms", Kind::Integer { min: 1000, max: 3_600_000 }),
     option("key.fields", Kind::Text),
+    option("scan.bounded.mode", Kind::OneOf(&["unbounded", "latest"])),
+    option("timestamp_column", Kind::Text),
+    option("watermark.idle_timeout", Kind::Duration),
+    option("batch_size", Kind::Integer { min: 1, max: 1_000_000 }),
 ];
 
 const FILESYSTEM: &[OptionSpec] =

@@ -26,6 +26,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::{AggregateFunctionExpr, LoweredAggregateBuilder};
 use datafusion::physical_expr::expressions::{Column as PhysicalColumn, Literal};
 use weir_connectors::filesystem::{FileFormat, FileSink, FileSource};
+use weir_connectors::kafka::{KafkaSink, KafkaSource};
 use weir_connectors::nexmark::{NexmarkConfig, NexmarkSource};
 use weir_engine::changelog::changelog_schema;
 use weir_engine::operators::{
@@ -36,6 +37,7 @@ use weir_engine::{Graph, NodeId, Partitioning};
 
 use crate::catalog::TableDef;
 use crate::error::Result;
+use crate::kafka_tables::{self, TransactionTimeout};
 use crate::plan_err;
 use crate::window_functions::{HOP, SESSION, TUMBLE, interval_ms};
 
@@ -72,6 +74,13 @@ struct Stream {
 #[derive(Debug, Clone, Default)]
 pub struct PlanOptions {
     pub parallelism: usize,
+    /// Names the pipeline's transactional ids (`<name>-<sink node>-...`): stable across
+    /// restarts of the same pipeline, different between pipelines.
+    pub pipeline_name: String,
+    /// `None`: checkpoints are off.
+    pub checkpoint_interval: Option<Duration>,
+    /// Checkpoints align barriers (exactly-once), rather than at-least-once.
+    pub exactly_once_checkpoints: bool,
     /// Time-to-live of the state of updating aggregates and regular joins.
     pub state_ttl: Option<Duration>,
 }
@@ -84,6 +93,14 @@ struct Planner<'a> {
     /// Source nodes by table, shared by every query of the pipeline that reads the table.
     sources: HashMap<String, NodeId>,
     used_names: HashMap<String, usize>,
+    transaction_timeouts: Vec<TransactionTimeout>,
+}
+
+/// A planned pipeline's graph, and what only the brokers can confirm.
+pub struct Planned {
+    pub graph: Graph,
+    /// Kafka transaction timeouts to check against each broker's maximum.
+    pub transaction_timeouts: Vec<TransactionTimeout>,
 }
 
 /// `expr` without aliases.
@@ -274,13 +291,25 @@ impl Planner<'_> {
                     Arc::new(move |_| Ok(Box::new(FileSource::new(path.clone(), format, schema.clone(), 8192)))),
                 )
             }
+            "kafka" => {
+                let node_name = self.name(name);
+                let (config, check) = kafka_tables::source_config(table, self.options, &node_name)?;
+                self.transaction_timeouts.extend(check);
+                self.graph.add_source(
+                    &node_name,
+                    parallelism,
+                    Arc::new(move |_| Ok(Box::new(KafkaSource::new(config.clone())))),
+                )
+            }
             other => plan_err!(
-                "table '{name}': reading from a '{other}' table is not supported yet (nexmark and filesystem are)"
+                "table '{name}': reading from a '{other}' table is not supported (nexmark, kafka and filesystem are)"
             ),
         };
         // Event time starts right after the source: the watermark is the largest event time
-        // seen less the table's allowed lateness.
+        // seen less the table's allowed lateness. A Kafka source tracks it per partition
+        // itself.
         let node = match &table.event_time {
+            Some(_) if table.connector.connector == "kafka" => node,
             Some((column, delay)) => {
                 let assigner = WatermarkAssigner::new(column, delay.as_millis() as i64);
                 let name = self.name("watermark");
@@ -821,8 +850,21 @@ impl Planner<'_> {
                             Arc::new(move |_| Ok(Box::new(FileSink::new(path.clone(), format, schema.clone())))),
                         )
                     }
+                    "kafka" => {
+                        let (config, check) = kafka_tables::sink_config(target, updating, self.options, &name)?;
+                        self.transaction_timeouts.extend(check);
+                        self.graph.add_operator(
+                            &name,
+                            parallelism,
+                            1,
+                            Arc::new(move |_| {
+                                let sink = KafkaSink::new(config.clone()).map_err(weir_engine::Error::Graph)?;
+                                Ok(Box::new(sink))
+                            }),
+                        )
+                    }
                     other => plan_err!(
-                        "table '{}': writing to a '{other}' table is not supported yet (blackhole, preview and filesystem are)",
+                        "table '{}': writing to a '{other}' table is not supported (blackhole, preview, kafka and filesystem are)",
                         target.name
                     ),
                 }
@@ -851,13 +893,20 @@ pub fn build_graph(
     state: &SessionState,
     table_of: &dyn Fn(&str) -> Option<TableDef>,
     options: &PlanOptions,
-) -> Result<Graph> {
-    let mut planner =
-        Planner { state, table_of, options, graph: Graph::new(), sources: HashMap::new(), used_names: HashMap::new() };
+) -> Result<Planned> {
+    let mut planner = Planner {
+        state,
+        table_of,
+        options,
+        graph: Graph::new(),
+        sources: HashMap::new(),
+        used_names: HashMap::new(),
+        transaction_timeouts: Vec::new(),
+    };
     for (plan, sink) in queries {
         let stream = planner.plan(plan)?;
         planner.sink(stream, sink)?;
     }
     planner.graph.validate()?;
-    Ok(planner.graph)
+    Ok(Planned { graph: planner.graph, transaction_timeouts: planner.transaction_timeouts })
 }

@@ -25,7 +25,8 @@ use crate::catalog::{Catalog, TableDef, ViewDef};
 use crate::error::{Error, Result};
 use crate::options::{self, ConnectorOptions, parse_duration};
 use crate::plan_err;
-use crate::planner::{PlanOptions, SinkTarget, build_graph};
+use crate::kafka_tables;
+use crate::planner::{PlanOptions, Planned, SinkTarget, build_graph};
 use crate::watermark_clause::{self, WatermarkClause};
 
 /// What a statement returns.
@@ -62,6 +63,7 @@ pub const PIPELINE_OPTIONS: &[(&str, &str)] = &[
     ("checkpoint.retained", "an integer from 1 to 1000"),
     ("parallelism", "an integer from 1 to 256"),
     ("state.ttl", "a duration such as '1 hour', or 'off' (updating aggregates and regular joins)"),
+    ("pipeline.name", "a name of letters, digits, '-' and '_' (names the pipelines' Kafka transactional ids)"),
 ];
 
 fn check_pipeline_option(name: &str, value: &str) -> Result<(), String> {
@@ -77,6 +79,9 @@ fn check_pipeline_option(name: &str, value: &str) -> Result<(), String> {
         "checkpoint.interval" | "state.ttl" => value == "off" || parse_duration(value).is_ok_and(|d| !d.is_zero()),
         "checkpoint.max_concurrent" => in_range(1, 16),
         "checkpoint.retained" => in_range(1, 1000),
+        "pipeline.name" => {
+            !value.is_empty() && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        }
         _ => in_range(1, 256),
     };
     if valid { Ok(()) } else { Err(format!("'{name}' = '{value}' is invalid: expected {accepted}")) }
@@ -89,6 +94,8 @@ pub struct Session {
     pub options: BTreeMap<String, String>,
     /// Rows a bare SELECT's preview keeps (the latest ones).
     pub preview_rows: usize,
+    /// Pipelines planned so far: the n-th is named `<pipeline.name>-<n>`.
+    pipelines: usize,
     context: SessionContext,
 }
 
@@ -164,7 +171,7 @@ impl Session {
         for function in crate::window_functions::window_functions() {
             context.register_udf(function);
         }
-        Self { catalog: Catalog::default(), options: BTreeMap::new(), preview_rows: PREVIEW_ROWS, context }
+        Self { catalog: Catalog::default(), options: BTreeMap::new(), preview_rows: PREVIEW_ROWS, pipelines: 0, context }
     }
 
     /// Parses `sql` (one or more statements) and runs each in turn; stops at the first error.
@@ -199,7 +206,7 @@ impl Session {
         for insert in inserts {
             queries.push(self.insert_query(insert).await?);
         }
-        let (graph, config) = self.plan_queries(queries)?;
+        let (graph, config) = self.plan_pipeline(queries).await?;
         Ok(Output::Pipeline(Box::new(PlannedPipeline { sql, graph, config, preview: None })))
     }
 
@@ -256,7 +263,7 @@ impl Session {
                 let sql = query.to_string();
                 let buffer = PreviewBuffer::new(self.preview_rows);
                 let query = self.query(Statement::Query(query), SinkTarget::Preview(buffer.clone())).await?;
-                let (graph, config) = self.plan_queries(vec![query])?;
+                let (graph, config) = self.plan_pipeline(vec![query]).await?;
                 Ok(Output::Pipeline(Box::new(PlannedPipeline { sql, graph, config, preview: Some(buffer) })))
             }
             Statement::Insert(insert) => self.insert_pipeline(vec![insert]).await,
@@ -268,8 +275,8 @@ impl Session {
                     }
                     other => plan_err!("EXPLAIN shows the dataflow of a SELECT or an INSERT, not of '{other}'"),
                 };
-                let (graph, config) = self.plan_queries(vec![query])?;
-                let rows = graph.describe(config.chaining).lines().map(|line| vec![line.to_string()]).collect();
+                let (planned, config) = self.plan_queries(vec![query], "explain")?;
+                let rows = planned.graph.describe(config.chaining).lines().map(|line| vec![line.to_string()]).collect();
                 Ok(Output::Rows { columns: vec!["dataflow".into()], rows })
             }
             other => {
@@ -375,15 +382,29 @@ impl Session {
         self.query(Statement::Query(source), SinkTarget::Table(table)).await
     }
 
+    /// A pipeline to run: planned, numbered, and checked against the Kafka brokers it writes
+    /// to transactionally.
+    async fn plan_pipeline(&mut self, queries: Vec<(LogicalPlan, SinkTarget)>) -> Result<(Graph, PipelineConfig)> {
+        self.pipelines += 1;
+        let name = format!("{}-{}", self.option("pipeline.name").unwrap_or("weir"), self.pipelines);
+        let (planned, config) = self.plan_queries(queries, &name)?;
+        kafka_tables::check_against_brokers(&planned.transaction_timeouts).await?;
+        Ok((planned.graph, config))
+    }
+
     /// One graph for `queries`, with the session's pipeline options.
-    fn plan_queries(&self, queries: Vec<(LogicalPlan, SinkTarget)>) -> Result<(Graph, PipelineConfig)> {
+    fn plan_queries(&self, queries: Vec<(LogicalPlan, SinkTarget)>, name: &str) -> Result<(Planned, PipelineConfig)> {
+        let config = self.pipeline_config();
         let options = PlanOptions {
             parallelism: self.option("parallelism").and_then(|p| p.parse().ok()).unwrap_or(1),
             state_ttl: self.option("state.ttl").filter(|v| *v != "off").and_then(|v| parse_duration(v).ok()),
+            pipeline_name: name.to_string(),
+            checkpoint_interval: config.checkpoint.interval,
+            exactly_once_checkpoints: !matches!(config.checkpoint.mode, CheckpointMode::AtLeastOnce),
         };
         let state = self.context.state();
-        let graph = build_graph(&queries, &state, &|name| self.catalog.tables.get(name).cloned(), &options)?;
-        Ok((graph, self.pipeline_config()))
+        let planned = build_graph(&queries, &state, &|name| self.catalog.tables.get(name).cloned(), &options)?;
+        Ok((planned, config))
     }
 
     /// Makes every table and view known to DataFusion, so it can resolve names and types.

@@ -33,9 +33,13 @@ struct Running {
 
 pub async fn run_file(path: &Path, options: &RunOptions) -> anyhow::Result<()> {
     let sql = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut session = Session::new();
-    let outputs = session.execute(&sql).await.with_context(|| format!("in {}", path.display()))?;
     let stem = path.file_stem().map_or_else(|| "sql".into(), |s| s.to_string_lossy().into_owned());
+    let mut session = Session::new();
+    // The file's pipelines name their Kafka transactional ids after it (a SET in the file
+    // overrides), so a --resume run recovers the transactions of the run before it.
+    let name: String = stem.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+    session.options.insert("pipeline.name".into(), format!("run-{name}"));
+    let outputs = session.execute(&sql).await.with_context(|| format!("in {}", path.display()))?;
     let mut running = Vec::new();
     for output in outputs {
         match output {

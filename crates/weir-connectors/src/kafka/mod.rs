@@ -1,11 +1,32 @@
-//! Kafka: the protocol-level pieces of the exactly-once sink.
+//! Kafka: the source, the two-phase-commit sink, and the protocol-level client that lets a
+//! restarted pipeline finish what a dead one pre-committed.
+//!
+//! - [`source`]: partitions split across subtasks, offsets in the snapshot, `read_committed`,
+//!   per-partition watermarks, JSON decoded straight into Arrow ([`decode`]), bad records
+//!   failed, skipped or sent to a dead-letter topic.
+//! - [`sink`]: JSON, upsert and Debezium-JSON records ([`encode`]) with exactly-once,
+//!   at-least-once or no delivery guarantee; exactly-once through a [`producer_pool`] of
+//!   transactional producers per subtask.
+//! - [`transactions`]: FindCoordinator, DescribeTransactions, EndTxn and InitProducerId over the
+//!   wire, for recovery.
 
+mod connection;
+mod decode;
+mod encode;
+mod producer_pool;
+pub mod sink;
+pub mod source;
 pub mod transactions;
 mod wire;
 
 #[cfg(feature = "testing")]
 pub mod test_broker;
 
+pub use connection::KafkaConnection;
+pub use encode::SinkFormat;
+pub use producer_pool::Delivery;
+pub use sink::{KafkaSink, KafkaSinkConfig};
+pub use source::{BadRecords, KafkaSource, KafkaSourceConfig, SourceFormat, StartupMode};
 pub use transactions::{
     EndTxnOutcome, PendingTransaction, TransactionDescription, TransactionResult, TransactionsClient,
 };

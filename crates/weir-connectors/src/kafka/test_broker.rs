@@ -9,9 +9,25 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use rdkafka::ClientConfig;
+use std::collections::BTreeSet;
+use std::time::Instant;
+
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+
+/// One record as a test reads it back.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ReadRecord {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    /// `None`: a tombstone.
+    pub value: Option<Vec<u8>>,
+}
 
 /// A broker that answered, with its bootstrap address.
 #[derive(Debug)]
@@ -56,6 +72,87 @@ impl TestBroker {
             result.map_err(|(topic, code)| format!("create topic {topic}: {code}"))?;
         }
         Ok(name)
+    }
+}
+
+impl TestBroker {
+    /// Writes `records` (partition, key, value) to `topic`, plainly (no transaction), and
+    /// waits until every one is acknowledged.
+    pub fn produce<'a>(
+        &self,
+        topic: &str,
+        records: impl IntoIterator<Item = (i32, Option<&'a [u8]>, &'a [u8])>,
+    ) -> Result<(), String> {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("linger.ms", "20")
+            .set("enable.idempotence", "true")
+            .create()
+            .map_err(|e| format!("producer: {e}"))?;
+        for (partition, key, value) in records {
+            let mut record = BaseRecord::<[u8], [u8]>::to(topic).partition(partition).payload(value);
+            if let Some(key) = key {
+                record = record.key(key);
+            }
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), back)) => {
+                        record = back;
+                        producer.poll(Duration::from_millis(10));
+                    }
+                    Err((e, _)) => return Err(format!("producing to {topic}: {e}")),
+                }
+            }
+            producer.poll(Duration::ZERO);
+        }
+        producer.flush(Duration::from_secs(60)).map_err(|e| format!("flushing to {topic}: {e}"))
+    }
+
+    /// Every record of `topic` from the beginning to the end each partition has now, read with
+    /// `isolation` ("read_committed" or "read_uncommitted"). The end is where the broker
+    /// reports partition EOF: the last stable offset under read_committed (an open transaction
+    /// stops the reader there), never "high watermark - 1" (transaction markers take offsets
+    /// but are not delivered).
+    pub fn read_to_end(&self, topic: &str, isolation: &str) -> Result<Vec<ReadRecord>, String> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("group.id", Self::unique_name("reader"))
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "true")
+            .set("isolation.level", isolation)
+            .create()
+            .map_err(|e| format!("consumer: {e}"))?;
+        let timeout = Duration::from_secs(60);
+        let metadata = consumer.fetch_metadata(Some(topic), timeout).map_err(|e| format!("metadata: {e}"))?;
+        let mut assignment = TopicPartitionList::new();
+        let mut left = BTreeSet::new();
+        for partition in metadata.topics().first().map(|t| t.partitions()).unwrap_or_default() {
+            assignment.add_partition_offset(topic, partition.id(), Offset::Beginning).map_err(|e| e.to_string())?;
+            left.insert(partition.id());
+        }
+        consumer.assign(&assignment).map_err(|e| format!("assign: {e}"))?;
+        let deadline = Instant::now() + timeout;
+        let mut records = Vec::new();
+        while !left.is_empty() {
+            if Instant::now() > deadline {
+                return Err(format!("{topic}: partitions {left:?} never reached their end"));
+            }
+            match consumer.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) => records.push(ReadRecord {
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: m.key().map(<[u8]>::to_vec),
+                    value: m.payload().map(<[u8]>::to_vec),
+                }),
+                Some(Err(KafkaError::PartitionEOF(partition))) => {
+                    left.remove(&partition);
+                }
+                Some(Err(e)) => return Err(format!("reading {topic}: {e}")),
+                None => {}
+            }
+        }
+        Ok(records)
     }
 }
 

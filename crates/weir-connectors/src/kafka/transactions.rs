@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{
-    DescribeTransactionsRequest, EndTxnRequest, FindCoordinatorRequest, ProducerId, TransactionalId,
+    DescribeTransactionsRequest, EndTxnRequest, FindCoordinatorRequest, InitProducerIdRequest, ProducerId,
+    TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use tracing::debug;
@@ -33,6 +34,8 @@ const FIND_COORDINATOR_VERSION: i16 = 2;
 /// (the pre-KIP-890 protocol, no epoch bump on commit) is ended on the terms it was begun with.
 const END_TXN_VERSION: i16 = 1;
 const DESCRIBE_TRANSACTIONS_VERSION: i16 = 0;
+/// InitProducerId v4: the version librdkafka's `init_transactions` sends.
+const INIT_PRODUCER_ID_VERSION: i16 = 4;
 /// FindCoordinator's key type for transaction coordinators (0 is consumer groups).
 const COORDINATOR_KEY_TYPE_TRANSACTION: i8 = 1;
 
@@ -161,6 +164,24 @@ impl TransactionsClient {
                     | ResponseError::InvalidProducerIdMapping),
                 ) => Ok(EndTxnOutcome::Rejected(code)),
                 Some(code) => Err(broker_error("EndTxn", id, code)),
+            }
+        })
+        .await
+    }
+
+    /// Fences `transactional_id` and aborts its open transaction, if any, as a new producer's
+    /// `init_transactions` would (InitProducerId bumps the epoch; the coordinator aborts what
+    /// the old epoch left open). `timeout_ms` becomes the id's transaction timeout.
+    pub async fn fence(&self, transactional_id: &str, timeout_ms: i32) -> Result<()> {
+        self.retrying("InitProducerId", transactional_id, || async {
+            let mut conn = self.coordinator_connection(transactional_id).await?;
+            let request = InitProducerIdRequest::default()
+                .with_transactional_id(Some(TransactionalId(StrBytes::from_string(transactional_id.to_string()))))
+                .with_transaction_timeout_ms(timeout_ms);
+            let response = conn.send(&request, INIT_PRODUCER_ID_VERSION).await?;
+            match ResponseError::try_from_code(response.error_code) {
+                None => Ok(()),
+                Some(code) => Err(broker_error("InitProducerId", transactional_id, code)),
             }
         })
         .await

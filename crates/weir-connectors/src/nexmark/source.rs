@@ -128,7 +128,7 @@ mod tests {
     }
 
     fn info(subtask: usize, parallelism: usize) -> SubtaskInfo {
-        SubtaskInfo { operator: "nexmark".into(), subtask, parallelism }
+        SubtaskInfo::new("nexmark", subtask, parallelism)
     }
 
     /// Every column of every row as text: events are compared whole.

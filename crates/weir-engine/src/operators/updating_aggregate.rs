@@ -379,7 +379,7 @@ mod tests {
         let mut restored = sum_by_key(None);
         let state =
             RestoredState { checkpoint_id: Some(1), tables: tables.into_iter().map(|t| (t.name, t.batches)).collect() };
-        let info = SubtaskInfo { operator: "aggregate".into(), subtask: 0, parallelism: 1 };
+        let info = SubtaskInfo::new("aggregate", 0, 1);
         restored.open(&info, state).await.unwrap();
         assert_eq!(feed(&mut restored, input(&[("a", 10)], None)).await, ["-U a 1", "+U a 11"]);
     }

@@ -1,8 +1,5 @@
 //! The `weir` binary as a user runs it.
 
-// Test helpers panic on failure: that is how a test fails.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};

@@ -1,0 +1,72 @@
+//! Where a Kafka table's brokers are, and the librdkafka properties its `kafka.*` options pass
+//! through as they are.
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::client::DefaultClientContext;
+
+use super::producer_pool::blocking;
+
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaConnection {
+    /// `bootstrap.servers`: comma-separated `host:port`.
+    pub bootstrap: String,
+    /// librdkafka properties (the table's `kafka.<property>` options, prefix removed). They
+    /// are applied last, so a user can override any default weir sets.
+    pub properties: Vec<(String, String)>,
+}
+
+impl KafkaConnection {
+    pub fn new(bootstrap: &str) -> Self {
+        Self { bootstrap: bootstrap.to_string(), properties: Vec::new() }
+    }
+
+    /// A client configuration with `defaults` (weir's choice for this client), then the user's
+    /// properties.
+    pub(crate) fn client_config(&self, defaults: &[(&str, &str)]) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", &self.bootstrap);
+        for (key, value) in defaults {
+            config.set(*key, *value);
+        }
+        for (key, value) in &self.properties {
+            config.set(key, value);
+        }
+        config
+    }
+
+    /// The broker's `transaction.max.timeout.ms`: the longest transaction timeout it accepts.
+    pub async fn max_transaction_timeout_ms(&self) -> Result<u64, String> {
+        let admin: AdminClient<DefaultClientContext> =
+            self.client_config(&[]).create().map_err(|e| format!("admin client for {}: {e}", self.bootstrap))?;
+        let admin = std::sync::Arc::new(admin);
+        let for_metadata = admin.clone();
+        let broker = blocking(move || {
+            let metadata = for_metadata
+                .inner()
+                .fetch_metadata(None, ADMIN_TIMEOUT)
+                .map_err(|e| format!("broker metadata: {e}"))?;
+            metadata.brokers().first().map(|b| b.id()).ok_or_else(|| "no brokers in the metadata".to_string())
+        })
+        .await?;
+        let options = AdminOptions::new().request_timeout(Some(ADMIN_TIMEOUT));
+        let results = admin
+            .describe_configs(&[ResourceSpecifier::Broker(broker)], &options)
+            .await
+            .map_err(|e| format!("broker {broker} configuration: {e}"))?;
+        let resource = results
+            .into_iter()
+            .next()
+            .ok_or("no configuration returned")?
+            .map_err(|e| format!("broker {broker} configuration: {e}"))?;
+        resource
+            .get("transaction.max.timeout.ms")
+            .and_then(|entry| entry.value.as_deref())
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("broker {broker} did not report transaction.max.timeout.ms"))
+    }
+}

@@ -1,0 +1,156 @@
+//! Kafka record values to Arrow rows, with every record that does not fit reported by index
+//! (the source applies the table's `bad_records` policy to them).
+//!
+//! JSON goes through arrow-json's decoder a whole poll at a time. Only when that fails (a
+//! value that does not parse, does not fit the schema, or is not exactly one object) is the
+//! poll decoded again record by record, to tell the bad records from the good.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, BinaryArray, StringArray};
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::json::ReaderBuilder;
+use datafusion::arrow::record_batch::RecordBatch;
+
+/// The rows of the records that fit, and why the others did not.
+#[derive(Debug)]
+pub(crate) struct Decoded {
+    pub batch: RecordBatch,
+    /// For each row of `batch`, the index of the record it came from.
+    pub rows_from: Vec<usize>,
+    /// (record index, reason) of each record that did not fit.
+    pub bad: Vec<(usize, String)>,
+}
+
+/// Decodes JSON objects into `schema` (fields not in the schema are ignored; missing ones are
+/// null, or an error for a non-nullable column).
+pub(crate) fn decode_json(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Result<Decoded, String> {
+    if let Some(batch) = decode_all(schema, values) {
+        return Ok(Decoded { batch, rows_from: (0..values.len()).collect(), bad: Vec::new() });
+    }
+    let mut good = Vec::new();
+    let mut rows_from = Vec::new();
+    let mut bad = Vec::new();
+    for (i, value) in values.iter().enumerate() {
+        match decode_one(schema, *value) {
+            Ok(batch) => {
+                good.push(batch);
+                rows_from.push(i);
+            }
+            Err(reason) => bad.push((i, reason)),
+        }
+    }
+    let batch = concat_batches(schema, &good).map_err(|e| format!("joining decoded rows: {e}"))?;
+    Ok(Decoded { batch, rows_from, bad })
+}
+
+/// The fast path: every value at once; `None` if any value does not give exactly one row.
+fn decode_all(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Option<RecordBatch> {
+    let mut decoder = ReaderBuilder::new(schema.clone()).with_batch_size(values.len().max(1)).build_decoder().ok()?;
+    for (i, value) in values.iter().enumerate() {
+        let value = (*value)?;
+        let consumed = decoder.decode(value).ok()?;
+        if consumed != value.len() || decoder.has_partial_record() || decoder.len() != i + 1 {
+            return None;
+        }
+    }
+    let batch = decoder.flush().ok()?.unwrap_or_else(|| RecordBatch::new_empty(schema.clone()));
+    (batch.num_rows() == values.len()).then_some(batch)
+}
+
+fn decode_one(schema: &SchemaRef, value: Option<&[u8]>) -> Result<RecordBatch, String> {
+    let value = value.ok_or("the record has no value")?;
+    let mut decoder =
+        ReaderBuilder::new(schema.clone()).with_batch_size(2).build_decoder().map_err(|e| e.to_string())?;
+    let consumed = decoder.decode(value).map_err(|e| format!("invalid JSON: {e}"))?;
+    if consumed != value.len() || decoder.has_partial_record() || decoder.len() != 1 {
+        return Err("the value is not exactly one complete JSON object".into());
+    }
+    let batch = decoder.flush().map_err(|e| format!("does not fit the table: {e}"))?;
+    batch.filter(|b| b.num_rows() == 1).ok_or_else(|| "the value is not exactly one JSON object".into())
+}
+
+/// The `raw` format: the value as the table's one text or binary column.
+pub(crate) fn decode_raw(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Result<Decoded, String> {
+    let mut rows_from = Vec::new();
+    let mut bad = Vec::new();
+    let column: ArrayRef = match schema.fields().first().map(|f| f.data_type()) {
+        Some(DataType::Utf8) => {
+            let mut texts = Vec::new();
+            for (i, value) in values.iter().enumerate() {
+                match value.map(std::str::from_utf8) {
+                    Some(Ok(text)) => {
+                        texts.push(text);
+                        rows_from.push(i);
+                    }
+                    Some(Err(e)) => bad.push((i, format!("not UTF-8 text: {e}"))),
+                    None => bad.push((i, "the record has no value".into())),
+                }
+            }
+            Arc::new(StringArray::from(texts))
+        }
+        Some(DataType::Binary) => {
+            let mut bytes = Vec::new();
+            for (i, value) in values.iter().enumerate() {
+                match value {
+                    Some(value) => {
+                        bytes.push(*value);
+                        rows_from.push(i);
+                    }
+                    None => bad.push((i, "the record has no value".into())),
+                }
+            }
+            Arc::new(BinaryArray::from(bytes))
+        }
+        _ => return Err("format 'raw' needs a table of exactly one text or binary column".into()),
+    };
+    let batch = RecordBatch::try_new(schema.clone(), vec![column]).map_err(|e| e.to_string())?;
+    Ok(Decoded { batch, rows_from, bad })
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::{Array, Int64Array};
+    use datafusion::arrow::datatypes::{Field, Schema};
+
+    use super::*;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Utf8, true)]))
+    }
+
+    #[test]
+    fn good_records_decode_in_one_pass_and_bad_ones_are_named() {
+        let good: Vec<Option<&[u8]>> = vec![Some(br#"{"id":1,"name":"a"}"#), Some(br#"{"id":2,"extra":true}"#)];
+        let decoded = decode_json(&schema(), &good).unwrap();
+        assert_eq!(decoded.batch.num_rows(), 2);
+        assert!(decoded.bad.is_empty());
+
+        let mixed: Vec<Option<&[u8]>> = vec![
+            Some(br#"{"id":1}"#),
+            Some(b"not json"),
+            Some(br#"{"id":"three"}"#),
+            Some(br#"{"name":"no id"}"#),
+            Some(br#"{"id":5}{"id":6}"#),
+            None,
+            Some(br#"{"id":7}"#),
+        ];
+        let decoded = decode_json(&schema(), &mixed).unwrap();
+        let ids = decoded.batch.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(ids.values().to_vec(), vec![1, 7]);
+        assert_eq!(decoded.rows_from, vec![0, 6]);
+        assert_eq!(decoded.bad.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5]);
+        assert!(decoded.bad.iter().all(|(_, reason)| !reason.is_empty()));
+    }
+
+    #[test]
+    fn raw_text_rejects_invalid_utf8() {
+        let schema = Arc::new(Schema::new(vec![Field::new("line", DataType::Utf8, true)]));
+        let values: Vec<Option<&[u8]>> = vec![Some(b"hello"), Some(&[0xff, 0xfe]), None];
+        let decoded = decode_raw(&schema, &values).unwrap();
+        assert_eq!(decoded.batch.num_rows(), 1);
+        assert_eq!(decoded.batch.column(0).len(), 1);
+        assert_eq!(decoded.bad.len(), 2);
+    }
+}

@@ -1,0 +1,540 @@
+//! Writing records to Kafka with a delivery guarantee: what the sink and the source's dead-letter
+//! output share.
+//!
+//! `exactly_once` keeps a bounded pool of transactional producers per subtask, with ids
+//! `<prefix>-<subtask>-<k>`, reused forever (the broker keeps every id's state for days, so a
+//! new id per checkpoint would pile up). A slot goes Free -> Open (records flow into its
+//! transaction) -> Pending(n) (barrier n: flushed, left open, and recorded in n's snapshot with
+//! the producer id and epoch the coordinator reports) -> Committed (n complete) -> Free.
+//!
+//! The last step is the subtle one. A committed slot is not reused at once: it stays reserved
+//! until a checkpoint whose snapshot no longer lists it has completed. Otherwise a restore from
+//! n, which commits what n recorded with EndTxn(producer id, epoch), could commit a *later*
+//! transaction of the same id and epoch (librdkafka keeps the epoch across transactions), whose
+//! records are replayed after the restore: duplicates. With the reservation, a restore from n
+//! finds each id n recorded either still holding n's transaction or having committed it.
+//!
+//! A checkpoint that aborts rolls nothing back: its pending transaction is committed with the
+//! next checkpoint that completes, which covers its records (as Flink's two-phase-commit sink
+//! does). If checkpoints keep failing the pool runs dry and the subtask fails, so the pipeline
+//! restarts from its last completed checkpoint.
+//!
+//! Recovery (`open` with a restored checkpoint): commit every transaction the checkpoint
+//! recorded for the subtasks this one takes over (EndTxn; "already committed" is success), then
+//! fence and abort every other open transaction of those subtasks' ids, probing ids of
+//! subtasks beyond the recorded parallelism too, so a lingering transaction never pins a
+//! partition's last stable offset. The ids it committed stay reserved (not re-initialised,
+//! which would bump their epoch) until a new checkpoint completes: if the process dies before
+//! that, the same checkpoint is restored again, and its commits must again find the recorded
+//! epoch and be answered "already committed" rather than "fenced". (The crash tests found
+//! exactly this.)
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use datafusion::arrow::array::{Array, Int16Array, Int64Array, StringArray, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use kafka_protocol::ResponseError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, Message};
+use weir_engine::{RestoredState, StateTable, SubtaskInfo};
+
+use super::connection::KafkaConnection;
+use super::transactions::{EndTxnOutcome, PendingTransaction, TransactionResult, TransactionsClient};
+
+/// Transactional ids per subtask. Three rotate in steady state (open, pending, committed but
+/// still listed by the latest snapshot); the rest absorb checkpoints that abort.
+pub const POOL_SIZE: usize = 8;
+/// The longest a blocking librdkafka call (init, flush, commit) may take.
+const BLOCKING_TIMEOUT: Duration = Duration::from_secs(60);
+
+const PENDING_TABLE: &str = "kafka_pending";
+const POOL_TABLE: &str = "kafka_pool";
+
+/// What a Kafka writer guarantees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Two-phase commit with the checkpoints.
+    ExactlyOnce,
+    /// Idempotent producer, flushed at every barrier: nothing lost, duplicates after a restore.
+    AtLeastOnce,
+    /// Fire and forget: records in flight at a crash may be lost.
+    None,
+}
+
+impl Delivery {
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "exactly_once" => Some(Self::ExactlyOnce),
+            "at_least_once" => Some(Self::AtLeastOnce),
+            "none" => Some(Self::None),
+            _ => None,
+        }
+    }
+}
+
+/// One record to produce. No key: librdkafka's partitioner spreads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OutRecord {
+    pub key: Option<Vec<u8>>,
+    /// `None` is a tombstone.
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(&'static str, Vec<u8>)>,
+}
+
+/// Keeps the first delivery failure, checked at every flush.
+#[derive(Clone, Default)]
+pub(crate) struct DeliveryReport {
+    failure: Arc<Mutex<Option<String>>>,
+}
+
+impl DeliveryReport {
+    fn take(&self) -> Option<String> {
+        self.failure.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+impl ClientContext for DeliveryReport {}
+
+impl ProducerContext for DeliveryReport {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((error, message)) = result {
+            let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+            failure.get_or_insert_with(|| format!("delivery to {} [{}] failed: {error}", message.topic(), message.partition()));
+        }
+    }
+}
+
+type KafkaProducer = ThreadedProducer<DeliveryReport>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotState {
+    Free,
+    Open,
+    /// Pre-committed at the barrier of this checkpoint.
+    Pending(u64),
+    /// Committed; reusable once a checkpoint taken after the commit (the one named) completes.
+    Committed { released_by: Option<u64> },
+}
+
+struct Slot {
+    id: String,
+    producer: Option<(Arc<KafkaProducer>, DeliveryReport)>,
+    state: SlotState,
+    /// What the snapshot records while the slot is pending.
+    pending: Option<PendingTransaction>,
+}
+
+enum Mode {
+    Transactional { slots: Vec<Slot>, current: Option<usize> },
+    Plain { producer: Arc<KafkaProducer>, report: DeliveryReport },
+}
+
+/// One subtask's writer to one topic.
+pub(crate) struct KafkaWriter {
+    connection: KafkaConnection,
+    topic: String,
+    delivery: Delivery,
+    prefix: String,
+    timeout_ms: u32,
+    client: TransactionsClient,
+    mode: Option<Mode>,
+}
+
+impl KafkaWriter {
+    /// `prefix`: the transactional ids' prefix (exactly-once only); `timeout_ms`: their
+    /// transaction timeout.
+    pub(crate) fn new(connection: KafkaConnection, topic: String, delivery: Delivery, prefix: String, timeout_ms: u32) -> Self {
+        let client = TransactionsClient::new(&connection.bootstrap);
+        Self { connection, topic, delivery, prefix, timeout_ms, client, mode: None }
+    }
+
+    fn slot_id(&self, subtask: usize, k: usize) -> String {
+        format!("{}-{subtask}-{k}", self.prefix)
+    }
+
+    /// Starts the writer; with exactly-once, first recovers what `restored` recorded.
+    pub(crate) async fn open(&mut self, info: &SubtaskInfo, restored: &RestoredState) -> Result<(), String> {
+        self.mode = Some(match self.delivery {
+            Delivery::ExactlyOnce => {
+                let committed = self.recover(info, restored).await?;
+                // The ids recovery just committed keep their epoch until a checkpoint taken
+                // from now on completes: a crash before that restores the same checkpoint,
+                // whose commit must find the same epoch (and answer "already committed").
+                let state = |id: &String| {
+                    if committed.contains(id) { SlotState::Committed { released_by: None } } else { SlotState::Free }
+                };
+                let slots = (0..POOL_SIZE)
+                    .map(|k| self.slot_id(info.subtask, k))
+                    .map(|id| Slot { state: state(&id), id, producer: None, pending: None })
+                    .collect();
+                Mode::Transactional { slots, current: None }
+            }
+            Delivery::AtLeastOnce | Delivery::None => {
+                let idempotence = if self.delivery == Delivery::AtLeastOnce { "true" } else { "false" };
+                let config = self.connection.client_config(&[("enable.idempotence", idempotence), ("linger.ms", "5")]);
+                let report = DeliveryReport::default();
+                let context = report.clone();
+                let producer = blocking(move || {
+                    config.create_with_context(context).map_err(|e| format!("creating a Kafka producer: {e}"))
+                })
+                .await?;
+                Mode::Plain { producer: Arc::new(producer), report }
+            }
+        });
+        Ok(())
+    }
+
+    /// Commits the transactions `restored` recorded for the subtasks this one takes over, then
+    /// fences and aborts every other open transaction of their ids. Returns the ids committed.
+    async fn recover(&self, info: &SubtaskInfo, restored: &RestoredState) -> Result<HashSet<String>, String> {
+        let (me, parallelism) = (info.subtask, info.parallelism);
+        let checkpoint = restored.checkpoint_id.map_or_else(|| "none".to_string(), |id| id.to_string());
+        let mut old_parallelism = 0;
+        let mut committed = HashSet::new();
+        for batch in restored.table(POOL_TABLE) {
+            let parallelisms = column::<UInt64Array>(batch, 1)?;
+            old_parallelism = old_parallelism.max(parallelisms.iter().flatten().max().unwrap_or(0) as usize);
+        }
+        for batch in restored.table(PENDING_TABLE) {
+            let subtasks = column::<UInt64Array>(batch, 0)?;
+            let ids = column::<StringArray>(batch, 2)?;
+            let producer_ids = column::<Int64Array>(batch, 3)?;
+            let epochs = column::<Int16Array>(batch, 4)?;
+            for row in 0..batch.num_rows() {
+                if subtasks.value(row) as usize % parallelism != me {
+                    continue;
+                }
+                let pending = PendingTransaction {
+                    transactional_id: ids.value(row).to_string(),
+                    producer_id: producer_ids.value(row),
+                    producer_epoch: epochs.value(row),
+                };
+                let outcome = self
+                    .client
+                    .end_transaction(&pending, TransactionResult::Commit)
+                    .await
+                    .map_err(|e| format!("restoring checkpoint {checkpoint}: committing {}: {e}", pending.transactional_id))?;
+                if let EndTxnOutcome::Rejected(code) = outcome {
+                    return Err(cannot_commit(&checkpoint, &pending, code));
+                }
+                tracing::info!(checkpoint, transactional_id = pending.transactional_id, "recovery committed a pending transaction");
+                committed.insert(pending.transactional_id.clone());
+                // A crash here leaves some of the checkpoint's transactions committed and
+                // others not: the next recovery must finish the job.
+                fail::fail_point!("weir::mid_recovery_commit", |_| {
+                    eprintln!("failpoint weir::mid_recovery_commit: aborting the process after committing {}", pending.transactional_id);
+                    std::process::abort()
+                });
+            }
+        }
+        // Every other id of the subtasks taken over: abort what is open. (A transaction in
+        // PrepareCommit is being committed; fencing it would only move its epoch on.) Subtasks
+        // at or beyond the recorded parallelism are probed until one never used its first id.
+        let mut old = me;
+        loop {
+            if old >= old_parallelism.max(parallelism) && self.describe(&self.slot_id(old, 0)).await?.is_none() {
+                break;
+            }
+            for k in 0..POOL_SIZE {
+                let id = self.slot_id(old, k);
+                let Some(state) = self.describe(&id).await? else { break };
+                if !committed.contains(&id) && matches!(state.as_str(), "Ongoing" | "PrepareAbort") {
+                    let timeout = i32::try_from(self.timeout_ms).unwrap_or(i32::MAX);
+                    self.client.fence(&id, timeout).await.map_err(|e| format!("aborting lingering {id}: {e}"))?;
+                    tracing::info!(transactional_id = id, state, "recovery aborted a lingering transaction");
+                }
+            }
+            old += parallelism;
+        }
+        Ok(committed)
+    }
+
+    async fn describe(&self, id: &str) -> Result<Option<String>, String> {
+        let description = self.client.describe(id).await.map_err(|e| format!("describing {id}: {e}"))?;
+        Ok(description.map(|d| d.state))
+    }
+
+    /// Sends `records` into the open transaction (opening one if needed).
+    pub(crate) async fn write(&mut self, records: Vec<OutRecord>) -> Result<(), String> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let producer = match self.mode.as_mut() {
+            None => return Err("the Kafka writer was not opened".into()),
+            Some(Mode::Plain { producer, .. }) => producer.clone(),
+            Some(Mode::Transactional { slots, current }) => {
+                let k = match current {
+                    Some(k) => *k,
+                    None => {
+                        let Some(k) = slots.iter().position(|s| s.state == SlotState::Free) else {
+                            return Err(format!(
+                                "all {POOL_SIZE} transactional ids of this subtask hold transactions that are not committed yet: checkpoints are not completing"
+                            ));
+                        };
+                        let slot = &mut slots[k];
+                        let producer = match &slot.producer {
+                            Some((producer, _)) => producer.clone(),
+                            None => {
+                                let created = transactional_producer(&self.connection, &slot.id, self.timeout_ms).await?;
+                                let producer = created.0.clone();
+                                slot.producer = Some(created);
+                                producer
+                            }
+                        };
+                        let id = slot.id.clone();
+                        blocking(move || producer.begin_transaction().map_err(|e| format!("{id}: begin: {e}"))).await?;
+                        slot.state = SlotState::Open;
+                        *current = Some(k);
+                        k
+                    }
+                };
+                let Some((producer, _)) = &slots[k].producer else { return Err("an open slot has no producer".into()) };
+                producer.clone()
+            }
+        };
+        let topic = self.topic.clone();
+        blocking(move || send_all(&producer, &topic, &records)).await
+    }
+
+    /// Barrier `checkpoint`: makes everything written so far durable (exactly-once: flushed
+    /// and pending; at-least-once: flushed and acknowledged).
+    pub(crate) async fn pre_commit(&mut self, checkpoint: u64) -> Result<(), String> {
+        match self.mode.as_mut() {
+            None => Err("the Kafka writer was not opened".into()),
+            Some(Mode::Plain { producer, report }) => {
+                if self.delivery == Delivery::AtLeastOnce {
+                    let producer = producer.clone();
+                    blocking(move || producer.flush(BLOCKING_TIMEOUT).map_err(|e| format!("flush: {e}"))).await?;
+                }
+                report.take().map_or(Ok(()), Err)
+            }
+            Some(Mode::Transactional { slots, current }) => {
+                for slot in slots.iter_mut() {
+                    if slot.state == (SlotState::Committed { released_by: None }) {
+                        slot.state = SlotState::Committed { released_by: Some(checkpoint) };
+                    }
+                }
+                // Only a transaction that holds records is pre-committed (an empty one stays
+                // closed: committing empty transactions is pointless).
+                let Some(k) = current.take() else { return Ok(()) };
+                let slot = &mut slots[k];
+                let Some((producer, report)) = slot.producer.clone() else {
+                    return Err("an open slot has no producer".into());
+                };
+                let id = slot.id.clone();
+                blocking(move || producer.flush(BLOCKING_TIMEOUT).map_err(|e| format!("{id}: flush: {e}"))).await?;
+                if let Some(failure) = report.take() {
+                    return Err(format!("{}: {failure}", slot.id));
+                }
+                // The coordinator's own view of the transaction is what recovery will need.
+                let description = self
+                    .client
+                    .describe(&slot.id)
+                    .await
+                    .map_err(|e| format!("{}: describing the pre-committed transaction: {e}", slot.id))?
+                    .ok_or_else(|| format!("{}: the coordinator does not know the transaction", slot.id))?;
+                if description.state != "Ongoing" {
+                    return Err(format!(
+                        "{}: pre-committed transaction is {} at the coordinator, not Ongoing",
+                        slot.id, description.state
+                    ));
+                }
+                slot.pending = Some(PendingTransaction {
+                    transactional_id: slot.id.clone(),
+                    producer_id: description.producer_id,
+                    producer_epoch: description.producer_epoch,
+                });
+                slot.state = SlotState::Pending(checkpoint);
+                Ok(())
+            }
+        }
+    }
+
+    /// The snapshot's tables: the pending transactions and this subtask's parallelism.
+    pub(crate) fn snapshot(&self, info: &SubtaskInfo) -> Result<Vec<StateTable>, String> {
+        let pending: Vec<(u64, &PendingTransaction)> = match &self.mode {
+            Some(Mode::Transactional { slots, .. }) => slots
+                .iter()
+                .filter_map(|s| match (s.state, &s.pending) {
+                    (SlotState::Pending(n), Some(p)) => Some((n, p)),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let subtask = info.subtask as u64;
+        let pending_schema = pending_schema();
+        let pending_batch = RecordBatch::try_new(
+            pending_schema.clone(),
+            vec![
+                Arc::new(UInt64Array::from(vec![subtask; pending.len()])),
+                Arc::new(UInt64Array::from_iter_values(pending.iter().map(|(n, _)| *n))),
+                Arc::new(StringArray::from_iter_values(pending.iter().map(|(_, p)| p.transactional_id.as_str()))),
+                Arc::new(Int64Array::from_iter_values(pending.iter().map(|(_, p)| p.producer_id))),
+                Arc::new(Int16Array::from_iter_values(pending.iter().map(|(_, p)| p.producer_epoch))),
+            ],
+        )
+        .map_err(|e| e.to_string())?;
+        let pool_schema = Arc::new(Schema::new(vec![
+            Field::new("subtask", DataType::UInt64, false),
+            Field::new("parallelism", DataType::UInt64, false),
+        ]));
+        let pool_batch = RecordBatch::try_new(
+            pool_schema.clone(),
+            vec![Arc::new(UInt64Array::from(vec![subtask])), Arc::new(UInt64Array::from(vec![info.parallelism as u64]))],
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(vec![
+            StateTable { name: PENDING_TABLE.into(), schema: pending_schema, batches: vec![pending_batch] },
+            StateTable { name: POOL_TABLE.into(), schema: pool_schema, batches: vec![pool_batch] },
+        ])
+    }
+
+    /// Checkpoint `checkpoint` completed: commits every transaction pending up to it, and frees
+    /// the slots no completed checkpoint lists any more.
+    pub(crate) async fn commit(&mut self, checkpoint: u64) -> Result<(), String> {
+        let Some(Mode::Transactional { slots, .. }) = self.mode.as_mut() else { return Ok(()) };
+        for slot in slots.iter_mut() {
+            match slot.state {
+                SlotState::Committed { released_by: Some(n) } if n <= checkpoint => slot.state = SlotState::Free,
+                SlotState::Pending(n) if n <= checkpoint => {
+                    let Some((producer, _)) = slot.producer.clone() else {
+                        return Err("a pending slot has no producer".into());
+                    };
+                    let id = slot.id.clone();
+                    blocking(move || producer.commit_transaction(BLOCKING_TIMEOUT).map_err(|e| format!("{id}: commit: {e}")))
+                        .await?;
+                    // A crash here leaves this sink committed and others (or other subtasks)
+                    // not: recovery commits the rest from the checkpoint.
+                    fail::fail_point!("weir::after_transaction_commit", |_| {
+                        eprintln!("failpoint weir::after_transaction_commit: aborting the process after committing {}", slot.id);
+                        std::process::abort()
+                    });
+                    slot.state = SlotState::Committed { released_by: None };
+                    slot.pending = None;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Normal shutdown: an open transaction holds records after the last checkpoint; abort it
+    /// rather than leave it to pin the partitions until it times out.
+    pub(crate) async fn close(&mut self) -> Result<(), String> {
+        if let Some(Mode::Transactional { slots, current: Some(k) }) = self.mode.as_mut()
+            && let Some((producer, _)) = slots[*k].producer.clone()
+        {
+            let id = slots[*k].id.clone();
+            blocking(move || producer.abort_transaction(BLOCKING_TIMEOUT).map_err(|e| format!("{id}: abort: {e}"))).await?;
+        }
+        self.mode = None;
+        Ok(())
+    }
+}
+
+fn pending_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("subtask", DataType::UInt64, false),
+        Field::new("checkpoint", DataType::UInt64, false),
+        Field::new("transactional_id", DataType::Utf8, false),
+        Field::new("producer_id", DataType::Int64, false),
+        Field::new("producer_epoch", DataType::Int16, false),
+    ]))
+}
+
+fn column<T: 'static>(batch: &RecordBatch, index: usize) -> Result<&T, String> {
+    batch
+        .columns()
+        .get(index)
+        .and_then(|c| c.as_any().downcast_ref::<T>())
+        .ok_or_else(|| format!("restored Kafka transaction state: column {index} has the wrong type"))
+}
+
+/// The error when recovery cannot commit what a completed checkpoint recorded: the data of
+/// that transaction is lost, and the pipeline must not go on as if it were not.
+fn cannot_commit(checkpoint: &str, pending: &PendingTransaction, code: ResponseError) -> String {
+    let cause = match code {
+        ResponseError::ProducerFenced | ResponseError::InvalidProducerEpoch => {
+            "its producer epoch moved on: most likely the broker aborted it because it stayed open longer than transaction.timeout.ms (raise it above the time from checkpoint to recovery), or a newer producer of the same id fenced it (another pipeline with the same transactional_id.prefix, or a restore of an older checkpoint)"
+        }
+        ResponseError::InvalidTxnState => "it was aborted",
+        ResponseError::InvalidProducerIdMapping => {
+            "the broker no longer maps the producer id to this transactional id (expired after transactional.id.expiration.ms, or never known)"
+        }
+        _ => "the coordinator refused the commit",
+    };
+    format!(
+        "restoring checkpoint {checkpoint}: the pending transaction {} (producer id {}, epoch {}) cannot be committed: {code} - {cause}; its records are not in the output",
+        pending.transactional_id, pending.producer_id, pending.producer_epoch
+    )
+}
+
+async fn transactional_producer(
+    connection: &KafkaConnection,
+    id: &str,
+    timeout_ms: u32,
+) -> Result<(Arc<KafkaProducer>, DeliveryReport), String> {
+    let timeout = timeout_ms.to_string();
+    let config = connection.client_config(&[
+        ("transactional.id", id),
+        ("transaction.timeout.ms", &timeout),
+        ("linger.ms", "5"),
+    ]);
+    let report = DeliveryReport::default();
+    let context = report.clone();
+    let id = id.to_string();
+    let producer = blocking(move || {
+        let producer: KafkaProducer =
+            config.create_with_context(context).map_err(|e| format!("{id}: creating the producer: {e}"))?;
+        producer.init_transactions(BLOCKING_TIMEOUT).map_err(|e| format!("{id}: init_transactions: {e}"))?;
+        Ok(producer)
+    })
+    .await?;
+    Ok((Arc::new(producer), report))
+}
+
+/// Queues every record, waiting while librdkafka's queue is full.
+fn send_all(producer: &KafkaProducer, topic: &str, records: &[OutRecord]) -> Result<(), String> {
+    for out in records {
+        let mut record = BaseRecord::<[u8], [u8]>::to(topic);
+        if let Some(key) = &out.key {
+            record = record.key(key.as_slice());
+        }
+        if let Some(value) = &out.value {
+            record = record.payload(value.as_slice());
+        }
+        if !out.headers.is_empty() {
+            let headers = out
+                .headers
+                .iter()
+                .fold(OwnedHeaders::new(), |h, (key, value)| h.insert(Header { key, value: Some(value.as_slice()) }));
+            record = record.headers(headers);
+        }
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err((e, _)) => return Err(format!("producing to {topic}: {e}")),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs a blocking librdkafka call off the async workers.
+pub(crate) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| format!("Kafka client task failed: {e}"))?
+}

@@ -1,0 +1,598 @@
+//! The Kafka source.
+//!
+//! Partitions are split across subtasks (partition p of the i-th topic goes to subtask
+//! (i + p) mod parallelism, stable as partitions are added); new partitions are picked up while
+//! running and read from their start. The consumer is assigned partitions by hand (no group
+//! rebalancing) and reads with `read_committed`. The next offset of every partition is in the
+//! snapshot, restored as a union so any parallelism takes over where the last one stopped; the
+//! offsets are committed to the consumer group when a checkpoint completes, for monitoring only.
+//!
+//! Event time comes from a column or from the Kafka record timestamp (`timestamp_column`);
+//! each partition has its own watermark (its largest event time less the allowed delay), and
+//! the subtask's is the minimum over its partitions that are not idle (no record for
+//! `idle_timeout`).
+//!
+//! A record that does not decode follows `bad_records`: the pipeline fails naming the topic,
+//! partition, offset and reason; or the record is skipped and counted; or it goes, as it was,
+//! to a dead-letter topic with the reason in its headers, written with the table's delivery
+//! guarantee (exactly-once: a transaction committed with the checkpoint, like a sink's).
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{Array, ArrayRef, Int32Array, Int64Array, StringArray, TimestampMillisecondArray};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::record_batch::RecordBatch;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Message, Offset, Timestamp, TopicPartitionList};
+use weir_engine::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
+
+use super::connection::KafkaConnection;
+use super::decode::{Decoded, decode_json, decode_raw};
+use super::producer_pool::{Delivery, KafkaWriter, OutRecord, blocking};
+
+const OFFSETS: &str = "offsets";
+/// How long one `next` call may collect records.
+const POLL_FOR: Duration = Duration::from_millis(50);
+/// How often the topics' partitions are looked up again.
+const DISCOVERY_INTERVAL: Duration = Duration::from_secs(10);
+const METADATA_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceFormat {
+    Json,
+    Raw,
+}
+
+/// Where partitions without a checkpointed offset start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartupMode {
+    Earliest,
+    Latest,
+    /// The consumer group's committed offsets (earliest where there are none).
+    Group,
+    /// The first record at or after this time (milliseconds since the epoch).
+    Timestamp(i64),
+}
+
+/// What happens to a record that does not decode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BadRecords {
+    Fail,
+    Skip,
+    DeadLetter { topic: String },
+}
+
+#[derive(Debug, Clone)]
+pub struct KafkaSourceConfig {
+    pub connection: KafkaConnection,
+    pub topics: Vec<String>,
+    pub format: SourceFormat,
+    /// The table's columns.
+    pub schema: SchemaRef,
+    pub startup: StartupMode,
+    /// Offsets are committed to this group on checkpoint completion (monitoring only).
+    pub group_id: Option<String>,
+    /// Stop at the end offsets the partitions had when the subtask opened.
+    pub bounded: bool,
+    pub bad_records: BadRecords,
+    /// The dead-letter output's guarantee and transactional ids' prefix.
+    pub delivery: Delivery,
+    pub transactional_id_prefix: String,
+    pub transaction_timeout_ms: u32,
+    /// (event-time column, allowed delay in ms): the source emits watermarks.
+    pub event_time: Option<(String, i64)>,
+    pub idle_timeout: Duration,
+    /// The column filled with the Kafka record timestamp instead of from the value.
+    pub timestamp_column: Option<String>,
+    pub batch_size: usize,
+}
+
+#[derive(Debug)]
+struct PartitionState {
+    topic: String,
+    partition: i32,
+    next_offset: i64,
+    /// Bounded reads stop here.
+    end: Option<i64>,
+    max_event_time: Option<i64>,
+    last_record: Instant,
+}
+
+impl PartitionState {
+    fn done(&self) -> bool {
+        self.end.is_some_and(|end| self.next_offset >= end)
+    }
+}
+
+/// What one poll brought: the records' metadata, their values in one buffer, and the
+/// partitions that reported reaching their end.
+#[derive(Default)]
+struct Polled {
+    partition: Vec<usize>,
+    offset: Vec<i64>,
+    timestamp: Vec<Option<i64>>,
+    value: Vec<Option<Range<usize>>>,
+    buffer: Vec<u8>,
+    reached_end: bool,
+}
+
+pub struct KafkaSource {
+    config: Arc<KafkaSourceConfig>,
+    /// The columns decoded from the values (the table's, less the timestamp column).
+    value_schema: SchemaRef,
+    info: Option<SubtaskInfo>,
+    consumer: Option<Arc<BaseConsumer>>,
+    partitions: Vec<PartitionState>,
+    index: HashMap<(String, i32), usize>,
+    watermark: Option<i64>,
+    pending_watermark: Option<i64>,
+    dead_letters: Option<KafkaWriter>,
+    /// The offsets of each snapshot, committed to the group when it completes.
+    snapshots: BTreeMap<u64, Vec<(String, i32, i64)>>,
+    last_discovery: Instant,
+}
+
+impl KafkaSource {
+    pub fn new(config: KafkaSourceConfig) -> Self {
+        let value_schema = Arc::new(Schema::new(
+            config
+                .schema
+                .fields()
+                .iter()
+                .filter(|f| Some(f.name()) != config.timestamp_column.as_ref())
+                .cloned()
+                .collect::<Vec<_>>(),
+        ));
+        Self {
+            config: Arc::new(config),
+            value_schema,
+            info: None,
+            consumer: None,
+            partitions: Vec::new(),
+            index: HashMap::new(),
+            watermark: None,
+            pending_watermark: None,
+            dead_letters: None,
+            snapshots: BTreeMap::new(),
+            last_discovery: Instant::now(),
+        }
+    }
+
+    fn error(&self, message: impl std::fmt::Display) -> weir_engine::Error {
+        match &self.info {
+            Some(info) => info.error(message),
+            None => weir_engine::Error::Graph(message.to_string()),
+        }
+    }
+
+    fn consumer(&self) -> weir_engine::Result<Arc<BaseConsumer>> {
+        self.consumer.clone().ok_or_else(|| self.error("the source was not opened"))
+    }
+
+    /// Finds the partitions this subtask owns that it does not read yet, resolves where each
+    /// starts, and adds them to the assignment.
+    async fn discover(&mut self, restored: &HashMap<(String, i32), i64>, first: bool) -> weir_engine::Result<()> {
+        let (Some(info), consumer) = (self.info.clone(), self.consumer()?) else {
+            return Err(self.error("the source was not opened"));
+        };
+        let config = self.config.clone();
+        let known: Vec<(String, i32)> = self.index.keys().cloned().collect();
+        let restored = restored.clone();
+        let new = blocking(move || {
+            let mut new = Vec::new();
+            for (t, topic) in config.topics.iter().enumerate() {
+                let metadata = consumer
+                    .fetch_metadata(Some(topic), METADATA_TIMEOUT)
+                    .map_err(|e| format!("topic {topic}: metadata: {e}"))?;
+                let Some(found) = metadata.topics().first() else { continue };
+                if let Some(e) = found.error() {
+                    return Err(format!("topic {topic}: {:?}", rdkafka::types::RDKafkaRespErr::from(e)));
+                }
+                for p in found.partitions() {
+                    let partition = p.id();
+                    let owned = (t + partition as usize) % info.parallelism == info.subtask;
+                    if !owned || known.contains(&(topic.clone(), partition)) {
+                        continue;
+                    }
+                    let (low, high) = consumer
+                        .fetch_watermarks(topic, partition, METADATA_TIMEOUT)
+                        .map_err(|e| format!("topic {topic} partition {partition}: offsets: {e}"))?;
+                    // Partitions the restored checkpoint does not know appeared after it: read
+                    // them from the start, like partitions found while running.
+                    let start = match restored.get(&(topic.clone(), partition)) {
+                        Some(offset) => *offset,
+                        None if !first || !restored.is_empty() => low,
+                        None => start_offset(&consumer, &config, topic, partition, low, high)?,
+                    };
+                    new.push(PartitionState {
+                        topic: topic.clone(),
+                        partition,
+                        next_offset: start,
+                        end: config.bounded.then_some(high),
+                        max_event_time: None,
+                        last_record: Instant::now(),
+                    });
+                }
+            }
+            if !new.is_empty() {
+                let mut assignment = TopicPartitionList::new();
+                for p in &new {
+                    assignment
+                        .add_partition_offset(&p.topic, p.partition, Offset::Offset(p.next_offset))
+                        .map_err(|e| e.to_string())?;
+                }
+                consumer.incremental_assign(&assignment).map_err(|e| format!("assigning partitions: {e}"))?;
+            }
+            Ok(new)
+        })
+        .await
+        .map_err(|e| self.error(e))?;
+        for partition in new {
+            tracing::debug!(topic = partition.topic, partition = partition.partition, offset = partition.next_offset, "reading partition");
+            self.index.insert((partition.topic.clone(), partition.partition), self.partitions.len());
+            self.partitions.push(partition);
+        }
+        self.last_discovery = Instant::now();
+        Ok(())
+    }
+
+    async fn poll(&self) -> weir_engine::Result<Polled> {
+        let consumer = self.consumer()?;
+        let index = self.index.clone();
+        let batch_size = self.config.batch_size;
+        blocking(move || {
+            let deadline = Instant::now() + POLL_FOR;
+            let mut polled = Polled::default();
+            while polled.offset.len() < batch_size {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                match consumer.poll(left) {
+                    None => break,
+                    Some(Ok(message)) => {
+                        let Some(i) = index.get(&(message.topic().to_string(), message.partition())) else { continue };
+                        polled.partition.push(*i);
+                        polled.offset.push(message.offset());
+                        polled.timestamp.push(match message.timestamp() {
+                            Timestamp::NotAvailable => None,
+                            Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) => Some(t),
+                        });
+                        polled.value.push(message.payload().map(|v| {
+                            let start = polled.buffer.len();
+                            polled.buffer.extend_from_slice(v);
+                            start..polled.buffer.len()
+                        }));
+                    }
+                    Some(Err(KafkaError::PartitionEOF(_))) => {
+                        polled.reached_end = true;
+                        break;
+                    }
+                    Some(Err(e)) => return Err(format!("consuming: {e}")),
+                }
+            }
+            Ok(polled)
+        })
+        .await
+        .map_err(|e| self.error(e))
+    }
+
+    /// A bounded read reached the end of some partition: take the consumer's positions (which
+    /// count the transaction markers that are never delivered).
+    async fn update_positions(&mut self) -> weir_engine::Result<()> {
+        let consumer = self.consumer()?;
+        let positions = blocking(move || consumer.position().map_err(|e| format!("positions: {e}")))
+            .await
+            .map_err(|e| self.error(e))?;
+        for element in positions.elements() {
+            if let (Offset::Offset(offset), Some(i)) =
+                (element.offset(), self.index.get(&(element.topic().to_string(), element.partition())))
+            {
+                let partition = &mut self.partitions[*i];
+                partition.next_offset = partition.next_offset.max(offset);
+            }
+        }
+        Ok(())
+    }
+
+    /// The polled records as rows of the table, after the bad ones are dealt with.
+    async fn rows(&mut self, polled: &Polled) -> weir_engine::Result<Option<RecordBatch>> {
+        let values: Vec<Option<&[u8]>> =
+            polled.value.iter().map(|r| r.as_ref().map(|r| &polled.buffer[r.clone()])).collect();
+        let decoded = match self.config.format {
+            SourceFormat::Json => decode_json(&self.value_schema, &values),
+            SourceFormat::Raw => decode_raw(&self.value_schema, &values),
+        }
+        .map_err(|e| self.error(e))?;
+        self.bad_records(polled, &values, &decoded).await?;
+        if decoded.batch.num_rows() == 0 {
+            return Ok(None);
+        }
+        let batch = self.with_timestamp_column(polled, &decoded)?;
+        self.track_event_time(polled, &decoded.rows_from, &batch)?;
+        Ok(Some(batch))
+    }
+
+    async fn bad_records(&mut self, polled: &Polled, values: &[Option<&[u8]>], decoded: &Decoded) -> weir_engine::Result<()> {
+        if decoded.bad.is_empty() {
+            return Ok(());
+        }
+        let describe = |i: usize, reason: &str| {
+            let p = &self.partitions[polled.partition[i]];
+            format!("bad record at topic {} partition {} offset {}: {reason}", p.topic, p.partition, polled.offset[i])
+        };
+        match &self.config.bad_records {
+            BadRecords::Fail => {
+                let (i, reason) = &decoded.bad[0];
+                return Err(self.error(format!("{} (option bad_records = 'fail'; 'skip' or 'dead_letter' go on)", describe(*i, reason))));
+            }
+            BadRecords::Skip => {
+                for (i, reason) in &decoded.bad {
+                    tracing::debug!("skipped {}", describe(*i, reason));
+                }
+            }
+            BadRecords::DeadLetter { .. } => {
+                let records = decoded
+                    .bad
+                    .iter()
+                    .map(|(i, reason)| {
+                        let p = &self.partitions[polled.partition[*i]];
+                        OutRecord {
+                            key: None,
+                            value: values[*i].map(<[u8]>::to_vec),
+                            headers: vec![
+                                ("weir.error", reason.as_bytes().to_vec()),
+                                ("weir.topic", p.topic.as_bytes().to_vec()),
+                                ("weir.partition", p.partition.to_string().into_bytes()),
+                                ("weir.offset", polled.offset[*i].to_string().into_bytes()),
+                            ],
+                        }
+                    })
+                    .collect();
+                let Some(writer) = self.dead_letters.as_mut() else { return Err(self.error("no dead-letter writer")) };
+                let written = writer.write(records).await;
+                written.map_err(|e| self.error(format!("dead-letter topic: {e}")))?;
+            }
+        }
+        if let Some(info) = &self.info {
+            info.metrics.bad_records.fetch_add(decoded.bad.len() as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// The decoded rows in the table's column order, with the timestamp column filled from the
+    /// records' Kafka timestamps.
+    fn with_timestamp_column(&self, polled: &Polled, decoded: &Decoded) -> weir_engine::Result<RecordBatch> {
+        let Some(name) = &self.config.timestamp_column else { return Ok(decoded.batch.clone()) };
+        let schema = &self.config.schema;
+        let millis: TimestampMillisecondArray = decoded.rows_from.iter().map(|i| polled.timestamp[*i]).collect();
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+        for field in schema.fields() {
+            let column = if field.name() == name {
+                cast(&millis, field.data_type())?
+            } else {
+                decoded
+                    .batch
+                    .column_by_name(field.name())
+                    .cloned()
+                    .ok_or_else(|| self.error(format!("decoded rows lack column '{}'", field.name())))?
+            };
+            columns.push(column);
+        }
+        Ok(RecordBatch::try_new(schema.clone(), columns)?)
+    }
+
+    /// Raises each partition's largest event time by the rows it brought.
+    fn track_event_time(&mut self, polled: &Polled, rows_from: &[usize], batch: &RecordBatch) -> weir_engine::Result<()> {
+        let now = Instant::now();
+        for i in rows_from {
+            self.partitions[polled.partition[*i]].last_record = now;
+        }
+        let Some((column, _)) = &self.config.event_time else { return Ok(()) };
+        let values = batch
+            .column_by_name(column)
+            .ok_or_else(|| self.error(format!("the event-time column '{column}' is not in the records")))?;
+        let millis = cast(&cast(values, &DataType::Timestamp(TimeUnit::Millisecond, None))?, &DataType::Int64)?;
+        let Some(millis) = millis.as_any().downcast_ref::<Int64Array>() else {
+            return Err(self.error(format!("event-time column '{column}' did not cast to milliseconds")));
+        };
+        for (row, i) in rows_from.iter().enumerate() {
+            if millis.is_valid(row) {
+                let partition = &mut self.partitions[polled.partition[*i]];
+                partition.max_event_time = Some(partition.max_event_time.map_or(millis.value(row), |m| m.max(millis.value(row))));
+            }
+        }
+        Ok(())
+    }
+
+    /// The subtask's watermark if it advanced: the minimum over partitions that are neither
+    /// idle nor finished of their largest event time less the delay. A partition that has not
+    /// brought a record yet holds it back until it turns idle.
+    fn advanced_watermark(&mut self) -> Option<i64> {
+        let (_, delay) = self.config.event_time.as_ref()?;
+        let idle_after = self.config.idle_timeout;
+        let mut active = self.partitions.iter().filter(|p| !p.done() && p.last_record.elapsed() < idle_after).peekable();
+        active.peek()?;
+        let watermark = active.map(|p| p.max_event_time.map(|m| m.saturating_sub(*delay))).min()??;
+        if self.watermark.is_some_and(|w| w >= watermark) {
+            return None;
+        }
+        self.watermark = Some(watermark);
+        Some(watermark)
+    }
+}
+
+/// Where a partition without a checkpointed offset starts, by the startup mode.
+fn start_offset(
+    consumer: &BaseConsumer,
+    config: &KafkaSourceConfig,
+    topic: &str,
+    partition: i32,
+    low: i64,
+    high: i64,
+) -> Result<i64, String> {
+    let lookup = |list: TopicPartitionList| -> Result<Option<i64>, String> {
+        Ok(list.find_partition(topic, partition).and_then(|e| match e.offset() {
+            Offset::Offset(o) => Some(o),
+            _ => None,
+        }))
+    };
+    Ok(match config.startup {
+        StartupMode::Earliest => low,
+        StartupMode::Latest => high,
+        StartupMode::Group => {
+            let mut list = TopicPartitionList::new();
+            list.add_partition(topic, partition);
+            lookup(consumer.committed_offsets(list, METADATA_TIMEOUT).map_err(|e| format!("group offsets: {e}"))?)?
+                .unwrap_or(low)
+        }
+        StartupMode::Timestamp(ms) => {
+            let mut list = TopicPartitionList::new();
+            list.add_partition_offset(topic, partition, Offset::Offset(ms)).map_err(|e| e.to_string())?;
+            lookup(consumer.offsets_for_times(list, METADATA_TIMEOUT).map_err(|e| format!("offsets for time: {e}"))?)?
+                .unwrap_or(high)
+        }
+    })
+}
+
+fn offsets_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("topic", DataType::Utf8, false),
+        Field::new("partition", DataType::Int32, false),
+        Field::new("offset", DataType::Int64, false),
+    ]))
+}
+
+#[async_trait]
+impl Source for KafkaSource {
+    async fn open(&mut self, info: &SubtaskInfo, restored: RestoredState) -> weir_engine::Result<()> {
+        self.info = Some(info.clone());
+        let mut offsets = HashMap::new();
+        for batch in restored.table(OFFSETS) {
+            let (Some(topics), Some(partitions), Some(next)) = (
+                batch.column(0).as_any().downcast_ref::<StringArray>(),
+                batch.column(1).as_any().downcast_ref::<Int32Array>(),
+                batch.column(2).as_any().downcast_ref::<Int64Array>(),
+            ) else {
+                return Err(info.error("restored Kafka offsets have the wrong types"));
+            };
+            for row in 0..batch.num_rows() {
+                offsets.insert((topics.value(row).to_string(), partitions.value(row)), next.value(row));
+            }
+        }
+        let group = self.config.group_id.clone().unwrap_or_else(|| format!("{}-reader", self.config.transactional_id_prefix));
+        let config = self.config.connection.client_config(&[
+            ("group.id", &group),
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
+            ("isolation.level", "read_committed"),
+            ("enable.partition.eof", if self.config.bounded { "true" } else { "false" }),
+            ("auto.offset.reset", "earliest"),
+        ]);
+        let consumer: BaseConsumer =
+            blocking(move || config.create().map_err(|e| format!("creating the Kafka consumer: {e}")))
+                .await
+                .map_err(|e| info.error(e))?;
+        self.consumer = Some(Arc::new(consumer));
+        if let BadRecords::DeadLetter { topic } = &self.config.bad_records {
+            let mut writer = KafkaWriter::new(
+                self.config.connection.clone(),
+                topic.clone(),
+                self.config.delivery,
+                format!("{}-dead-letters", self.config.transactional_id_prefix),
+                self.config.transaction_timeout_ms,
+            );
+            writer.open(info, &restored).await.map_err(|e| info.error(format!("dead-letter topic {topic}: {e}")))?;
+            self.dead_letters = Some(writer);
+        }
+        self.discover(&offsets, true).await
+    }
+
+    async fn next(&mut self) -> weir_engine::Result<SourceEvent> {
+        if let Some(watermark) = self.pending_watermark.take() {
+            return Ok(SourceEvent::Watermark(watermark));
+        }
+        if self.config.bounded && self.partitions.iter().all(PartitionState::done) {
+            return Ok(SourceEvent::End);
+        }
+        if !self.config.bounded && self.last_discovery.elapsed() >= DISCOVERY_INTERVAL {
+            self.discover(&HashMap::new(), false).await?;
+        }
+        let polled = self.poll().await?;
+        for (i, offset) in polled.partition.iter().zip(&polled.offset) {
+            let partition = &mut self.partitions[*i];
+            partition.next_offset = partition.next_offset.max(offset + 1);
+        }
+        if polled.reached_end {
+            self.update_positions().await?;
+        }
+        let rows = if polled.offset.is_empty() { None } else { self.rows(&polled).await? };
+        let watermark = self.advanced_watermark();
+        match (rows, watermark) {
+            (Some(batch), watermark) => {
+                self.pending_watermark = watermark;
+                Ok(SourceEvent::Batch(batch))
+            }
+            (None, Some(watermark)) => Ok(SourceEvent::Watermark(watermark)),
+            (None, None) => Ok(SourceEvent::Idle),
+        }
+    }
+
+    async fn snapshot(&mut self, checkpoint_id: u64) -> weir_engine::Result<Vec<StateTable>> {
+        let schema = offsets_schema();
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from_iter_values(self.partitions.iter().map(|p| p.topic.as_str()))),
+                Arc::new(Int32Array::from_iter_values(self.partitions.iter().map(|p| p.partition))),
+                Arc::new(Int64Array::from_iter_values(self.partitions.iter().map(|p| p.next_offset))),
+            ],
+        )?;
+        let mut tables = vec![StateTable { name: OFFSETS.into(), schema, batches: vec![batch] }];
+        if self.config.group_id.is_some() {
+            let offsets = self.partitions.iter().map(|p| (p.topic.clone(), p.partition, p.next_offset)).collect();
+            self.snapshots.insert(checkpoint_id, offsets);
+        }
+        if let (Some(writer), Some(info)) = (self.dead_letters.as_mut(), self.info.as_ref()) {
+            writer.pre_commit(checkpoint_id).await.map_err(|e| info.error(format!("dead-letter topic: {e}")))?;
+            tables.extend(writer.snapshot(info).map_err(|e| info.error(e))?);
+        }
+        Ok(tables)
+    }
+
+    async fn checkpoint_complete(&mut self, checkpoint_id: u64) -> weir_engine::Result<()> {
+        if let Some(writer) = self.dead_letters.as_mut() {
+            let committed = writer.commit(checkpoint_id).await;
+            committed.map_err(|e| self.error(format!("dead-letter topic: {e}")))?;
+        }
+        let rest = self.snapshots.split_off(&(checkpoint_id + 1));
+        let done = std::mem::replace(&mut self.snapshots, rest);
+        if let Some((_, offsets)) = done.into_iter().next_back() {
+            let mut list = TopicPartitionList::new();
+            for (topic, partition, offset) in offsets {
+                list.add_partition_offset(&topic, partition, Offset::Offset(offset)).map_err(|e| self.error(e))?;
+            }
+            let consumer = self.consumer()?;
+            // For monitoring only: a failure is logged, never fatal.
+            if let Err(e) = blocking(move || consumer.commit(&list, CommitMode::Async).map_err(|e| e.to_string())).await {
+                tracing::warn!(error = e, "committing offsets to the consumer group");
+            }
+        }
+        Ok(())
+    }
+
+    async fn close(&mut self) -> weir_engine::Result<()> {
+        if let Some(writer) = self.dead_letters.as_mut() {
+            let closed = writer.close().await;
+            closed.map_err(|e| self.error(format!("dead-letter topic: {e}")))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,219 @@
+//! Kafka tables as sources and sinks: their options read into the connector's configuration,
+//! and the checks that belong to planning (a format that cannot carry an updating result, a
+//! transaction timeout too short for the checkpoint interval or too long for the broker).
+
+use std::time::Duration;
+
+use weir_connectors::kafka::{
+    BadRecords, Delivery, KafkaConnection, KafkaSinkConfig, KafkaSourceConfig, SinkFormat, SourceFormat, StartupMode,
+};
+
+use crate::catalog::TableDef;
+use crate::error::Result;
+use crate::plan_err;
+use crate::planner::PlanOptions;
+
+/// weir's default transaction timeout: the broker's default `transaction.max.timeout.ms`, so
+/// a pending transaction survives as long a recovery as the broker allows.
+pub const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 900_000;
+/// On top of the checkpoint interval, the least a transaction timeout must leave for the
+/// checkpoint itself and a recovery.
+const TIMEOUT_MARGIN: Duration = Duration::from_secs(60);
+const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A transaction timeout to check against the broker's maximum (which only the broker knows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionTimeout {
+    pub table: String,
+    pub connection: KafkaConnection,
+    pub timeout_ms: u64,
+}
+
+fn connection(table: &TableDef) -> Result<KafkaConnection> {
+    let Some(bootstrap) = table.connector.get("bootstrap.servers") else {
+        plan_err!("table '{}': option 'bootstrap.servers' is required", table.name)
+    };
+    let mut connection = KafkaConnection::new(bootstrap);
+    connection.properties = table
+        .connector
+        .values
+        .iter()
+        .filter_map(|(k, v)| k.strip_prefix("kafka.").map(|k| (k.to_string(), v.clone())))
+        .collect();
+    Ok(connection)
+}
+
+fn delivery(table: &TableDef) -> Delivery {
+    table.connector.get("delivery").and_then(Delivery::parse).unwrap_or(Delivery::ExactlyOnce)
+}
+
+fn prefix(table: &TableDef, options: &PlanOptions, node: &str) -> String {
+    table.connector.get("transactional_id.prefix").map_or_else(|| format!("{}-{node}", options.pipeline_name), str::to_string)
+}
+
+/// The transaction timeout of a table that writes transactionally, checked against the
+/// checkpoint interval: the broker aborts a transaction open longer than it, and a pending
+/// transaction stays open from its barrier until the next checkpoint completes (or, after a
+/// crash, until recovery commits it).
+fn transaction_timeout(table: &TableDef, options: &PlanOptions) -> Result<(u32, Option<TransactionTimeout>)> {
+    let timeout_ms = table.connector.integer("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS);
+    if delivery(table) != Delivery::ExactlyOnce {
+        return Ok((timeout_ms as u32, None));
+    }
+    let Some(interval) = options.checkpoint_interval else {
+        plan_err!(
+            "table '{}': delivery 'exactly_once' commits with the checkpoints, and checkpoint.interval is 'off': set an interval, or delivery = 'at_least_once'",
+            table.name
+        );
+    };
+    if !options.exactly_once_checkpoints {
+        plan_err!(
+            "table '{}': delivery 'exactly_once' needs exactly-once checkpoints, and checkpoint.mode is 'at_least_once': use delivery = 'at_least_once' or checkpoint.mode = 'exactly_once'",
+            table.name
+        );
+    }
+    let required = (interval * 2 + TIMEOUT_MARGIN).as_millis() as u64;
+    if timeout_ms < required {
+        plan_err!(
+            "table '{}': transaction.timeout.ms = {timeout_ms} is {} ms short: with checkpoint.interval {interval:?} it must be at least {required} (twice the interval plus {}s for the checkpoint and a recovery), or the broker aborts pending transactions before they commit",
+            table.name,
+            required - timeout_ms,
+            TIMEOUT_MARGIN.as_secs()
+        );
+    }
+    let check = TransactionTimeout { table: table.name.clone(), connection: connection(table)?, timeout_ms };
+    Ok((timeout_ms as u32, Some(check)))
+}
+
+/// A Kafka table read as a source by graph node `node`.
+pub fn source_config(
+    table: &TableDef,
+    options: &PlanOptions,
+    node: &str,
+) -> Result<(KafkaSourceConfig, Option<TransactionTimeout>)> {
+    let name = &table.name;
+    let options_of = &table.connector;
+    let format = match options_of.get("format") {
+        Some("json") => SourceFormat::Json,
+        Some("raw") => SourceFormat::Raw,
+        Some(other) => plan_err!(
+            "table '{name}': reading format '{other}' is not supported yet (a source reads 'json' or 'raw'; '{other}' is written by sinks)"
+        ),
+        None => plan_err!("table '{name}': option 'format' is required"),
+    };
+    let startup = match options_of.get("scan.startup.mode") {
+        None | Some("earliest") => StartupMode::Earliest,
+        Some("latest") => StartupMode::Latest,
+        Some("group") => {
+            if options_of.get("group.id").is_none() {
+                plan_err!("table '{name}': scan.startup.mode 'group' needs option 'group.id'");
+            }
+            StartupMode::Group
+        }
+        Some(_) => match options_of.get("scan.startup.timestamp_ms").and_then(|v| v.parse().ok()) {
+            Some(ms) => StartupMode::Timestamp(ms),
+            None => plan_err!("table '{name}': scan.startup.mode 'timestamp' needs option 'scan.startup.timestamp_ms'"),
+        },
+    };
+    let bad_records = match options_of.get("bad_records") {
+        None | Some("fail") => BadRecords::Fail,
+        Some("skip") => BadRecords::Skip,
+        Some(_) => match options_of.get("dead_letter.topic") {
+            Some(topic) => BadRecords::DeadLetter { topic: topic.to_string() },
+            None => plan_err!("table '{name}': bad_records 'dead_letter' needs option 'dead_letter.topic'"),
+        },
+    };
+    let (timeout_ms, check) = match bad_records {
+        BadRecords::DeadLetter { .. } => transaction_timeout(table, options)?,
+        _ => (DEFAULT_TRANSACTION_TIMEOUT_MS as u32, None),
+    };
+    let timestamp_column = options_of.get("timestamp_column").map(str::to_string);
+    if let Some(column) = &timestamp_column
+        && table.schema.field_with_name(column).is_err()
+    {
+        plan_err!("table '{name}': timestamp_column '{column}' is not a column of the table");
+    }
+    let topics: Vec<String> =
+        options_of.get("topic").unwrap_or_default().split(',').map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect();
+    let config = KafkaSourceConfig {
+        connection: connection(table)?,
+        topics,
+        format,
+        schema: table.schema.clone(),
+        startup,
+        group_id: options_of.get("group.id").map(str::to_string),
+        bounded: options_of.get("scan.bounded.mode") == Some("latest"),
+        bad_records,
+        delivery: delivery(table),
+        transactional_id_prefix: prefix(table, options, node),
+        transaction_timeout_ms: timeout_ms,
+        event_time: table.event_time.as_ref().map(|(column, delay)| (column.clone(), delay.as_millis() as i64)),
+        idle_timeout: options_of.duration("watermark.idle_timeout").unwrap_or(DEFAULT_IDLE_TIMEOUT),
+        timestamp_column,
+        batch_size: options_of.integer("batch_size", 4096) as usize,
+    };
+    Ok((config, check))
+}
+
+/// A Kafka table written by graph node `node`; `updating`: the query's result is a changelog.
+pub fn sink_config(
+    table: &TableDef,
+    updating: bool,
+    options: &PlanOptions,
+    node: &str,
+) -> Result<(KafkaSinkConfig, Option<TransactionTimeout>)> {
+    let name = &table.name;
+    let Some(format) = table.connector.get("format").and_then(SinkFormat::parse) else {
+        plan_err!("table '{name}': option 'format' must be 'json', 'raw', 'upsert' or 'debezium_json'")
+    };
+    if updating && !format.takes_updates() {
+        plan_err!(
+            "table '{name}': format '{}' takes append-only rows, and this query's result is updating (a changelog): use format = 'upsert' with key.fields, or 'debezium_json'",
+            table.connector.get("format").unwrap_or_default()
+        );
+    }
+    let topic = table.connector.get("topic").unwrap_or_default();
+    if topic.contains(',') {
+        plan_err!("table '{name}': a sink writes one topic; '{topic}' names several (make one table per topic)");
+    }
+    let (timeout_ms, check) = transaction_timeout(table, options)?;
+    let key_fields =
+        table.connector.get("key.fields").map(|k| k.split(',').map(|f| f.trim().to_string()).collect()).unwrap_or_default();
+    let config = KafkaSinkConfig {
+        connection: connection(table)?,
+        topic: topic.to_string(),
+        format,
+        key_fields,
+        schema: table.schema.clone(),
+        delivery: delivery(table),
+        transactional_id_prefix: prefix(table, options, node),
+        transaction_timeout_ms: timeout_ms,
+    };
+    // Builds one, so a format that does not fit the table fails here rather than at run time.
+    if let Err(message) = weir_connectors::kafka::KafkaSink::new(config.clone()) {
+        plan_err!("table '{name}': {message}");
+    }
+    Ok((config, check))
+}
+
+/// Checks each transaction timeout against its broker's `transaction.max.timeout.ms`.
+pub async fn check_against_brokers(checks: &[TransactionTimeout]) -> Result<()> {
+    for check in checks {
+        let maximum = match check.connection.max_transaction_timeout_ms().await {
+            Ok(maximum) => maximum,
+            Err(message) => plan_err!(
+                "table '{}': cannot check transaction.timeout.ms against the broker's maximum: {message}",
+                check.table
+            ),
+        };
+        if check.timeout_ms > maximum {
+            plan_err!(
+                "table '{}': transaction.timeout.ms = {} exceeds the broker's transaction.max.timeout.ms = {maximum} by {} ms: lower it, or raise the broker's maximum",
+                check.table,
+                check.timeout_ms,
+                check.timeout_ms - maximum
+            );
+        }
+    }
+    Ok(())
+}

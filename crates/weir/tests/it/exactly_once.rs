@@ -1,0 +1,448 @@
+//! Exactly-once from Kafka to Kafka, proven by killing the `weir` process.
+//!
+//! One input topic (4 partitions, 200,000 JSON records of known content) feeds three
+//! pipelines at parallelism 2 with 200 ms checkpoints: (a) a filter and projection into one
+//! topic, (b) a tumbling-window aggregate per key into an upsert topic, (c) one pipeline
+//! writing two topics. Each is killed with SIGKILL at random moments and restarted with
+//! `--resume` until it finishes, or crashed by a failpoint at one of the dangerous steps of
+//! the two-phase commit. Then every output topic is read with `read_committed` and compared
+//! record by record with the result computed here from the input: no record missing, none
+//! duplicated (for the upsert topic: one emission per key, with the right value).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use serde_json::{Value, json};
+use weir_connectors::kafka::test_broker::TestBroker;
+
+const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+const RECORDS: i64 = 200_000;
+const PARTITIONS: i32 = 4;
+/// How long a pipeline may take to finish once it is left alone.
+const FINISH_WITHIN: Duration = Duration::from_secs(300);
+
+/// One crash test at a time: each drives a weir process hard, and one restarts the broker.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn broker() -> &'static TestBroker {
+    TestBroker::get().unwrap_or_else(|e| panic!("no Kafka broker for tests: {e}"))
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+fn create_topic(stem: &str, partitions: i32) -> String {
+    runtime().block_on(broker().create_topic(stem, partitions)).unwrap()
+}
+
+/// Input record `id`: a user among 7, an amount in 0..1000, and an event time 10 ms after the
+/// previous record's, so each second holds 100 records.
+fn user_of(id: i64) -> i64 {
+    id % 7
+}
+
+fn amount_of(id: i64) -> i64 {
+    (id * 7919) % 1000
+}
+
+fn second_of(id: i64) -> i64 {
+    id / 100
+}
+
+fn input_json(id: i64) -> String {
+    let ms = id * 10;
+    let time = format!("2024-01-01T00:{:02}:{:02}.{:03}", ms / 60_000, (ms / 1000) % 60, ms % 1000);
+    format!(r#"{{"id":{id},"user_id":{},"amount":{},"ts":"{time}"}}"#, user_of(id), amount_of(id))
+}
+
+/// The input topic every test reads (never written after it is filled): record `id` goes to
+/// partition `id mod 4`, so each partition's event times increase.
+fn input_topic() -> &'static str {
+    static INPUT: OnceLock<String> = OnceLock::new();
+    INPUT.get_or_init(|| {
+        let topic = create_topic("eo-input", PARTITIONS);
+        let values: Vec<(i32, String)> = (0..RECORDS).map(|id| ((id % PARTITIONS as i64) as i32, input_json(id))).collect();
+        broker().produce(&topic, values.iter().map(|(p, v)| (*p, None, v.as_bytes()))).unwrap();
+        topic
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pipeline {
+    /// (a) filter + projection into one topic.
+    FilterProject,
+    /// (b) tumbling-window aggregate by key into an upsert topic.
+    WindowUpsert,
+    /// (c) one pipeline writing two topics.
+    TwoTopics,
+}
+
+impl Pipeline {
+    fn outputs(self) -> usize {
+        if self == Pipeline::TwoTopics { 2 } else { 1 }
+    }
+
+    fn sql(self, outputs: &[String], delivery: &str) -> String {
+        let bootstrap = broker().bootstrap();
+        let kafka = |topic: &str, format: &str| {
+            format!(
+                "connector = 'kafka', \"bootstrap.servers\" = '{bootstrap}', topic = '{topic}', format = '{format}', delivery = '{delivery}'"
+            )
+        };
+        let watermark = if self == Pipeline::WindowUpsert { ", WATERMARK FOR ts AS ts - INTERVAL '1' SECOND" } else { "" };
+        let input = format!(
+            "CREATE TABLE input (id BIGINT NOT NULL, user_id BIGINT NOT NULL, amount BIGINT NOT NULL, ts TIMESTAMP NOT NULL{watermark})
+             WITH ({}, \"scan.bounded.mode\" = 'latest');",
+            kafka(input_topic(), "json")
+        );
+        let body = match self {
+            Pipeline::FilterProject => format!(
+                "CREATE TABLE out_a (id BIGINT, user_id BIGINT, doubled BIGINT) WITH ({});
+                 INSERT INTO out_a SELECT id, user_id, amount * 2 FROM input WHERE amount % 4 <> 0;",
+                kafka(&outputs[0], "json")
+            ),
+            Pipeline::WindowUpsert => format!(
+                "CREATE TABLE totals (window_start TIMESTAMP, user_id BIGINT, cnt BIGINT, total BIGINT)
+                 WITH ({}, \"key.fields\" = 'window_start,user_id');
+                 INSERT INTO totals
+                 SELECT tumble(ts, INTERVAL '1' SECOND), user_id, count(*), sum(amount)
+                 FROM input GROUP BY tumble(ts, INTERVAL '1' SECOND), user_id;",
+                kafka(&outputs[0], "upsert")
+            ),
+            Pipeline::TwoTopics => format!(
+                "CREATE TABLE low (id BIGINT, amount BIGINT) WITH ({});
+                 CREATE TABLE high (id BIGINT, user_id BIGINT) WITH ({});
+                 INSERT INTO low SELECT id, amount FROM input WHERE amount < 300;
+                 INSERT INTO high SELECT id, user_id FROM input WHERE amount >= 700;",
+                kafka(&outputs[0], "json"),
+                kafka(&outputs[1], "json")
+            ),
+        };
+        format!("SET parallelism = '2';\nSET checkpoint.interval = '200 ms';\n{input}\n{body}\n")
+    }
+
+    /// The expected records of each output, as (key, value) in canonical JSON.
+    fn expected(self) -> Vec<BTreeMap<String, String>> {
+        let ids = 0..RECORDS;
+        let keyed = |id: i64, value: Value| (json!({ "id": id }).to_string(), value.to_string());
+        match self {
+            Pipeline::FilterProject => vec![
+                ids.filter(|id| amount_of(*id) % 4 != 0)
+                    .map(|id| keyed(id, json!({"id": id, "user_id": user_of(id), "doubled": amount_of(id) * 2})))
+                    .collect(),
+            ],
+            Pipeline::WindowUpsert => {
+                let mut windows: BTreeMap<(i64, i64), (i64, i64)> = BTreeMap::new();
+                for id in ids {
+                    let window = windows.entry((second_of(id), user_of(id))).or_default();
+                    window.0 += 1;
+                    window.1 += amount_of(id);
+                }
+                vec![
+                    windows
+                        .into_iter()
+                        .map(|((second, user), (count, total))| {
+                            let key = json!({"window_start": second, "user_id": user}).to_string();
+                            let value = json!({"window_start": second, "user_id": user, "cnt": count, "total": total});
+                            (key, value.to_string())
+                        })
+                        .collect(),
+                ]
+            }
+            Pipeline::TwoTopics => vec![
+                ids.clone()
+                    .filter(|id| amount_of(*id) < 300)
+                    .map(|id| keyed(id, json!({"id": id, "amount": amount_of(id)})))
+                    .collect(),
+                ids.filter(|id| amount_of(*id) >= 700)
+                    .map(|id| keyed(id, json!({"id": id, "user_id": user_of(id)})))
+                    .collect(),
+            ],
+        }
+    }
+}
+
+/// A window start as the sink writes it ("2024-01-01T00:05:07") -> seconds since midnight.
+fn seconds_of_day(text: &str) -> Option<i64> {
+    let time = text.get(11..19)?;
+    let mut parts = time.split(':').map(|p| p.parse::<i64>().ok());
+    Some(parts.next()?? * 3600 + parts.next()?? * 60 + parts.next()??)
+}
+
+fn canonical(bytes: &[u8]) -> Value {
+    let mut value: Value = serde_json::from_slice(bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {bytes:?}"));
+    if let Some(start) = value.get("window_start").and_then(Value::as_str).and_then(seconds_of_day) {
+        value["window_start"] = json!(start);
+    }
+    value
+}
+
+/// What the read_committed reader saw of one output, against what it should have seen.
+#[derive(Debug, Default)]
+struct Diff {
+    expected: usize,
+    read: usize,
+    missing: Vec<String>,
+    /// Keys seen more than once, with the extra copies.
+    duplicated: usize,
+    wrong: Vec<String>,
+}
+
+/// Reads `topic` with read_committed and compares it with `expected`, record by record. The key
+/// is the record's own key for upsert topics, else the row's `id`.
+fn compare(topic: &str, expected: &BTreeMap<String, String>) -> Diff {
+    let records = broker().read_to_end(topic, "read_committed").unwrap();
+    let mut seen: BTreeMap<String, (String, usize)> = BTreeMap::new();
+    let mut wrong = Vec::new();
+    for record in &records {
+        let value = canonical(record.value.as_deref().unwrap_or_else(|| panic!("{topic}: a tombstone")));
+        let key = match &record.key {
+            Some(key) => canonical(key).to_string(),
+            None => json!({ "id": value["id"] }).to_string(),
+        };
+        let entry = seen.entry(key).or_insert_with(|| (value.to_string(), 0));
+        entry.1 += 1;
+        if entry.0 != value.to_string() {
+            wrong.push(format!("{} then {value}", entry.0));
+        }
+    }
+    let mut diff = Diff { expected: expected.len(), read: records.len(), wrong, ..Diff::default() };
+    for (key, value) in expected {
+        match seen.get(key) {
+            None => diff.missing.push(key.clone()),
+            Some((got, _)) if got != value => diff.wrong.push(format!("{key}: {got}, expected {value}")),
+            Some(_) => {}
+        }
+    }
+    diff.wrong.extend(seen.keys().filter(|k| !expected.contains_key(*k)).map(|k| format!("unexpected {k}")));
+    diff.duplicated = seen.values().map(|(_, n)| n - 1).sum();
+    diff
+}
+
+fn assert_exactly_once(pipeline: Pipeline, outputs: &[String], log: &str) {
+    for (topic, expected) in outputs.iter().zip(pipeline.expected()) {
+        let diff = compare(topic, &expected);
+        let summary = format!(
+            "{pipeline:?} -> {topic}: expected {}, read {}, missing {}, duplicated {}, wrong {} (first missing {:?}, first wrong {:?})",
+            diff.expected,
+            diff.read,
+            diff.missing.len(),
+            diff.duplicated,
+            diff.wrong.len(),
+            diff.missing.first(),
+            diff.wrong.first()
+        );
+        eprintln!("{summary}");
+        assert!(diff.missing.is_empty() && diff.duplicated == 0 && diff.wrong.is_empty(), "{summary}\n{log}");
+    }
+}
+
+/// One pipeline's SQL file and data directory, and the log of every process run on them.
+struct Runs {
+    dir: tempfile::TempDir,
+    file: PathBuf,
+    log: PathBuf,
+}
+
+impl Runs {
+    /// `WEIR_KEEP_TEST_DIRS=1` keeps the directory (SQL, checkpoints, log) for a post-mortem.
+    fn new(sql: &str) -> Self {
+        let keep = std::env::var_os("WEIR_KEEP_TEST_DIRS").is_some();
+        let dir = tempfile::Builder::new().prefix("weir-eo-").disable_cleanup(keep).tempdir().unwrap();
+        if keep {
+            eprintln!("keeping {}", dir.path().display());
+        }
+        let file = dir.path().join("pipeline.sql");
+        std::fs::write(&file, sql).unwrap();
+        let log = dir.path().join("runs.log");
+        Self { dir, file, log }
+    }
+
+    fn spawn(&self, resume: bool, failpoints: &str) -> Child {
+        let mut log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        writeln!(log, "--- weir run (resume: {resume}, failpoints: '{failpoints}')").unwrap();
+        let mut command = Command::new(WEIR);
+        command
+            .arg("run")
+            .arg(&self.file)
+            .arg("--data-dir")
+            .arg(self.dir.path())
+            .env("FAILPOINTS", failpoints)
+            .env("RUST_LOG", "warn,weir_connectors=info")
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log));
+        if resume {
+            command.arg("--resume");
+        }
+        command.spawn().unwrap()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Runs (resuming) until the pipeline finishes; fails the test if it does not succeed.
+    fn finish(&self) {
+        let mut child = self.spawn(true, "");
+        let status = wait(&mut child, FINISH_WITHIN).unwrap_or_else(|| {
+            child.kill().unwrap();
+            panic!("the pipeline did not finish within {FINISH_WITHIN:?}\n{}", self.log())
+        });
+        assert!(status.success(), "the final run failed: {status}\n{}", self.log());
+    }
+
+    /// Runs once with `failpoints` armed; the process must die by the failpoint.
+    fn crash_with(&self, resume: bool, failpoints: &str) {
+        let mut child = self.spawn(resume, failpoints);
+        let status = wait(&mut child, FINISH_WITHIN).unwrap_or_else(|| {
+            child.kill().unwrap();
+            panic!("the failpoint never fired within {FINISH_WITHIN:?}\n{}", self.log())
+        });
+        assert!(!status.success(), "the run with {failpoints} finished without crashing\n{}", self.log());
+        let name = failpoints.split('=').next().unwrap_or_default();
+        assert!(self.log().contains(&format!("failpoint {name}")), "not killed by {name}:\n{}", self.log());
+    }
+}
+
+fn wait(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let started = Instant::now();
+    while started.elapsed() < within {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// Kills the pipeline with SIGKILL `kills` times at random moments (each run restarted with
+/// `--resume`), then lets it finish. Returns how many kills landed before it finished.
+fn kill_at_random(runs: &Runs, kills: usize) -> usize {
+    let mut rng = rand::rng();
+    let mut landed = 0;
+    for attempt in 0..kills {
+        let mut child = runs.spawn(attempt > 0, "");
+        let after = Duration::from_millis(rng.random_range(150..1_200));
+        match wait(&mut child, after) {
+            Some(status) => {
+                assert!(status.success(), "a run failed on its own: {status}\n{}", runs.log());
+                return landed;
+            }
+            None => {
+                child.kill().unwrap(); // SIGKILL
+                child.wait().unwrap();
+                landed += 1;
+            }
+        }
+    }
+    runs.finish();
+    landed
+}
+
+fn outputs(pipeline: Pipeline) -> Vec<String> {
+    (0..pipeline.outputs()).map(|i| create_topic(&format!("eo-out{i}"), 3)).collect()
+}
+
+fn killed_at_random_moments(pipeline: Pipeline) {
+    let _serial = serial();
+    let outputs = outputs(pipeline);
+    let runs = Runs::new(&pipeline.sql(&outputs, "exactly_once"));
+    let kills = kill_at_random(&runs, 12);
+    let log = runs.log();
+    eprintln!("{pipeline:?}: {kills} SIGKILLs landed");
+    assert!(kills >= 10, "only {kills} kills landed before the pipeline finished\n{log}");
+    assert_exactly_once(pipeline, &outputs, &log);
+}
+
+#[test]
+fn filter_project_is_exactly_once_through_sigkills() {
+    killed_at_random_moments(Pipeline::FilterProject);
+}
+
+#[test]
+fn window_upsert_is_exactly_once_through_sigkills() {
+    killed_at_random_moments(Pipeline::WindowUpsert);
+}
+
+#[test]
+fn two_topics_are_exactly_once_through_sigkills() {
+    killed_at_random_moments(Pipeline::TwoTopics);
+}
+
+/// The dangerous steps of the two-phase commit, each crashed at by a failpoint (the third
+/// time it is reached, so some checkpoints completed before), then resumed to the end.
+fn crashed_at_each_dangerous_step(pipeline: Pipeline) {
+    let _serial = serial();
+    for failpoint in [
+        // The sinks pre-committed (flushed, transaction open), the ack not sent.
+        "weir::after_snapshot_before_ack",
+        // The manifest is written (the decision is commit), no sink told.
+        "weir::after_manifest_before_notify",
+        // Some sink subtasks committed, others not.
+        "weir::after_transaction_commit",
+    ] {
+        let outputs = outputs(pipeline);
+        let runs = Runs::new(&pipeline.sql(&outputs, "exactly_once"));
+        runs.crash_with(false, &format!("{failpoint}=2*off->return"));
+        runs.finish();
+        assert_exactly_once(pipeline, &outputs, &runs.log());
+    }
+    // In the middle of recovery's commits: a crash after the manifest leaves transactions
+    // pending; the restart commits one of them and dies; the next one commits the rest.
+    let outputs = outputs(pipeline);
+    let runs = Runs::new(&pipeline.sql(&outputs, "exactly_once"));
+    runs.crash_with(false, "weir::after_manifest_before_notify=2*off->return");
+    runs.crash_with(true, "weir::mid_recovery_commit=return");
+    runs.finish();
+    assert!(runs.log().contains("recovery committed a pending transaction"), "{}", runs.log());
+    assert_exactly_once(pipeline, &outputs, &runs.log());
+}
+
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs the failpoints feature (tests/run.sh builds with it)")]
+fn filter_project_is_exactly_once_through_crashes_at_dangerous_steps() {
+    crashed_at_each_dangerous_step(Pipeline::FilterProject);
+}
+
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs the failpoints feature (tests/run.sh builds with it)")]
+fn window_upsert_is_exactly_once_through_crashes_at_dangerous_steps() {
+    crashed_at_each_dangerous_step(Pipeline::WindowUpsert);
+}
+
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs the failpoints feature (tests/run.sh builds with it)")]
+fn two_topics_are_exactly_once_through_crashes_at_dangerous_steps() {
+    crashed_at_each_dangerous_step(Pipeline::TwoTopics);
+}
+
+/// At-least-once: killed the same way, nothing is missing; duplicates are allowed, counted and
+/// reported.
+#[test]
+fn at_least_once_loses_nothing_through_sigkills() {
+    let _serial = serial();
+    let pipeline = Pipeline::FilterProject;
+    let outputs = outputs(pipeline);
+    let runs = Runs::new(&pipeline.sql(&outputs, "at_least_once"));
+    let kills = kill_at_random(&runs, 5);
+    let expected = &pipeline.expected()[0];
+    let diff = compare(&outputs[0], expected);
+    eprintln!(
+        "at-least-once after {kills} SIGKILLs: expected {}, read {}, missing {}, duplicates {}",
+        diff.expected,
+        diff.read,
+        diff.missing.len(),
+        diff.duplicated
+    );
+    assert!(diff.missing.is_empty() && diff.wrong.is_empty(), "{diff:?}\n{}", runs.log());
+}
