@@ -18,6 +18,11 @@ pub enum Error {
     /// An operator (or source or sink) failed; the message says which and why.
     #[error("{operator}[{subtask}]: {message}")]
     Operator { operator: String, subtask: usize, message: String },
+    /// An operator failed in a way a restart cannot mend (a record that must not be skipped,
+    /// a pending transaction that can no longer commit): the pipeline fails at once instead of
+    /// restoring and meeting the same failure forever.
+    #[error("{operator}[{subtask}]: {message}")]
+    Fatal { operator: String, subtask: usize, message: String },
     /// A failure the test kit's failure injector asked for.
     #[error("injected failure: {0}")]
     Injected(String),

@@ -31,6 +31,11 @@ impl SubtaskInfo {
     pub fn error(&self, message: impl std::fmt::Display) -> crate::Error {
         crate::Error::Operator { operator: self.operator.clone(), subtask: self.subtask, message: message.to_string() }
     }
+
+    /// An [`crate::Error::Fatal`] for this subtask: no restart will mend it.
+    pub fn fatal(&self, message: impl std::fmt::Display) -> crate::Error {
+        crate::Error::Fatal { operator: self.operator.clone(), subtask: self.subtask, message: message.to_string() }
+    }
 }
 
 /// One named table of an operator's snapshot.

@@ -17,7 +17,7 @@ use weir_state::{StateStore, now_ms};
 use crate::channel::{ChannelBounds, channel};
 use crate::checkpoint::{CheckpointConfig, CheckpointReport, CheckpointStatus};
 use crate::coordinator::{Coordinator, TaskLine};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::failure::FailureInjector;
 use crate::graph::{Graph, NodeKind};
 use crate::metrics::MetricsRegistry;
@@ -214,7 +214,8 @@ async fn supervise(
         }
         failures_in_a_row += 1;
         tracing::warn!(%error, "pipeline attempt failed");
-        let give_up = config.restart.max_restarts.is_some_and(|max| failures_in_a_row > max);
+        let give_up = matches!(error, Error::Fatal { .. })
+            || config.restart.max_restarts.is_some_and(|max| failures_in_a_row > max);
         shared.update(|s| {
             s.errors.push(ErrorRecord { at_ms: now_ms(), message: error.to_string() });
             let excess = s.errors.len().saturating_sub(KEPT_ERRORS);

@@ -9,6 +9,8 @@ pub mod catalog;
 pub mod error;
 #[cfg(test)]
 mod filesystem_roundtrip;
+#[cfg(test)]
+mod kafka_roundtrip;
 pub mod kafka_tables;
 pub mod options;
 pub mod planner;

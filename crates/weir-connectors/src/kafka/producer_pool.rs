@@ -77,6 +77,26 @@ impl Delivery {
     }
 }
 
+/// Why a writer could not open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum OpenError {
+    /// Worth a restart (the broker away, a timeout).
+    Retry(String),
+    /// No restart mends it: a pending transaction of the restored checkpoint can no longer be
+    /// committed.
+    Fatal(String),
+}
+
+impl OpenError {
+    /// The runtime's error for subtask `info`, with `context` in front.
+    pub(crate) fn for_subtask(self, info: &SubtaskInfo, context: &str) -> weir_engine::Error {
+        match self {
+            OpenError::Retry(message) => info.error(format!("{context}{message}")),
+            OpenError::Fatal(message) => info.fatal(format!("{context}{message}")),
+        }
+    }
+}
+
 /// One record to produce. No key: librdkafka's partitioner spreads them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct OutRecord {
@@ -160,7 +180,7 @@ impl KafkaWriter {
     }
 
     /// Starts the writer; with exactly-once, first recovers what `restored` recorded.
-    pub(crate) async fn open(&mut self, info: &SubtaskInfo, restored: &RestoredState) -> Result<(), String> {
+    pub(crate) async fn open(&mut self, info: &SubtaskInfo, restored: &RestoredState) -> Result<(), OpenError> {
         self.mode = Some(match self.delivery {
             Delivery::ExactlyOnce => {
                 let committed = self.recover(info, restored).await?;
@@ -184,7 +204,8 @@ impl KafkaWriter {
                 let producer = blocking(move || {
                     config.create_with_context(context).map_err(|e| format!("creating a Kafka producer: {e}"))
                 })
-                .await?;
+                .await
+                .map_err(OpenError::Retry)?;
                 Mode::Plain { producer: Arc::new(producer), report }
             }
         });
@@ -193,20 +214,20 @@ impl KafkaWriter {
 
     /// Commits the transactions `restored` recorded for the subtasks this one takes over, then
     /// fences and aborts every other open transaction of their ids. Returns the ids committed.
-    async fn recover(&self, info: &SubtaskInfo, restored: &RestoredState) -> Result<HashSet<String>, String> {
+    async fn recover(&self, info: &SubtaskInfo, restored: &RestoredState) -> Result<HashSet<String>, OpenError> {
         let (me, parallelism) = (info.subtask, info.parallelism);
         let checkpoint = restored.checkpoint_id.map_or_else(|| "none".to_string(), |id| id.to_string());
         let mut old_parallelism = 0;
         let mut committed = HashSet::new();
         for batch in restored.table(POOL_TABLE) {
-            let parallelisms = column::<UInt64Array>(batch, 1)?;
+            let parallelisms = column::<UInt64Array>(batch, 1).map_err(OpenError::Fatal)?;
             old_parallelism = old_parallelism.max(parallelisms.iter().flatten().max().unwrap_or(0) as usize);
         }
         for batch in restored.table(PENDING_TABLE) {
-            let subtasks = column::<UInt64Array>(batch, 0)?;
-            let ids = column::<StringArray>(batch, 2)?;
-            let producer_ids = column::<Int64Array>(batch, 3)?;
-            let epochs = column::<Int16Array>(batch, 4)?;
+            let subtasks = column::<UInt64Array>(batch, 0).map_err(OpenError::Fatal)?;
+            let ids = column::<StringArray>(batch, 2).map_err(OpenError::Fatal)?;
+            let producer_ids = column::<Int64Array>(batch, 3).map_err(OpenError::Fatal)?;
+            let epochs = column::<Int16Array>(batch, 4).map_err(OpenError::Fatal)?;
             for row in 0..batch.num_rows() {
                 if subtasks.value(row) as usize % parallelism != me {
                     continue;
@@ -220,9 +241,11 @@ impl KafkaWriter {
                     .client
                     .end_transaction(&pending, TransactionResult::Commit)
                     .await
-                    .map_err(|e| format!("restoring checkpoint {checkpoint}: committing {}: {e}", pending.transactional_id))?;
+                    .map_err(|e| {
+                        OpenError::Retry(format!("restoring checkpoint {checkpoint}: committing {}: {e}", pending.transactional_id))
+                    })?;
                 if let EndTxnOutcome::Rejected(code) = outcome {
-                    return Err(cannot_commit(&checkpoint, &pending, code));
+                    return Err(OpenError::Fatal(cannot_commit(&checkpoint, &pending, code)));
                 }
                 tracing::info!(checkpoint, transactional_id = pending.transactional_id, "recovery committed a pending transaction");
                 committed.insert(pending.transactional_id.clone());
@@ -239,15 +262,17 @@ impl KafkaWriter {
         // at or beyond the recorded parallelism are probed until one never used its first id.
         let mut old = me;
         loop {
-            if old >= old_parallelism.max(parallelism) && self.describe(&self.slot_id(old, 0)).await?.is_none() {
+            let first = self.slot_id(old, 0);
+            if old >= old_parallelism.max(parallelism) && self.describe(&first).await.map_err(OpenError::Retry)?.is_none() {
                 break;
             }
             for k in 0..POOL_SIZE {
                 let id = self.slot_id(old, k);
-                let Some(state) = self.describe(&id).await? else { break };
+                let Some(state) = self.describe(&id).await.map_err(OpenError::Retry)? else { break };
                 if !committed.contains(&id) && matches!(state.as_str(), "Ongoing" | "PrepareAbort") {
                     let timeout = i32::try_from(self.timeout_ms).unwrap_or(i32::MAX);
-                    self.client.fence(&id, timeout).await.map_err(|e| format!("aborting lingering {id}: {e}"))?;
+                    let fenced = self.client.fence(&id, timeout).await;
+                    fenced.map_err(|e| OpenError::Retry(format!("aborting lingering {id}: {e}")))?;
                     tracing::info!(transactional_id = id, state, "recovery aborted a lingering transaction");
                 }
             }

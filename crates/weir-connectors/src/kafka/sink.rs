@@ -60,7 +60,7 @@ impl KafkaSink {
 impl Operator for KafkaSink {
     async fn open(&mut self, info: &SubtaskInfo, restored: RestoredState) -> weir_engine::Result<()> {
         self.info = Some(info.clone());
-        self.writer.open(info, &restored).await.map_err(|e| info.error(e))
+        self.writer.open(info, &restored).await.map_err(|e| e.for_subtask(info, ""))
     }
 
     async fn process_batch(

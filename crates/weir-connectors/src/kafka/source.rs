@@ -193,7 +193,7 @@ impl KafkaSource {
                     .map_err(|e| format!("topic {topic}: metadata: {e}"))?;
                 let Some(found) = metadata.topics().first() else { continue };
                 if let Some(e) = found.error() {
-                    return Err(format!("topic {topic}: {:?}", rdkafka::types::RDKafkaRespErr::from(e)));
+                    return Err(format!("topic {topic}: {e:?}"));
                 }
                 for p in found.partitions() {
                     let partition = p.id();
@@ -330,8 +330,13 @@ impl KafkaSource {
         };
         match &self.config.bad_records {
             BadRecords::Fail => {
+                // Restarting would meet the same record again: the pipeline fails for good.
                 let (i, reason) = &decoded.bad[0];
-                return Err(self.error(format!("{} (option bad_records = 'fail'; 'skip' or 'dead_letter' go on)", describe(*i, reason))));
+                let message = format!("{} (option bad_records = 'fail'; 'skip' or 'dead_letter' go on)", describe(*i, reason));
+                return Err(match &self.info {
+                    Some(info) => info.fatal(message),
+                    None => weir_engine::Error::Graph(message),
+                });
             }
             BadRecords::Skip => {
                 for (i, reason) in &decoded.bad {
@@ -509,7 +514,8 @@ impl Source for KafkaSource {
                 format!("{}-dead-letters", self.config.transactional_id_prefix),
                 self.config.transaction_timeout_ms,
             );
-            writer.open(info, &restored).await.map_err(|e| info.error(format!("dead-letter topic {topic}: {e}")))?;
+            let context = format!("dead-letter topic {topic}: ");
+            writer.open(info, &restored).await.map_err(|e| e.for_subtask(info, &context))?;
             self.dead_letters = Some(writer);
         }
         self.discover(&offsets, true).await

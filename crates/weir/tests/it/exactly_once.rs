@@ -210,9 +210,10 @@ fn compare(topic: &str, expected: &BTreeMap<String, String>) -> Diff {
             Some(key) => canonical(key).to_string(),
             None => json!({ "id": value["id"] }).to_string(),
         };
-        let entry = seen.entry(key).or_insert_with(|| (value.to_string(), 0));
+        let value = value.to_string();
+        let entry = seen.entry(key).or_insert_with(|| (value.clone(), 0));
         entry.1 += 1;
-        if entry.0 != value.to_string() {
+        if entry.0 != value {
             wrong.push(format!("{} then {value}", entry.0));
         }
     }

@@ -1,0 +1,233 @@
+//! Kafka tables from SQL against the real broker, in-process: bad records under each
+//! `bad_records` policy, updating results as upsert and Debezium records, the Kafka record
+//! timestamp as a column, startup positions, and the checks that fail at planning.
+//! (The crash tests, killing the process, are in the `weir` crate's tests.)
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use weir_connectors::kafka::test_broker::TestBroker;
+
+use crate::slt::final_rows;
+use crate::{Output, Session};
+
+fn broker() -> &'static TestBroker {
+    TestBroker::get().unwrap_or_else(|e| panic!("no Kafka broker for tests: {e}"))
+}
+
+async fn topic(stem: &str, partitions: i32) -> String {
+    broker().create_topic(stem, partitions).await.unwrap()
+}
+
+fn kafka(topic: &str, extra: &str) -> String {
+    format!("connector = 'kafka', \"bootstrap.servers\" = '{}', topic = '{topic}'{extra}", broker().bootstrap())
+}
+
+async fn pipeline(session: &mut Session, sql: &str) -> crate::Result<crate::PlannedPipeline> {
+    match session.execute(sql).await?.pop() {
+        Some(Output::Pipeline(pipeline)) => Ok(*pipeline),
+        other => panic!("{sql}: no pipeline: {other:?}"),
+    }
+}
+
+/// Runs a planned pipeline to its end; the bad-record count of its operators and its result.
+async fn run(planned: crate::PlannedPipeline) -> (u64, weir_engine::Result<()>) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = weir_state::StateStore::local(dir.path()).unwrap();
+    let handle = weir_engine::start(planned.graph, planned.config, store, None).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while !handle.is_finished() {
+        assert!(tokio::time::Instant::now() < deadline, "the pipeline did not finish: {:?}", handle.status());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let bad = handle.metrics().operators().iter().map(|o| o.bad_records).sum();
+    (bad, handle.wait().await)
+}
+
+fn values(topic: &str) -> Vec<String> {
+    broker()
+        .read_to_end(topic, "read_committed")
+        .unwrap()
+        .into_iter()
+        .map(|r| r.value.map(|v| String::from_utf8(v).unwrap()).unwrap_or_else(|| "<tombstone>".into()))
+        .collect()
+}
+
+/// Three good records around two bad ones, all in partition 0 (offsets 0..5).
+async fn input_with_bad_records() -> String {
+    let input = topic("bad-in", 1).await;
+    let records = [r#"{"id":1,"name":"a"}"#, "not json", r#"{"id":2,"name":"b"}"#, r#"{"id":"three"}"#, r#"{"id":4}"#];
+    broker().produce(&input, records.iter().map(|r| (0, None, r.as_bytes()))).unwrap();
+    input
+}
+
+async fn session_reading(input: &str, policy: &str) -> Session {
+    let mut session = Session::new();
+    session
+        .execute(&format!(
+            "SET checkpoint.interval = '100 ms';
+             CREATE TABLE input (id BIGINT NOT NULL, name VARCHAR)
+               WITH ({}, format = 'json', \"scan.bounded.mode\" = 'latest'{policy})",
+            kafka(input, "")
+        ))
+        .await
+        .unwrap();
+    session
+}
+
+#[tokio::test]
+async fn a_bad_record_fails_the_pipeline_naming_topic_partition_and_offset() {
+    let input = input_with_bad_records().await;
+    let mut session = session_reading(&input, "").await;
+    let planned = pipeline(&mut session, "SELECT id FROM input").await.unwrap();
+    let (_, result) = run(planned).await;
+    let error = result.unwrap_err().to_string();
+    assert!(error.contains(&format!("topic {input} partition 0 offset 1")), "{error}");
+    assert!(error.contains("bad_records"), "{error}");
+}
+
+#[tokio::test]
+async fn bad_records_are_skipped_and_counted() {
+    let input = input_with_bad_records().await;
+    let mut session = session_reading(&input, ", bad_records = 'skip'").await;
+    let planned = pipeline(&mut session, "SELECT id, name FROM input").await.unwrap();
+    let preview = planned.preview.clone().unwrap();
+    let (bad, result) = run(planned).await;
+    result.unwrap();
+    assert_eq!(bad, 2);
+    let mut rows = final_rows(&preview.batches()).unwrap();
+    rows.sort();
+    assert_eq!(rows, vec![vec!["1", "a"], vec!["2", "b"], vec!["4", "NULL"]]);
+}
+
+#[tokio::test]
+async fn bad_records_go_to_the_dead_letter_topic_with_the_good_ones_to_the_sink() {
+    let input = input_with_bad_records().await;
+    let (dead, out) = (topic("dead", 1).await, topic("good", 1).await);
+    let mut session =
+        session_reading(&input, &format!(", bad_records = 'dead_letter', \"dead_letter.topic\" = '{dead}'")).await;
+    session
+        .execute(&format!("CREATE TABLE good (id BIGINT, name VARCHAR) WITH ({}, format = 'json')", kafka(&out, "")))
+        .await
+        .unwrap();
+    let planned = pipeline(&mut session, "INSERT INTO good SELECT id, name FROM input").await.unwrap();
+    let (bad, result) = run(planned).await;
+    result.unwrap();
+    assert_eq!(bad, 2);
+    assert_eq!(values(&dead), vec!["not json".to_string(), r#"{"id":"three"}"#.to_string()]);
+    assert_eq!(
+        values(&out),
+        vec![r#"{"id":1,"name":"a"}"#.to_string(), r#"{"id":2,"name":"b"}"#.into(), r#"{"id":4,"name":null}"#.into()]
+    );
+}
+
+/// Words counted by an updating aggregate: the upsert topic keeps the latest count per key (no
+/// record for the `-U` halves), the Debezium topic has an envelope per change.
+#[tokio::test]
+async fn an_updating_result_is_written_as_upserts_and_as_debezium_changes() {
+    let input = topic("words", 2).await;
+    let words = ["a", "b", "a", "c", "a", "b"];
+    let values_in: Vec<String> = words.iter().map(|w| format!(r#"{{"word":"{w}"}}"#)).collect();
+    broker().produce(&input, values_in.iter().enumerate().map(|(i, v)| ((i % 2) as i32, None, v.as_bytes()))).unwrap();
+    let (upserts, changes) = (topic("counts", 1).await, topic("changes", 1).await);
+    let mut session = Session::new();
+    session
+        .execute(&format!(
+            "SET checkpoint.interval = '100 ms';
+             CREATE TABLE words (word VARCHAR) WITH ({}, format = 'json', \"scan.bounded.mode\" = 'latest');
+             CREATE TABLE counts (word VARCHAR, n BIGINT) WITH ({}, format = 'upsert', \"key.fields\" = 'word');
+             CREATE TABLE changes (word VARCHAR, n BIGINT) WITH ({}, format = 'debezium_json');",
+            kafka(&input, ""),
+            kafka(&upserts, ""),
+            kafka(&changes, "")
+        ))
+        .await
+        .unwrap();
+    let planned = pipeline(
+        &mut session,
+        "INSERT INTO counts SELECT word, count(*) FROM words GROUP BY word;
+         INSERT INTO changes SELECT word, count(*) FROM words GROUP BY word;",
+    )
+    .await
+    .unwrap();
+    run(planned).await.1.unwrap();
+
+    let records = broker().read_to_end(&upserts, "read_committed").unwrap();
+    let mut latest = BTreeMap::new();
+    for record in &records {
+        let key = String::from_utf8(record.key.clone().unwrap()).unwrap();
+        latest.insert(key, String::from_utf8(record.value.clone().unwrap()).unwrap());
+    }
+    assert_eq!(
+        latest.into_iter().collect::<Vec<_>>(),
+        vec![
+            (r#"{"word":"a"}"#.to_string(), r#"{"word":"a","n":3}"#.to_string()),
+            (r#"{"word":"b"}"#.into(), r#"{"word":"b","n":2}"#.into()),
+            (r#"{"word":"c"}"#.into(), r#"{"word":"c","n":1}"#.into()),
+        ]
+    );
+    // Every upsert is a create; every create but the first of a word follows the delete of
+    // the count it replaces (the -U half, which the upsert topic leaves out).
+    let envelopes = values(&changes);
+    assert_eq!(envelopes.len(), 2 * records.len() - 3, "{envelopes:?}");
+    assert!(envelopes.iter().all(|e| !e.contains(r#""op":"c""#) || !e.contains(r#""before":{"#)), "{envelopes:?}");
+    assert!(envelopes.contains(&r#"{"before":null,"after":{"word":"a","n":3},"op":"c"}"#.to_string()), "{envelopes:?}");
+}
+
+#[tokio::test]
+async fn the_record_timestamp_fills_the_timestamp_column_and_latest_skips_what_is_there() {
+    let input = topic("stamped", 1).await;
+    broker().produce(&input, [(0, None, br#"{"id":1}"#.as_slice())]).unwrap();
+    let mut session = Session::new();
+    let table = |name: &str, extra: &str| {
+        format!(
+            "CREATE TABLE {name} (id BIGINT, at TIMESTAMP) WITH ({}, format = 'json', \"scan.bounded.mode\" = 'latest', timestamp_column = 'at'{extra});",
+            kafka(&input, "")
+        )
+    };
+    session.execute(&(table("from_start", "") + &table("from_end", ", \"scan.startup.mode\" = 'latest'"))).await.unwrap();
+    let planned = pipeline(&mut session, "SELECT id, at > TIMESTAMP '2026-01-01 00:00:00' FROM from_start").await.unwrap();
+    let preview = planned.preview.clone().unwrap();
+    run(planned).await.1.unwrap();
+    assert_eq!(final_rows(&preview.batches()).unwrap(), vec![vec!["1", "true"]]);
+
+    let planned = pipeline(&mut session, "SELECT id FROM from_end").await.unwrap();
+    let preview = planned.preview.clone().unwrap();
+    run(planned).await.1.unwrap();
+    assert!(final_rows(&preview.batches()).unwrap().is_empty());
+}
+
+async fn error(session: &mut Session, sql: String) -> String {
+    pipeline(session, &sql).await.err().map(|e| e.to_string()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn kafka_mistakes_fail_at_planning_with_what_to_do() {
+    let mut session = Session::new();
+    session
+        .execute(&format!(
+            "CREATE TABLE src (word VARCHAR) WITH ({}, format = 'json');
+             CREATE TABLE plain (word VARCHAR, n BIGINT) WITH ({}, format = 'json');
+             CREATE TABLE short (word VARCHAR) WITH ({}, format = 'json', \"transaction.timeout.ms\" = '30000');
+             CREATE TABLE long (word VARCHAR) WITH ({}, format = 'json', \"transaction.timeout.ms\" = '3600000');
+             CREATE TABLE keyless (word VARCHAR) WITH ({}, format = 'upsert');",
+            kafka("t-in", ""),
+            kafka("t-out", ""),
+            kafka("t-out", ""),
+            kafka("t-out", ""),
+            kafka("t-out", "")
+        ))
+        .await
+        .unwrap();
+    let e = error(&mut session, "INSERT INTO plain SELECT word, count(*) FROM src GROUP BY word".into()).await;
+    assert!(e.contains("format 'json' takes append-only rows") && e.contains("'upsert'"), "{e}");
+    let e = error(&mut session, "INSERT INTO short SELECT word FROM src".into()).await;
+    assert!(e.contains("transaction.timeout.ms = 30000 is 50000 ms short"), "{e}");
+    let e = error(&mut session, "INSERT INTO long SELECT word FROM src".into()).await;
+    assert!(e.contains("exceeds the broker's transaction.max.timeout.ms = 900000 by 2700000 ms"), "{e}");
+    let e = error(&mut session, "INSERT INTO keyless SELECT word FROM src".into()).await;
+    assert!(e.contains("'upsert' needs the primary key: option 'key.fields'"), "{e}");
+    session.execute("SET checkpoint.interval = 'off'").await.unwrap();
+    let e = error(&mut session, "INSERT INTO plain SELECT word, 1 FROM src".into()).await;
+    assert!(e.contains("checkpoint.interval is 'off'"), "{e}");
+}
