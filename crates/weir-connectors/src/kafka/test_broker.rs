@@ -76,6 +76,31 @@ impl TestBroker {
 }
 
 impl TestBroker {
+    /// Stops the broker, waits `down_for`, and starts it again (tests/kafka/broker.sh, on the
+    /// bootstrap's port). Only for a broker of that script on 127.0.0.1.
+    pub fn restart(&self, down_for: Duration) -> Result<(), String> {
+        let Some(port) = self.bootstrap.strip_prefix("127.0.0.1:") else {
+            return Err(format!("{} is not a tests/kafka/broker.sh broker on 127.0.0.1", self.bootstrap));
+        };
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/kafka/broker.sh");
+        let run = |action: &str| {
+            let output = Command::new("bash")
+                .arg(&script)
+                .arg(action)
+                .env("WEIR_KAFKA_PORT", port)
+                .output()
+                .map_err(|e| format!("broker.sh {action}: {e}"))?;
+            if output.status.success() {
+                Ok(())
+            } else {
+                Err(format!("broker.sh {action} failed: {}", String::from_utf8_lossy(&output.stderr)))
+            }
+        };
+        run("stop")?;
+        std::thread::sleep(down_for);
+        run("start")
+    }
+
     /// Writes `records` (partition, key, value) to `topic`, plainly (no transaction), and
     /// waits until every one is acknowledged.
     pub fn produce<'a>(

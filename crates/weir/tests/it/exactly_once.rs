@@ -447,3 +447,23 @@ fn at_least_once_loses_nothing_through_sigkills() {
     );
     assert!(diff.missing.is_empty() && diff.wrong.is_empty(), "{diff:?}\n{}", runs.log());
 }
+
+/// The broker stops in the middle of a run and comes back a few seconds later: the pipeline
+/// rides it out or fails over and recovers, still exactly-once.
+#[test]
+fn a_broker_restart_mid_run_keeps_exactly_once() {
+    let _serial = serial();
+    let pipeline = Pipeline::FilterProject;
+    let outputs = outputs(pipeline);
+    let runs = Runs::new(&pipeline.sql(&outputs, "exactly_once"));
+    let mut child = runs.spawn(false, "");
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert!(child.try_wait().unwrap().is_none(), "finished before the broker went away: make the input larger");
+    broker().restart(Duration::from_secs(3)).unwrap();
+    let status = wait(&mut child, FINISH_WITHIN).unwrap_or_else(|| {
+        child.kill().unwrap();
+        panic!("the pipeline did not finish after the broker came back\n{}", runs.log())
+    });
+    assert!(status.success(), "{status}\n{}", runs.log());
+    assert_exactly_once(pipeline, &outputs, &runs.log());
+}
