@@ -85,8 +85,10 @@ controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 log.dirs=$DATA_DIR
-num.partitions=1
-auto.create.topics.enable=false
+# Tests create their topics with explicit partition counts; auto-creation is for the
+# sql-examples' topics, which appear on first write (as on a default Kafka).
+num.partitions=2
+auto.create.topics.enable=true
 # One node: every internal topic has one replica, and transactions need no second in-sync replica.
 offsets.topic.replication.factor=1
 offsets.topic.num.partitions=4

@@ -185,8 +185,12 @@ async fn the_record_timestamp_fills_the_timestamp_column_and_latest_skips_what_i
             kafka(&input, "")
         )
     };
-    session.execute(&(table("from_start", "") + &table("from_end", ", \"scan.startup.mode\" = 'latest'"))).await.unwrap();
-    let planned = pipeline(&mut session, "SELECT id, at > TIMESTAMP '2026-01-01 00:00:00' FROM from_start").await.unwrap();
+    session
+        .execute(&(table("from_start", "") + &table("from_end", ", \"scan.startup.mode\" = 'latest'")))
+        .await
+        .unwrap();
+    let planned =
+        pipeline(&mut session, "SELECT id, at > TIMESTAMP '2026-01-01 00:00:00' FROM from_start").await.unwrap();
     let preview = planned.preview.clone().unwrap();
     run(planned).await.1.unwrap();
     assert_eq!(final_rows(&preview.batches()).unwrap(), vec![vec!["1", "true"]]);
@@ -230,4 +234,72 @@ async fn kafka_mistakes_fail_at_planning_with_what_to_do() {
     session.execute("SET checkpoint.interval = 'off'").await.unwrap();
     let e = error(&mut session, "INSERT INTO plain SELECT word, 1 FROM src".into()).await;
     assert!(e.contains("checkpoint.interval is 'off'"), "{e}");
+}
+
+/// An unbounded read picks up a partition added while it runs (from its start), and the
+/// offsets of completed checkpoints reach the consumer group.
+#[tokio::test]
+async fn new_partitions_are_read_and_offsets_reach_the_group() {
+    use rdkafka::ClientConfig;
+    use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+
+    let input = topic("growing", 1).await;
+    broker().produce(&input, [(0, None, br#"{"id":1}"#.as_slice())]).unwrap();
+    let group = TestBroker::unique_name("monitor");
+    let mut session = Session::new();
+    session
+        .execute(&format!(
+            "SET checkpoint.interval = '100 ms';
+             CREATE TABLE input (id BIGINT) WITH ({}, format = 'json', \"group.id\" = '{group}',
+               \"scan.partition_discovery.interval\" = '200 ms')",
+            kafka(&input, "")
+        ))
+        .await
+        .unwrap();
+    let planned = pipeline(&mut session, "SELECT id FROM input").await.unwrap();
+    let preview = planned.preview.clone().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = weir_state::StateStore::local(dir.path()).unwrap();
+    let handle = weir_engine::start(planned.graph, planned.config, store, None).unwrap();
+    let rows = |n: usize| {
+        let preview = preview.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            while final_rows(&preview.batches()).unwrap().len() < n {
+                assert!(tokio::time::Instant::now() < deadline, "only {:?}", final_rows(&preview.batches()));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    rows(1).await;
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", broker().bootstrap()).create().unwrap();
+    let results = admin.create_partitions([&NewPartitions::new(&input, 2)], &AdminOptions::new()).await.unwrap();
+    results.into_iter().for_each(|r| r.map(|_| ()).unwrap());
+    broker().produce(&input, [(1, None, br#"{"id":2}"#.as_slice())]).unwrap();
+    rows(2).await;
+    // A checkpoint after both records: its offsets are committed to the group.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let committed = loop {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", broker().bootstrap())
+            .set("group.id", &group)
+            .create()
+            .unwrap();
+        let mut list = rdkafka::TopicPartitionList::new();
+        list.add_partition(&input, 0);
+        list.add_partition(&input, 1);
+        let committed = consumer.committed_offsets(list, Duration::from_secs(10)).unwrap();
+        let offsets: Vec<rdkafka::Offset> = committed.elements().iter().map(|e| e.offset()).collect();
+        if offsets == vec![rdkafka::Offset::Offset(1), rdkafka::Offset::Offset(1)]
+            || tokio::time::Instant::now() > deadline
+        {
+            break offsets;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    handle.kill().await;
+    assert_eq!(committed, vec![rdkafka::Offset::Offset(1), rdkafka::Offset::Offset(1)]);
 }

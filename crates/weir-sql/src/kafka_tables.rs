@@ -20,6 +20,7 @@ pub const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 900_000;
 /// checkpoint itself and a recovery.
 const TIMEOUT_MARGIN: Duration = Duration::from_secs(60);
 const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_DISCOVERY_INTERVAL: Duration = Duration::from_secs(10);
 
 /// A transaction timeout to check against the broker's maximum (which only the broker knows).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,7 +49,10 @@ fn delivery(table: &TableDef) -> Delivery {
 }
 
 fn prefix(table: &TableDef, options: &PlanOptions, node: &str) -> String {
-    table.connector.get("transactional_id.prefix").map_or_else(|| format!("{}-{node}", options.pipeline_name), str::to_string)
+    table
+        .connector
+        .get("transactional_id.prefix")
+        .map_or_else(|| format!("{}-{node}", options.pipeline_name), str::to_string)
 }
 
 /// The transaction timeout of a table that writes transactionally, checked against the
@@ -133,8 +137,13 @@ pub fn source_config(
     {
         plan_err!("table '{name}': timestamp_column '{column}' is not a column of the table");
     }
-    let topics: Vec<String> =
-        options_of.get("topic").unwrap_or_default().split(',').map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect();
+    let topics: Vec<String> = options_of
+        .get("topic")
+        .unwrap_or_default()
+        .split(',')
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .collect();
     let config = KafkaSourceConfig {
         connection: connection(table)?,
         topics,
@@ -149,6 +158,9 @@ pub fn source_config(
         transaction_timeout_ms: timeout_ms,
         event_time: table.event_time.as_ref().map(|(column, delay)| (column.clone(), delay.as_millis() as i64)),
         idle_timeout: options_of.duration("watermark.idle_timeout").unwrap_or(DEFAULT_IDLE_TIMEOUT),
+        discovery_interval: options_of
+            .duration("scan.partition_discovery.interval")
+            .unwrap_or(DEFAULT_DISCOVERY_INTERVAL),
         timestamp_column,
         batch_size: options_of.integer("batch_size", 4096) as usize,
     };
@@ -177,8 +189,11 @@ pub fn sink_config(
         plan_err!("table '{name}': a sink writes one topic; '{topic}' names several (make one table per topic)");
     }
     let (timeout_ms, check) = transaction_timeout(table, options)?;
-    let key_fields =
-        table.connector.get("key.fields").map(|k| k.split(',').map(|f| f.trim().to_string()).collect()).unwrap_or_default();
+    let key_fields = table
+        .connector
+        .get("key.fields")
+        .map(|k| k.split(',').map(|f| f.trim().to_string()).collect())
+        .unwrap_or_default();
     let config = KafkaSinkConfig {
         connection: connection(table)?,
         topic: topic.to_string(),

@@ -64,6 +64,7 @@ const KAFKA: &[OptionSpec] = &[
     option("scan.bounded.mode", Kind::OneOf(&["unbounded", "latest"])),
     option("timestamp_column", Kind::Text),
     option("watermark.idle_timeout", Kind::Duration),
+    option("scan.partition_discovery.interval", Kind::Duration),
     option("batch_size", Kind::Integer { min: 1, max: 1_000_000 }),
 ];
 

@@ -23,9 +23,9 @@ use weir_engine::{CheckpointMode, Graph, PipelineConfig};
 
 use crate::catalog::{Catalog, TableDef, ViewDef};
 use crate::error::{Error, Result};
+use crate::kafka_tables;
 use crate::options::{self, ConnectorOptions, parse_duration};
 use crate::plan_err;
-use crate::kafka_tables;
 use crate::planner::{PlanOptions, Planned, SinkTarget, build_graph};
 use crate::watermark_clause::{self, WatermarkClause};
 
@@ -171,7 +171,13 @@ impl Session {
         for function in crate::window_functions::window_functions() {
             context.register_udf(function);
         }
-        Self { catalog: Catalog::default(), options: BTreeMap::new(), preview_rows: PREVIEW_ROWS, pipelines: 0, context }
+        Self {
+            catalog: Catalog::default(),
+            options: BTreeMap::new(),
+            preview_rows: PREVIEW_ROWS,
+            pipelines: 0,
+            context,
+        }
     }
 
     /// Parses `sql` (one or more statements) and runs each in turn; stops at the first error.

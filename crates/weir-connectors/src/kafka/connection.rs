@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
-use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
+use rdkafka::error::KafkaError;
+use rdkafka::{ClientConfig, ClientContext};
 
 use super::producer_pool::blocking;
 
@@ -70,3 +71,28 @@ impl KafkaConnection {
             .ok_or_else(|| format!("broker {broker} did not report transaction.max.timeout.ms"))
     }
 }
+
+/// Client-level errors of weir's Kafka clients, logged as what they are: librdkafka reports a
+/// broker that went away (and reconnects by itself) and a partition's end (with
+/// `enable.partition.eof`) through the same callback as real errors.
+pub(crate) fn log_client_error(error: &KafkaError, reason: &str) {
+    match error {
+        KafkaError::PartitionEOF(_) => {}
+        KafkaError::Global(code) if !matches!(code, rdkafka::types::RDKafkaErrorCode::Fatal) => {
+            tracing::warn!(%error, reason, "Kafka client (librdkafka retries)");
+        }
+        _ => tracing::error!(%error, reason, "Kafka client"),
+    }
+}
+
+/// The context of the source's consumer: quiet about partition ends.
+#[derive(Clone, Default)]
+pub(crate) struct QuietContext;
+
+impl ClientContext for QuietContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        log_client_error(&error, reason);
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for QuietContext {}

@@ -118,7 +118,11 @@ impl DeliveryReport {
     }
 }
 
-impl ClientContext for DeliveryReport {}
+impl ClientContext for DeliveryReport {
+    fn error(&self, error: KafkaError, reason: &str) {
+        super::connection::log_client_error(&error, reason);
+    }
+}
 
 impl ProducerContext for DeliveryReport {
     type DeliveryOpaque = ();
@@ -126,7 +130,9 @@ impl ProducerContext for DeliveryReport {
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
         if let Err((error, message)) = result {
             let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
-            failure.get_or_insert_with(|| format!("delivery to {} [{}] failed: {error}", message.topic(), message.partition()));
+            failure.get_or_insert_with(|| {
+                format!("delivery to {} [{}] failed: {error}", message.topic(), message.partition())
+            });
         }
     }
 }
@@ -140,7 +146,9 @@ enum SlotState {
     /// Pre-committed at the barrier of this checkpoint.
     Pending(u64),
     /// Committed; reusable once a checkpoint taken after the commit (the one named) completes.
-    Committed { released_by: Option<u64> },
+    Committed {
+        released_by: Option<u64>,
+    },
 }
 
 struct Slot {
@@ -170,7 +178,13 @@ pub(crate) struct KafkaWriter {
 impl KafkaWriter {
     /// `prefix`: the transactional ids' prefix (exactly-once only); `timeout_ms`: their
     /// transaction timeout.
-    pub(crate) fn new(connection: KafkaConnection, topic: String, delivery: Delivery, prefix: String, timeout_ms: u32) -> Self {
+    pub(crate) fn new(
+        connection: KafkaConnection,
+        topic: String,
+        delivery: Delivery,
+        prefix: String,
+        timeout_ms: u32,
+    ) -> Self {
         let client = TransactionsClient::new(&connection.bootstrap);
         Self { connection, topic, delivery, prefix, timeout_ms, client, mode: None }
     }
@@ -237,22 +251,28 @@ impl KafkaWriter {
                     producer_id: producer_ids.value(row),
                     producer_epoch: epochs.value(row),
                 };
-                let outcome = self
-                    .client
-                    .end_transaction(&pending, TransactionResult::Commit)
-                    .await
-                    .map_err(|e| {
-                        OpenError::Retry(format!("restoring checkpoint {checkpoint}: committing {}: {e}", pending.transactional_id))
-                    })?;
+                let outcome = self.client.end_transaction(&pending, TransactionResult::Commit).await.map_err(|e| {
+                    OpenError::Retry(format!(
+                        "restoring checkpoint {checkpoint}: committing {}: {e}",
+                        pending.transactional_id
+                    ))
+                })?;
                 if let EndTxnOutcome::Rejected(code) = outcome {
                     return Err(OpenError::Fatal(cannot_commit(&checkpoint, &pending, code)));
                 }
-                tracing::info!(checkpoint, transactional_id = pending.transactional_id, "recovery committed a pending transaction");
+                tracing::info!(
+                    checkpoint,
+                    transactional_id = pending.transactional_id,
+                    "recovery committed a pending transaction"
+                );
                 committed.insert(pending.transactional_id.clone());
                 // A crash here leaves some of the checkpoint's transactions committed and
                 // others not: the next recovery must finish the job.
                 fail::fail_point!("weir::mid_recovery_commit", |_| {
-                    eprintln!("failpoint weir::mid_recovery_commit: aborting the process after committing {}", pending.transactional_id);
+                    eprintln!(
+                        "failpoint weir::mid_recovery_commit: aborting the process after committing {}",
+                        pending.transactional_id
+                    );
                     std::process::abort()
                 });
             }
@@ -263,7 +283,9 @@ impl KafkaWriter {
         let mut old = me;
         loop {
             let first = self.slot_id(old, 0);
-            if old >= old_parallelism.max(parallelism) && self.describe(&first).await.map_err(OpenError::Retry)?.is_none() {
+            if old >= old_parallelism.max(parallelism)
+                && self.describe(&first).await.map_err(OpenError::Retry)?.is_none()
+            {
                 break;
             }
             for k in 0..POOL_SIZE {
@@ -307,7 +329,8 @@ impl KafkaWriter {
                         let producer = match &slot.producer {
                             Some((producer, _)) => producer.clone(),
                             None => {
-                                let created = transactional_producer(&self.connection, &slot.id, self.timeout_ms).await?;
+                                let created =
+                                    transactional_producer(&self.connection, &slot.id, self.timeout_ms).await?;
                                 let producer = created.0.clone();
                                 slot.producer = Some(created);
                                 producer
@@ -413,7 +436,10 @@ impl KafkaWriter {
         ]));
         let pool_batch = RecordBatch::try_new(
             pool_schema.clone(),
-            vec![Arc::new(UInt64Array::from(vec![subtask])), Arc::new(UInt64Array::from(vec![info.parallelism as u64]))],
+            vec![
+                Arc::new(UInt64Array::from(vec![subtask])),
+                Arc::new(UInt64Array::from(vec![info.parallelism as u64])),
+            ],
         )
         .map_err(|e| e.to_string())?;
         Ok(vec![
@@ -434,12 +460,17 @@ impl KafkaWriter {
                         return Err("a pending slot has no producer".into());
                     };
                     let id = slot.id.clone();
-                    blocking(move || producer.commit_transaction(BLOCKING_TIMEOUT).map_err(|e| format!("{id}: commit: {e}")))
-                        .await?;
+                    blocking(move || {
+                        producer.commit_transaction(BLOCKING_TIMEOUT).map_err(|e| format!("{id}: commit: {e}"))
+                    })
+                    .await?;
                     // A crash here leaves this sink committed and others (or other subtasks)
                     // not: recovery commits the rest from the checkpoint.
                     fail::fail_point!("weir::after_transaction_commit", |_| {
-                        eprintln!("failpoint weir::after_transaction_commit: aborting the process after committing {}", slot.id);
+                        eprintln!(
+                            "failpoint weir::after_transaction_commit: aborting the process after committing {}",
+                            slot.id
+                        );
                         std::process::abort()
                     });
                     slot.state = SlotState::Committed { released_by: None };
@@ -458,7 +489,8 @@ impl KafkaWriter {
             && let Some((producer, _)) = slots[*k].producer.clone()
         {
             let id = slots[*k].id.clone();
-            blocking(move || producer.abort_transaction(BLOCKING_TIMEOUT).map_err(|e| format!("{id}: abort: {e}"))).await?;
+            blocking(move || producer.abort_transaction(BLOCKING_TIMEOUT).map_err(|e| format!("{id}: abort: {e}")))
+                .await?;
         }
         self.mode = None;
         Ok(())
@@ -508,11 +540,8 @@ async fn transactional_producer(
     timeout_ms: u32,
 ) -> Result<(Arc<KafkaProducer>, DeliveryReport), String> {
     let timeout = timeout_ms.to_string();
-    let config = connection.client_config(&[
-        ("transactional.id", id),
-        ("transaction.timeout.ms", &timeout),
-        ("linger.ms", "5"),
-    ]);
+    let config =
+        connection.client_config(&[("transactional.id", id), ("transaction.timeout.ms", &timeout), ("linger.ms", "5")]);
     let report = DeliveryReport::default();
     let context = report.clone();
     let id = id.to_string();

@@ -2,7 +2,7 @@
 //!
 //! Partitions are split across subtasks (partition p of the i-th topic goes to subtask
 //! (i + p) mod parallelism, stable as partitions are added); new partitions are picked up while
-//! running and read from their start. The consumer is assigned partitions by hand (no group
+//! running (`scan.partition_discovery.interval`) and read from their start. The consumer is assigned partitions by hand (no group
 //! rebalancing) and reads with `read_committed`. The next offset of every partition is in the
 //! snapshot, restored as a union so any parallelism takes over where the last one stopped; the
 //! offsets are committed to the consumer group when a checkpoint completes, for monitoring only.
@@ -33,15 +33,13 @@ use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, Timestamp, TopicPartitionList};
 use weir_engine::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
 
-use super::connection::KafkaConnection;
+use super::connection::{KafkaConnection, QuietContext};
 use super::decode::{Decoded, decode_json, decode_raw};
 use super::producer_pool::{Delivery, KafkaWriter, OutRecord, blocking};
 
 const OFFSETS: &str = "offsets";
 /// How long one `next` call may collect records.
 const POLL_FOR: Duration = Duration::from_millis(50);
-/// How often the topics' partitions are looked up again.
-const DISCOVERY_INTERVAL: Duration = Duration::from_secs(10);
 const METADATA_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +87,8 @@ pub struct KafkaSourceConfig {
     /// (event-time column, allowed delay in ms): the source emits watermarks.
     pub event_time: Option<(String, i64)>,
     pub idle_timeout: Duration,
+    /// How often the topics' partitions are looked up again (unbounded reads).
+    pub discovery_interval: Duration,
     /// The column filled with the Kafka record timestamp instead of from the value.
     pub timestamp_column: Option<String>,
     pub batch_size: usize,
@@ -128,7 +128,7 @@ pub struct KafkaSource {
     /// The columns decoded from the values (the table's, less the timestamp column).
     value_schema: SchemaRef,
     info: Option<SubtaskInfo>,
-    consumer: Option<Arc<BaseConsumer>>,
+    consumer: Option<Arc<BaseConsumer<QuietContext>>>,
     partitions: Vec<PartitionState>,
     index: HashMap<(String, i32), usize>,
     watermark: Option<i64>,
@@ -172,7 +172,7 @@ impl KafkaSource {
         }
     }
 
-    fn consumer(&self) -> weir_engine::Result<Arc<BaseConsumer>> {
+    fn consumer(&self) -> weir_engine::Result<Arc<BaseConsumer<QuietContext>>> {
         self.consumer.clone().ok_or_else(|| self.error("the source was not opened"))
     }
 
@@ -235,7 +235,12 @@ impl KafkaSource {
         .await
         .map_err(|e| self.error(e))?;
         for partition in new {
-            tracing::debug!(topic = partition.topic, partition = partition.partition, offset = partition.next_offset, "reading partition");
+            tracing::debug!(
+                topic = partition.topic,
+                partition = partition.partition,
+                offset = partition.next_offset,
+                "reading partition"
+            );
             self.index.insert((partition.topic.clone(), partition.partition), self.partitions.len());
             self.partitions.push(partition);
         }
@@ -320,7 +325,12 @@ impl KafkaSource {
         Ok(Some(batch))
     }
 
-    async fn bad_records(&mut self, polled: &Polled, values: &[Option<&[u8]>], decoded: &Decoded) -> weir_engine::Result<()> {
+    async fn bad_records(
+        &mut self,
+        polled: &Polled,
+        values: &[Option<&[u8]>],
+        decoded: &Decoded,
+    ) -> weir_engine::Result<()> {
         if decoded.bad.is_empty() {
             return Ok(());
         }
@@ -332,7 +342,8 @@ impl KafkaSource {
             BadRecords::Fail => {
                 // Restarting would meet the same record again: the pipeline fails for good.
                 let (i, reason) = &decoded.bad[0];
-                let message = format!("{} (option bad_records = 'fail'; 'skip' or 'dead_letter' go on)", describe(*i, reason));
+                let message =
+                    format!("{} (option bad_records = 'fail'; 'skip' or 'dead_letter' go on)", describe(*i, reason));
                 return Err(match &self.info {
                     Some(info) => info.fatal(message),
                     None => weir_engine::Error::Graph(message),
@@ -395,7 +406,12 @@ impl KafkaSource {
     }
 
     /// Raises each partition's largest event time by the rows it brought.
-    fn track_event_time(&mut self, polled: &Polled, rows_from: &[usize], batch: &RecordBatch) -> weir_engine::Result<()> {
+    fn track_event_time(
+        &mut self,
+        polled: &Polled,
+        rows_from: &[usize],
+        batch: &RecordBatch,
+    ) -> weir_engine::Result<()> {
         let now = Instant::now();
         for i in rows_from {
             self.partitions[polled.partition[*i]].last_record = now;
@@ -411,7 +427,8 @@ impl KafkaSource {
         for (row, i) in rows_from.iter().enumerate() {
             if millis.is_valid(row) {
                 let partition = &mut self.partitions[polled.partition[*i]];
-                partition.max_event_time = Some(partition.max_event_time.map_or(millis.value(row), |m| m.max(millis.value(row))));
+                partition.max_event_time =
+                    Some(partition.max_event_time.map_or(millis.value(row), |m| m.max(millis.value(row))));
             }
         }
         Ok(())
@@ -423,7 +440,8 @@ impl KafkaSource {
     fn advanced_watermark(&mut self) -> Option<i64> {
         let (_, delay) = self.config.event_time.as_ref()?;
         let idle_after = self.config.idle_timeout;
-        let mut active = self.partitions.iter().filter(|p| !p.done() && p.last_record.elapsed() < idle_after).peekable();
+        let mut active =
+            self.partitions.iter().filter(|p| !p.done() && p.last_record.elapsed() < idle_after).peekable();
         active.peek()?;
         let watermark = active.map(|p| p.max_event_time.map(|m| m.saturating_sub(*delay))).min()??;
         if self.watermark.is_some_and(|w| w >= watermark) {
@@ -436,7 +454,7 @@ impl KafkaSource {
 
 /// Where a partition without a checkpointed offset starts, by the startup mode.
 fn start_offset(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<QuietContext>,
     config: &KafkaSourceConfig,
     topic: &str,
     partition: i32,
@@ -492,7 +510,8 @@ impl Source for KafkaSource {
                 offsets.insert((topics.value(row).to_string(), partitions.value(row)), next.value(row));
             }
         }
-        let group = self.config.group_id.clone().unwrap_or_else(|| format!("{}-reader", self.config.transactional_id_prefix));
+        let group =
+            self.config.group_id.clone().unwrap_or_else(|| format!("{}-reader", self.config.transactional_id_prefix));
         let config = self.config.connection.client_config(&[
             ("group.id", &group),
             ("enable.auto.commit", "false"),
@@ -501,10 +520,11 @@ impl Source for KafkaSource {
             ("enable.partition.eof", if self.config.bounded { "true" } else { "false" }),
             ("auto.offset.reset", "earliest"),
         ]);
-        let consumer: BaseConsumer =
-            blocking(move || config.create().map_err(|e| format!("creating the Kafka consumer: {e}")))
-                .await
-                .map_err(|e| info.error(e))?;
+        let consumer: BaseConsumer<QuietContext> = blocking(move || {
+            config.create_with_context(QuietContext).map_err(|e| format!("creating the Kafka consumer: {e}"))
+        })
+        .await
+        .map_err(|e| info.error(e))?;
         self.consumer = Some(Arc::new(consumer));
         if let BadRecords::DeadLetter { topic } = &self.config.bad_records {
             let mut writer = KafkaWriter::new(
@@ -528,7 +548,7 @@ impl Source for KafkaSource {
         if self.config.bounded && self.partitions.iter().all(PartitionState::done) {
             return Ok(SourceEvent::End);
         }
-        if !self.config.bounded && self.last_discovery.elapsed() >= DISCOVERY_INTERVAL {
+        if !self.config.bounded && self.last_discovery.elapsed() >= self.config.discovery_interval {
             self.discover(&HashMap::new(), false).await?;
         }
         let polled = self.poll().await?;
@@ -587,7 +607,8 @@ impl Source for KafkaSource {
             }
             let consumer = self.consumer()?;
             // For monitoring only: a failure is logged, never fatal.
-            if let Err(e) = blocking(move || consumer.commit(&list, CommitMode::Async).map_err(|e| e.to_string())).await {
+            if let Err(e) = blocking(move || consumer.commit(&list, CommitMode::Async).map_err(|e| e.to_string())).await
+            {
                 tracing::warn!(error = e, "committing offsets to the consumer group");
             }
         }
@@ -600,5 +621,69 @@ impl Source for KafkaSource {
             closed.map_err(|e| self.error(format!("dead-letter topic: {e}")))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(partitions: Vec<(Option<i64>, Duration, bool)>) -> KafkaSource {
+        let config = KafkaSourceConfig {
+            connection: KafkaConnection::new("127.0.0.1:1"),
+            topics: vec!["t".into()],
+            format: SourceFormat::Json,
+            schema: Arc::new(Schema::new(vec![Field::new(
+                "ts",
+                DataType::Timestamp(TimeUnit::Millisecond, None),
+                true,
+            )])),
+            startup: StartupMode::Earliest,
+            group_id: None,
+            bounded: true,
+            bad_records: BadRecords::Fail,
+            delivery: Delivery::ExactlyOnce,
+            transactional_id_prefix: "p".into(),
+            transaction_timeout_ms: 60_000,
+            event_time: Some(("ts".into(), 1_000)),
+            idle_timeout: Duration::from_secs(5),
+            discovery_interval: Duration::from_secs(10),
+            timestamp_column: None,
+            batch_size: 100,
+        };
+        let mut source = KafkaSource::new(config);
+        source.partitions = partitions
+            .into_iter()
+            .enumerate()
+            .map(|(i, (max_event_time, quiet_for, done))| PartitionState {
+                topic: "t".into(),
+                partition: i as i32,
+                next_offset: if done { 10 } else { 0 },
+                end: Some(10),
+                max_event_time,
+                last_record: Instant::now() - quiet_for,
+            })
+            .collect();
+        source
+    }
+
+    #[test]
+    fn the_watermark_is_the_minimum_over_active_partitions() {
+        let busy = Duration::ZERO;
+        let mut two = source(vec![(Some(10_000), busy, false), (Some(5_000), busy, false)]);
+        assert_eq!(two.advanced_watermark(), Some(4_000), "the slower partition holds it back");
+        assert_eq!(two.advanced_watermark(), None, "no advance, nothing new");
+
+        let idle = Duration::from_secs(60);
+        let mut one_idle = source(vec![(Some(10_000), busy, false), (Some(5_000), idle, false)]);
+        assert_eq!(one_idle.advanced_watermark(), Some(9_000), "an idle partition is left out");
+
+        let mut one_done = source(vec![(Some(10_000), busy, false), (Some(5_000), busy, true)]);
+        assert_eq!(one_done.advanced_watermark(), Some(9_000), "a finished partition is left out");
+
+        let mut silent = source(vec![(Some(10_000), busy, false), (None, busy, false)]);
+        assert_eq!(silent.advanced_watermark(), None, "a partition with no record yet holds it back");
+        silent.partitions[1].last_record = Instant::now() - idle;
+        assert_eq!(silent.advanced_watermark(), Some(9_000), "until it turns idle");
     }
 }

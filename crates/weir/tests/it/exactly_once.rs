@@ -71,7 +71,8 @@ fn input_topic() -> &'static str {
     static INPUT: OnceLock<String> = OnceLock::new();
     INPUT.get_or_init(|| {
         let topic = create_topic("eo-input", PARTITIONS);
-        let values: Vec<(i32, String)> = (0..RECORDS).map(|id| ((id % PARTITIONS as i64) as i32, input_json(id))).collect();
+        let values: Vec<(i32, String)> =
+            (0..RECORDS).map(|id| ((id % PARTITIONS as i64) as i32, input_json(id))).collect();
         broker().produce(&topic, values.iter().map(|(p, v)| (*p, None, v.as_bytes()))).unwrap();
         topic
     })
@@ -99,7 +100,8 @@ impl Pipeline {
                 "connector = 'kafka', \"bootstrap.servers\" = '{bootstrap}', topic = '{topic}', format = '{format}', delivery = '{delivery}'"
             )
         };
-        let watermark = if self == Pipeline::WindowUpsert { ", WATERMARK FOR ts AS ts - INTERVAL '1' SECOND" } else { "" };
+        let watermark =
+            if self == Pipeline::WindowUpsert { ", WATERMARK FOR ts AS ts - INTERVAL '1' SECOND" } else { "" };
         let input = format!(
             "CREATE TABLE input (id BIGINT NOT NULL, user_id BIGINT NOT NULL, amount BIGINT NOT NULL, ts TIMESTAMP NOT NULL{watermark})
              WITH ({}, \"scan.bounded.mode\" = 'latest');",
