@@ -303,3 +303,38 @@ async fn new_partitions_are_read_and_offsets_reach_the_group() {
     handle.kill().await;
     assert_eq!(committed, vec![rdkafka::Offset::Offset(1), rdkafka::Offset::Offset(1)]);
 }
+
+/// Debezium change events read as a changelog: the rows they leave, and an aggregate over them
+/// that takes back what updates and deletes replace.
+#[tokio::test]
+async fn debezium_changes_are_read_as_a_changelog() {
+    let input = topic("cdc", 1).await;
+    let events = [
+        r#"{"before":null,"after":{"id":1,"name":"a"},"op":"c"}"#,
+        r#"{"before":null,"after":{"id":2,"name":"b"},"op":"r"}"#,
+        r#"{"before":{"id":1,"name":"a"},"after":{"id":1,"name":"c"},"op":"u"}"#,
+        r#"{"before":{"id":2,"name":"b"},"after":null,"op":"d"}"#,
+        r#"{"before":null,"after":{"id":3,"name":"a"},"op":"c"}"#,
+    ];
+    broker().produce(&input, events.iter().map(|e| (0, None, e.as_bytes()))).unwrap();
+    let mut session = Session::new();
+    session
+        .execute(&format!(
+            "CREATE TABLE users (id BIGINT NOT NULL, name VARCHAR)
+               WITH ({}, format = 'debezium_json', \"scan.bounded.mode\" = 'latest')",
+            kafka(&input, "")
+        ))
+        .await
+        .unwrap();
+    for (query, expected) in [
+        ("SELECT id, name FROM users WHERE id > 0", vec![vec!["1", "c"], vec!["3", "a"]]),
+        ("SELECT name, count(*) FROM users GROUP BY name", vec![vec!["a", "1"], vec!["c", "1"]]),
+    ] {
+        let planned = pipeline(&mut session, query).await.unwrap();
+        let preview = planned.preview.clone().unwrap();
+        run(planned).await.1.unwrap();
+        let mut rows = final_rows(&preview.batches()).unwrap();
+        rows.sort();
+        assert_eq!(rows, expected, "{query}");
+    }
+}

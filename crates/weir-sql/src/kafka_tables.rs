@@ -100,8 +100,9 @@ pub fn source_config(
     let format = match options_of.get("format") {
         Some("json") => SourceFormat::Json,
         Some("raw") => SourceFormat::Raw,
+        Some("debezium_json") => SourceFormat::DebeziumJson,
         Some(other) => plan_err!(
-            "table '{name}': reading format '{other}' is not supported yet (a source reads 'json' or 'raw'; '{other}' is written by sinks)"
+            "table '{name}': reading format '{other}' is not supported yet (a source reads 'json', 'raw' or 'debezium_json')"
         ),
         None => plan_err!("table '{name}': option 'format' is required"),
     };
@@ -231,4 +232,9 @@ pub async fn check_against_brokers(checks: &[TransactionTimeout]) -> Result<()> 
         }
     }
     Ok(())
+}
+
+/// Whether reading `table` gives a changelog (Debezium change events) rather than appends.
+pub fn is_changelog_source(table: &TableDef) -> bool {
+    table.connector.connector == "kafka" && table.connector.get("format") == Some("debezium_json")
 }

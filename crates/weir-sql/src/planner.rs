@@ -333,6 +333,7 @@ impl Planner<'_> {
                 }
                 let Some(definition) = (self.table_of)(&table) else { plan_err!("there is no table named '{table}'") };
                 let node = self.source(&definition)?;
+                let updating = kafka_tables::is_changelog_source(&definition);
                 let event_time =
                     definition.event_time.as_ref().and_then(|(column, _)| definition.schema.index_of(column).ok());
                 let mut times = HashMap::new();
@@ -347,7 +348,9 @@ impl Planner<'_> {
                                 self.physical(&Expr::Column(Column::new(qualifier.cloned(), field.name())), &source)
                             })
                             .collect::<Result<_>>()?;
-                        steps.push(Step::Project { exprs, schema: Arc::new(scan.projected_schema.as_arrow().clone()) });
+                        let projected = scan.projected_schema.as_arrow();
+                        let schema = if updating { changelog_schema(projected) } else { Arc::new(projected.clone()) };
+                        steps.push(Step::Project { exprs, schema });
                         if let Some(position) = indices.iter().position(|&i| Some(i) == event_time) {
                             times.insert(position, TimeAttr::EventTime);
                         }
@@ -358,7 +361,7 @@ impl Planner<'_> {
                         }
                     }
                 }
-                Ok(Stream { node, steps, times, updating: false })
+                Ok(Stream { node, steps, times, updating })
             }
             LogicalPlan::Filter(filter) => {
                 let mut stream = self.plan(&filter.input)?;

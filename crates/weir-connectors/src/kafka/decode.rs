@@ -7,11 +7,12 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, BinaryArray, StringArray};
-use datafusion::arrow::compute::concat_batches;
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, StringArray, StructArray};
+use datafusion::arrow::compute::{concat_batches, interleave};
+use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use datafusion::arrow::json::ReaderBuilder;
 use datafusion::arrow::record_batch::RecordBatch;
+use weir_engine::changelog::{Change, change_array, changelog_schema};
 
 /// The rows of the records that fit, and why the others did not.
 #[derive(Debug)]
@@ -109,10 +110,66 @@ pub(crate) fn decode_raw(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Result
     Ok(Decoded { batch, rows_from, bad })
 }
 
+/// The `debezium_json` format: `{"before": {...}, "after": {...}, "op": "c"|"r"|"u"|"d"}` per
+/// record, decoded into changelog rows of `schema` (the table's columns; the rows get the
+/// change column): a create or snapshot read is `+I` of `after`, an update `-U` of `before` and
+/// `+U` of `after`, a delete `-D` of `before`.
+pub(crate) fn decode_debezium(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Result<Decoded, String> {
+    let row_fields: Fields = schema.fields().iter().map(|f| Arc::new(f.as_ref().clone().with_nullable(true))).collect();
+    let envelope = Arc::new(Schema::new(vec![
+        Field::new("before", DataType::Struct(row_fields.clone()), true),
+        Field::new("after", DataType::Struct(row_fields), true),
+        Field::new("op", DataType::Utf8, true),
+    ]));
+    let decoded = decode_json(&envelope, values)?;
+    let envelopes = &decoded.batch;
+    let structs = |i: usize| {
+        envelopes.column(i).as_any().downcast_ref::<StructArray>().ok_or("the envelope did not decode into structs")
+    };
+    let (before, after) = (structs(0)?, structs(1)?);
+    let ops = envelopes.column(2).as_any().downcast_ref::<StringArray>().ok_or("'op' did not decode as text")?;
+    // (0 = before, 1 = after, row) for every output row, and its change.
+    let mut picks = Vec::new();
+    let mut changes = Vec::new();
+    let mut rows_from = Vec::new();
+    let mut bad = decoded.bad;
+    for row in 0..envelopes.num_rows() {
+        let record = decoded.rows_from[row];
+        let has = |side: &StructArray| side.is_valid(row);
+        let op = if ops.is_valid(row) { ops.value(row) } else { "" };
+        let emitted: &[(usize, Change)] = match op {
+            "c" | "r" if has(after) => &[(1, Change::Insert)],
+            "u" if has(before) && has(after) => &[(0, Change::UpdateBefore), (1, Change::UpdateAfter)],
+            "d" if has(before) => &[(0, Change::Delete)],
+            "c" | "r" | "u" | "d" => {
+                bad.push((record, format!("op '{op}' without the 'before'/'after' row it needs")));
+                continue;
+            }
+            other => {
+                bad.push((record, format!("'op' is '{other}', not one of c, r, u, d")));
+                continue;
+            }
+        };
+        for (side, change) in emitted {
+            picks.push((*side, row));
+            changes.push(*change);
+            rows_from.push(record);
+        }
+    }
+    bad.sort_by_key(|(record, _)| *record);
+    let mut columns = Vec::with_capacity(schema.fields().len() + 1);
+    for i in 0..schema.fields().len() {
+        let sides: [&dyn Array; 2] = [before.column(i).as_ref(), after.column(i).as_ref()];
+        columns.push(interleave(&sides, &picks).map_err(|e| e.to_string())?);
+    }
+    columns.push(change_array(&changes));
+    let batch = RecordBatch::try_new(changelog_schema(schema), columns).map_err(|e| format!("changelog rows: {e}"))?;
+    Ok(Decoded { batch, rows_from, bad })
+}
+
 #[cfg(test)]
 mod tests {
-    use datafusion::arrow::array::{Array, Int64Array};
-    use datafusion::arrow::datatypes::{Field, Schema};
+    use datafusion::arrow::array::Int64Array;
 
     use super::*;
 
@@ -142,6 +199,24 @@ mod tests {
         assert_eq!(decoded.rows_from, vec![0, 6]);
         assert_eq!(decoded.bad.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5]);
         assert!(decoded.bad.iter().all(|(_, reason)| !reason.is_empty()));
+    }
+
+    #[test]
+    fn debezium_envelopes_become_changelog_rows() {
+        let values: Vec<Option<&[u8]>> = vec![
+            Some(br#"{"before":null,"after":{"id":1,"name":"a"},"op":"c"}"#),
+            Some(br#"{"before":{"id":1,"name":"a"},"after":{"id":1,"name":"b"},"op":"u"}"#),
+            Some(br#"{"before":null,"after":null,"op":"d"}"#),
+            Some(br#"{"before":{"id":1,"name":"b"},"after":null,"op":"d"}"#),
+            Some(br#"{"after":{"id":2},"op":"x"}"#),
+        ];
+        let decoded = decode_debezium(&schema(), &values).unwrap();
+        let changes = weir_engine::changelog::changes(&decoded.batch).unwrap();
+        assert_eq!(changes, vec![Change::Insert, Change::UpdateBefore, Change::UpdateAfter, Change::Delete]);
+        let names = decoded.batch.column(1).as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!(names.iter().collect::<Vec<_>>(), vec![Some("a"), Some("a"), Some("b"), Some("b")]);
+        assert_eq!(decoded.rows_from, vec![0, 1, 1, 3]);
+        assert_eq!(decoded.bad.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![2, 4]);
     }
 
     #[test]

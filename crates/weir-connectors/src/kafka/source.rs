@@ -31,10 +31,11 @@ use datafusion::arrow::record_batch::RecordBatch;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, Timestamp, TopicPartitionList};
+use weir_engine::changelog::{change_column, changelog_schema};
 use weir_engine::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
 
 use super::connection::{KafkaConnection, QuietContext};
-use super::decode::{Decoded, decode_json, decode_raw};
+use super::decode::{Decoded, decode_debezium, decode_json, decode_raw};
 use super::producer_pool::{Delivery, KafkaWriter, OutRecord, blocking};
 
 const OFFSETS: &str = "offsets";
@@ -46,6 +47,8 @@ const METADATA_TIMEOUT: Duration = Duration::from_secs(30);
 pub enum SourceFormat {
     Json,
     Raw,
+    /// Debezium change events: the source emits a changelog.
+    DebeziumJson,
 }
 
 /// Where partitions without a checkpointed offset start.
@@ -314,6 +317,7 @@ impl KafkaSource {
         let decoded = match self.config.format {
             SourceFormat::Json => decode_json(&self.value_schema, &values),
             SourceFormat::Raw => decode_raw(&self.value_schema, &values),
+            SourceFormat::DebeziumJson => decode_debezium(&self.value_schema, &values),
         }
         .map_err(|e| self.error(e))?;
         self.bad_records(polled, &values, &decoded).await?;
@@ -402,7 +406,13 @@ impl KafkaSource {
             };
             columns.push(column);
         }
-        Ok(RecordBatch::try_new(schema.clone(), columns)?)
+        match change_column(&decoded.batch) {
+            Some(changes) => {
+                columns.push(changes);
+                Ok(RecordBatch::try_new(changelog_schema(schema), columns)?)
+            }
+            None => Ok(RecordBatch::try_new(schema.clone(), columns)?),
+        }
     }
 
     /// Raises each partition's largest event time by the rows it brought.
