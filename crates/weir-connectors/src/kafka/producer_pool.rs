@@ -492,8 +492,13 @@ impl KafkaWriter {
             blocking(move || producer.abort_transaction(BLOCKING_TIMEOUT).map_err(|e| format!("{id}: abort: {e}")))
                 .await?;
         }
-        self.mode = None;
-        Ok(())
+        // Destroying a librdkafka client waits for its threads: not on an async worker.
+        let mode = self.mode.take();
+        blocking(move || {
+            drop(mode);
+            Ok(())
+        })
+        .await
     }
 }
 

@@ -630,7 +630,14 @@ impl Source for KafkaSource {
             let closed = writer.close().await;
             closed.map_err(|e| self.error(format!("dead-letter topic: {e}")))?;
         }
-        Ok(())
+        // Closing a librdkafka consumer waits for its threads: not on an async worker.
+        let consumer = self.consumer.take();
+        blocking(move || {
+            drop(consumer);
+            Ok(())
+        })
+        .await
+        .map_err(|e| self.error(e))
     }
 }
 

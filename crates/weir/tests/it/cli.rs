@@ -42,6 +42,8 @@ fn serve_refuses_a_bad_listen_address() {
 /// Every file in sql-examples/ runs to the end with `weir run` and prints its rows.
 #[test]
 fn every_sql_example_runs() {
+    // The kafka_* examples use the broker, which a crash test restarts.
+    let _serial = crate::kafka_serial();
     let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sql-examples");
     let mut files: Vec<_> = std::fs::read_dir(&examples)
         .unwrap()

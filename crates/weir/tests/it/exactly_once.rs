@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
@@ -25,13 +25,6 @@ const RECORDS: i64 = 200_000;
 const PARTITIONS: i32 = 4;
 /// How long a pipeline may take to finish once it is left alone.
 const FINISH_WITHIN: Duration = Duration::from_secs(300);
-
-/// One crash test at a time: each drives a weir process hard, and one restarts the broker.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 fn broker() -> &'static TestBroker {
     TestBroker::get().unwrap_or_else(|e| panic!("no Kafka broker for tests: {e}"))
@@ -357,7 +350,7 @@ fn outputs(pipeline: Pipeline) -> Vec<String> {
 }
 
 fn killed_at_random_moments(pipeline: Pipeline) {
-    let _serial = serial();
+    let _serial = crate::kafka_serial();
     let outputs = outputs(pipeline);
     let runs = Runs::new(&pipeline.sql(&outputs, "exactly_once"));
     let kills = kill_at_random(&runs, 12);
@@ -385,7 +378,7 @@ fn two_topics_are_exactly_once_through_sigkills() {
 /// The dangerous steps of the two-phase commit, each crashed at by a failpoint (the third
 /// time it is reached, so some checkpoints completed before), then resumed to the end.
 fn crashed_at_each_dangerous_step(pipeline: Pipeline) {
-    let _serial = serial();
+    let _serial = crate::kafka_serial();
     for failpoint in [
         // The sinks pre-committed (flushed, transaction open), the ack not sent.
         "weir::after_snapshot_before_ack",
@@ -433,7 +426,7 @@ fn two_topics_are_exactly_once_through_crashes_at_dangerous_steps() {
 /// reported.
 #[test]
 fn at_least_once_loses_nothing_through_sigkills() {
-    let _serial = serial();
+    let _serial = crate::kafka_serial();
     let pipeline = Pipeline::FilterProject;
     let outputs = outputs(pipeline);
     let runs = Runs::new(&pipeline.sql(&outputs, "at_least_once"));
@@ -454,7 +447,7 @@ fn at_least_once_loses_nothing_through_sigkills() {
 /// rides it out or fails over and recovers, still exactly-once.
 #[test]
 fn a_broker_restart_mid_run_keeps_exactly_once() {
-    let _serial = serial();
+    let _serial = crate::kafka_serial();
     let pipeline = Pipeline::FilterProject;
     let outputs = outputs(pipeline);
     let runs = Runs::new(&pipeline.sql(&outputs, "exactly_once"));
@@ -468,4 +461,45 @@ fn a_broker_restart_mid_run_keeps_exactly_once() {
     });
     assert!(status.success(), "{status}\n{}", runs.log());
     assert_exactly_once(pipeline, &outputs, &runs.log());
+}
+
+/// A pending transaction that can no longer be committed (here: fenced by a producer of the
+/// same id after the crash, as a second pipeline with the same prefix would) fails the restart
+/// loudly, naming the checkpoint, the transactional id and the likely cause, and for good: no
+/// restart loop, no silent loss.
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs the failpoints feature (tests/run.sh builds with it)")]
+fn a_pending_transaction_that_cannot_commit_fails_loudly() {
+    use weir_connectors::kafka::TransactionsClient;
+
+    let _serial = crate::kafka_serial();
+    let pipeline = Pipeline::FilterProject;
+    let outputs = outputs(pipeline);
+    let runs = Runs::new(&pipeline.sql(&outputs, "exactly_once"));
+    runs.crash_with(false, "weir::after_manifest_before_notify=2*off->return");
+    // `weir run` names the ids run-<file>-<pipeline>-<sink>-<subtask>-<k>.
+    let client = TransactionsClient::new(broker().bootstrap());
+    let mut fenced = Vec::new();
+    for subtask in 0..2 {
+        for k in 0..8 {
+            let id = format!("run-pipeline-1-out_a-{subtask}-{k}");
+            let state = runtime().block_on(client.describe(&id)).unwrap().map(|d| d.state);
+            if state.as_deref() == Some("Ongoing") {
+                runtime().block_on(client.fence(&id, 60_000)).unwrap();
+                fenced.push(id);
+            }
+        }
+    }
+    assert!(!fenced.is_empty(), "the crash left no transaction pending\n{}", runs.log());
+    let mut child = runs.spawn(true, "");
+    let status = wait(&mut child, Duration::from_secs(120)).unwrap_or_else(|| {
+        child.kill().unwrap();
+        panic!("the restart did not fail for good\n{}", runs.log())
+    });
+    let log = runs.log();
+    assert!(!status.success(), "{log}");
+    assert!(log.contains(": the pending transaction run-pipeline-1-out_a-"), "{log}");
+    assert!(log.contains("restoring checkpoint "), "{log}");
+    assert!(log.contains("cannot be committed: InvalidProducerEpoch"), "{log}");
+    assert!(log.contains("its records are not in the output"), "{log}");
 }

@@ -5,3 +5,12 @@
 
 mod cli;
 mod exactly_once;
+
+use std::sync::{Mutex, MutexGuard};
+
+/// Tests that use the Kafka broker hard run one at a time: the crash tests drive a weir
+/// process each, and one of them restarts the broker under everyone's feet.
+fn kafka_serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
