@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::error::KafkaError;
 use rdkafka::{ClientConfig, ClientContext};
 
@@ -42,33 +41,33 @@ impl KafkaConnection {
 
     /// The broker's `transaction.max.timeout.ms`: the longest transaction timeout it accepts.
     pub async fn max_transaction_timeout_ms(&self) -> Result<u64, String> {
-        let admin: AdminClient<DefaultClientContext> =
-            self.client_config(&[]).create().map_err(|e| format!("admin client for {}: {e}", self.bootstrap))?;
-        let admin = std::sync::Arc::new(admin);
-        let for_metadata = admin.clone();
-        let broker = blocking(move || {
-            let metadata = for_metadata
-                .inner()
-                .fetch_metadata(None, ADMIN_TIMEOUT)
-                .map_err(|e| format!("broker metadata: {e}"))?;
-            metadata.brokers().first().map(|b| b.id()).ok_or_else(|| "no brokers in the metadata".to_string())
+        let config = self.client_config(&[]);
+        let bootstrap = self.bootstrap.clone();
+        // Creating, asking and destroying a librdkafka client all happen on a blocking thread;
+        // the admin request's future is driven by librdkafka's own thread.
+        let runtime = tokio::runtime::Handle::current();
+        blocking(move || {
+            let admin: AdminClient<QuietContext> =
+                config.create_with_context(QuietContext).map_err(|e| format!("admin client for {bootstrap}: {e}"))?;
+            let metadata =
+                admin.inner().fetch_metadata(None, ADMIN_TIMEOUT).map_err(|e| format!("broker metadata: {e}"))?;
+            let broker = metadata.brokers().first().map(|b| b.id()).ok_or("no brokers in the metadata")?;
+            let options = AdminOptions::new().request_timeout(Some(ADMIN_TIMEOUT));
+            let results = runtime
+                .block_on(admin.describe_configs(&[ResourceSpecifier::Broker(broker)], &options))
+                .map_err(|e| format!("broker {broker} configuration: {e}"))?;
+            let resource = results
+                .into_iter()
+                .next()
+                .ok_or("no configuration returned")?
+                .map_err(|e| format!("broker {broker} configuration: {e}"))?;
+            resource
+                .get("transaction.max.timeout.ms")
+                .and_then(|entry| entry.value.as_deref())
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| format!("broker {broker} did not report transaction.max.timeout.ms"))
         })
-        .await?;
-        let options = AdminOptions::new().request_timeout(Some(ADMIN_TIMEOUT));
-        let results = admin
-            .describe_configs(&[ResourceSpecifier::Broker(broker)], &options)
-            .await
-            .map_err(|e| format!("broker {broker} configuration: {e}"))?;
-        let resource = results
-            .into_iter()
-            .next()
-            .ok_or("no configuration returned")?
-            .map_err(|e| format!("broker {broker} configuration: {e}"))?;
-        resource
-            .get("transaction.max.timeout.ms")
-            .and_then(|entry| entry.value.as_deref())
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| format!("broker {broker} did not report transaction.max.timeout.ms"))
+        .await
     }
 }
 
