@@ -32,13 +32,28 @@ fn record(id: u64) -> String {
     )
 }
 
-/// The ceiling: one consumer reads every record, one producer writes its bytes unchanged.
-fn ceiling(broker: &TestBroker, input: &str, output: &str, records: u64) -> Duration {
+/// The ceiling: plain rdkafka at the same parallelism as weir (2 threads, each a consumer of
+/// half the partitions and a producer), writing every record's bytes unchanged.
+fn ceiling(broker: &'static TestBroker, input: &str, output: &str, records: u64) -> Duration {
     let started = Instant::now();
+    let threads: Vec<_> = (0..2)
+        .map(|thread| {
+            let (input, output) = (input.to_string(), output.to_string());
+            std::thread::spawn(move || copy(broker, &input, &output, thread))
+        })
+        .collect();
+    let copied: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(copied, records);
+    started.elapsed()
+}
+
+/// Copies partitions `thread`, `thread + 2`, ... to the end they have now.
+fn copy(broker: &TestBroker, input: &str, output: &str, thread: i32) -> u64 {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", broker.bootstrap())
         .set("group.id", TestBroker::unique_name("ceiling"))
         .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed")
         .create()
         .unwrap();
@@ -49,14 +64,21 @@ fn ceiling(broker: &TestBroker, input: &str, output: &str, records: u64) -> Dura
         .create()
         .unwrap();
     let mut assignment = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
-        assignment.add_partition_offset(input, p, Offset::Beginning).unwrap();
+    let mine: Vec<i32> = (0..PARTITIONS).filter(|p| p % 2 == thread).collect();
+    for p in &mine {
+        assignment.add_partition_offset(input, *p, Offset::Beginning).unwrap();
     }
     consumer.assign(&assignment).unwrap();
-    let mut copied = 0;
-    while copied < records {
-        let Some(message) = consumer.poll(Duration::from_secs(10)) else { panic!("the input ran dry at {copied}") };
-        let message = message.unwrap();
+    let (mut copied, mut ended) = (0, 0);
+    while ended < mine.len() {
+        let message = match consumer.poll(Duration::from_secs(10)) {
+            None => panic!("the input ran dry at {copied}"),
+            Some(Err(KafkaError::PartitionEOF(_))) => {
+                ended += 1;
+                continue;
+            }
+            Some(message) => message.unwrap(),
+        };
         let mut out = BaseRecord::<(), [u8]>::to(output).payload(message.payload().unwrap_or_default());
         loop {
             match producer.send(out) {
@@ -71,7 +93,7 @@ fn ceiling(broker: &TestBroker, input: &str, output: &str, records: u64) -> Dura
         copied += 1;
     }
     producer.flush(Duration::from_secs(60)).unwrap();
-    started.elapsed()
+    copied
 }
 
 async fn weir(broker: &TestBroker, input: &str, output: &str, delivery: &str) -> (Duration, u64) {
@@ -122,20 +144,16 @@ async fn main() {
         bytes as u64 / records
     );
     println!();
-    println!("{:<34} {:>10} {:>14} {:>10}", "run", "seconds", "records/s", "MB/s");
+    println!("{:<44} {:>8} {:>12} {:>8}", "run", "seconds", "records/s", "MB/s");
     let line = |name: &str, elapsed: Duration| {
         let seconds = elapsed.as_secs_f64();
-        println!(
-            "{name:<34} {seconds:>10.2} {:>14.0} {:>10.1}",
-            records as f64 / seconds,
-            bytes as f64 / seconds / 1e6
-        );
+        println!("{name:<44} {seconds:>8.2} {:>12.0} {:>8.1}", records as f64 / seconds, bytes as f64 / seconds / 1e6);
         records as f64 / seconds
     };
     let output = broker.create_topic("bench-ceiling", PARTITIONS).await.unwrap();
     let (broker_ref, input_ref) = (broker, input.clone());
     let elapsed = tokio::task::spawn_blocking(move || ceiling(broker_ref, &input_ref, &output, records)).await.unwrap();
-    let ceiling_rate = line("ceiling: rdkafka consume + produce", elapsed);
+    let ceiling_rate = line("ceiling: rdkafka consume + produce, 2 threads", elapsed);
     let mut rates = Vec::new();
     for delivery in ["none", "at_least_once", "exactly_once"] {
         let output = broker.create_topic("bench-out", PARTITIONS).await.unwrap();
