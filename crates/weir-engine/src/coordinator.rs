@@ -56,6 +56,9 @@ impl Coordinator {
         let (mut sources_finished, mut ended) = (0, 0);
         let mut final_id: Option<u64> = None;
         let mut final_done = false;
+        // A stop with a savepoint: the checkpoint taken for it, once triggered.
+        let mut stop = self.status.stop_requested();
+        let mut savepoint: Option<u64> = None;
         let mut ticker = self.config.interval.map(|every| {
             let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -66,7 +69,17 @@ impl Coordinator {
             if ended == self.tasks.len() && (!checkpointing || final_done) {
                 return self.shut_down().await;
             }
-            let can_trigger = final_id.is_none() && in_flight.len() < self.config.max_concurrent;
+            if *stop.borrow() && final_id.is_none() && savepoint.is_none() {
+                if !checkpointing {
+                    return self.shut_down().await;
+                }
+                if in_flight.len() < self.config.max_concurrent {
+                    let id = self.trigger(&mut in_flight, false);
+                    tracing::info!(checkpoint = id, "savepoint triggered to stop the pipeline");
+                    savepoint = Some(id);
+                }
+            }
+            let can_trigger = final_id.is_none() && savepoint.is_none() && in_flight.len() < self.config.max_concurrent;
             let timeout_at = in_flight.values().map(|c| c.started + self.config.timeout).min();
             let tick = async {
                 match &mut ticker {
@@ -82,7 +95,13 @@ impl Coordinator {
                     None => std::future::pending().await,
                 }
             };
+            let stop_asked = async {
+                if *stop.borrow() || stop.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
             tokio::select! {
+                _ = stop_asked => {}
                 _ = tick => {
                     let id = self.trigger(&mut in_flight, false);
                     tracing::debug!(checkpoint = id, "checkpoint triggered");
@@ -97,6 +116,13 @@ impl Coordinator {
                                 && let Some(checkpoint) = in_flight.remove(&checkpoint_id) {
                                     let completed = self.complete(checkpoint).await?;
                                     final_done |= completed && Some(checkpoint_id) == final_id;
+                                    if Some(checkpoint_id) == savepoint {
+                                        if completed {
+                                            // Tasks take "complete" (sinks commit) before the shutdown.
+                                            return self.shut_down().await;
+                                        }
+                                        savepoint = None;
+                                    }
                                     if !completed && Some(checkpoint_id) == final_id {
                                         return Err(Error::Stopped(format!("the final checkpoint {checkpoint_id} could not be committed")));
                                     }
@@ -106,6 +132,9 @@ impl Coordinator {
                             if let Some(checkpoint) = in_flight.remove(&checkpoint_id) {
                                 let reason = format!("task {}[{}] declined: {reason}", task.chain, task.subtask);
                                 self.abort(checkpoint, reason.clone());
+                                if Some(checkpoint_id) == savepoint {
+                                    savepoint = None;
+                                }
                                 if Some(checkpoint_id) == final_id {
                                     return Err(Error::Stopped(format!("the final checkpoint {checkpoint_id} failed: {reason}")));
                                 }
@@ -140,6 +169,9 @@ impl Coordinator {
                     for id in expired {
                         if let Some(checkpoint) = in_flight.remove(&id) {
                             self.abort(checkpoint, format!("not complete within {:?}", self.config.timeout));
+                            if Some(id) == savepoint {
+                                savepoint = None;
+                            }
                             if Some(id) == final_id {
                                 return Err(Error::Stopped(format!("the final checkpoint {id} timed out")));
                             }

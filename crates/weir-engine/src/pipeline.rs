@@ -73,6 +73,9 @@ pub enum PipelineState {
     Recovering,
     /// A bounded run ended and its final checkpoint committed.
     Finished,
+    /// Stopped on request: with a savepoint (a last completed checkpoint) if checkpoints are
+    /// on, to be resumed from it.
+    Stopped,
     /// Restarts were exhausted.
     Failed,
 }
@@ -105,6 +108,8 @@ const KEPT_CHECKPOINTS: usize = 1000;
 pub struct SharedStatus {
     status: Mutex<PipelineStatus>,
     metrics: Mutex<Arc<MetricsRegistry>>,
+    /// Set when a stop with a savepoint is asked for; the coordinator watches it.
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 impl SharedStatus {
@@ -122,6 +127,10 @@ impl SharedStatus {
             let excess = status.checkpoints.len().saturating_sub(KEPT_CHECKPOINTS);
             status.checkpoints.drain(..excess);
         });
+    }
+
+    pub(crate) fn stop_requested(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.stop.subscribe()
     }
 
     fn completed_checkpoints(&self) -> usize {
@@ -150,6 +159,19 @@ impl PipelineHandle {
     /// Waits for a bounded pipeline to finish, or for it to fail for good.
     pub async fn wait(self) -> Result<()> {
         self.supervisor.await?
+    }
+
+    /// Stops the pipeline with a savepoint: one more checkpoint is taken and committed (sinks
+    /// commit it), then every task closes (a Kafka sink aborts what it wrote after the
+    /// savepoint's barrier; a restore replays it). Without checkpoints it just stops.
+    pub async fn stop(self) -> Result<()> {
+        self.shared.stop.send_replace(true);
+        self.wait().await
+    }
+
+    /// Asks for a stop with a savepoint without waiting for it.
+    pub fn request_stop(&self) {
+        self.shared.stop.send_replace(true);
     }
 
     /// Stops everything at once, as a crash would: no final checkpoint, no close, nothing
@@ -183,6 +205,7 @@ pub fn start(
             checkpoints: Vec::new(),
         }),
         metrics: Mutex::new(Arc::new(MetricsRegistry::default())),
+        stop: tokio::sync::watch::Sender::new(false),
     });
     let supervisor = tokio::spawn(supervise(graph, config, store, injector, shared.clone()));
     Ok(PipelineHandle { shared, supervisor })
@@ -200,10 +223,16 @@ async fn supervise(
     let mut failures_in_a_row = 0;
     loop {
         let completed_before = shared.completed_checkpoints();
-        let result = run_attempt(&graph, &config, &store, injector.clone(), &shared, &next_id).await;
+        let stopping = *shared.stop.borrow();
+        let result = if stopping {
+            Ok(())
+        } else {
+            run_attempt(&graph, &config, &store, injector.clone(), &shared, &next_id).await
+        };
         let error = match result {
             Ok(()) => {
-                shared.update(|s| s.state = PipelineState::Finished);
+                let state = if *shared.stop.borrow() { PipelineState::Stopped } else { PipelineState::Finished };
+                shared.update(|s| s.state = state);
                 return Ok(());
             }
             Err(error) => error,

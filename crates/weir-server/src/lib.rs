@@ -1,24 +1,27 @@
-//! `weir serve`: the HTTP service. So far it answers health checks; the REST API, pipeline
-//! manager and catalog store arrive with the service issue.
+//! `weir serve`: streaming SQL over HTTP. [`api`] holds the routes, [`manager`] the pipelines
+//! and their lifecycle, [`store`] what survives a restart (SQLite in the data directory),
+//! [`config`] the typed configuration, [`metrics`] the Prometheus page.
 
-use std::net::SocketAddr;
+pub mod api;
+pub mod config;
+pub mod error;
+pub mod manager;
+pub mod metrics;
+pub mod store;
 
-use axum::Router;
-use axum::routing::get;
 use tokio::net::TcpListener;
 use tracing::info;
 
-/// The service's routes.
-pub fn router() -> Router {
-    Router::new().route("/healthz", get(|| async { "ok" }))
-}
+pub use config::ServerConfig;
 
-/// Binds `listen` and serves until the process ends. Calls `on_bound` with the bound address
-/// (useful with port 0).
-pub async fn serve(listen: SocketAddr, on_bound: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
-    let listener = TcpListener::bind(listen).await?;
+/// Opens the data directory (resuming what was running), binds, and serves until the process
+/// ends. Calls `on_bound` with the bound address (useful with port 0).
+pub async fn serve(config: ServerConfig, on_bound: impl FnOnce(std::net::SocketAddr)) -> std::io::Result<()> {
+    let manager = manager::Manager::open(config.clone()).await.map_err(|e| std::io::Error::other(e.body.message))?;
+    let listener = TcpListener::bind(config.listen).await?;
     let bound = listener.local_addr()?;
-    info!(%bound, "weir is listening");
+    info!(%bound, data_dir = %config.data_dir.display(), "weir is listening");
     on_bound(bound);
-    axum::serve(listener, router()).await
+    let state = api::AppState { manager, token: config.token.clone() };
+    axum::serve(listener, api::router(state, config.max_body_bytes)).await
 }

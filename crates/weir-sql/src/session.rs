@@ -43,6 +43,9 @@ pub enum Output {
 /// A query planned into a graph, with the options it runs with.
 #[derive(Debug, Clone)]
 pub struct PlannedPipeline {
+    /// Names its Kafka transactional ids: planning the same SQL under the same name again
+    /// (after a restart) gives the same ids, so recovery finds the earlier transactions.
+    pub name: String,
     pub sql: String,
     pub graph: Graph,
     pub config: PipelineConfig,
@@ -96,6 +99,11 @@ pub struct Session {
     pub preview_rows: usize,
     /// Pipelines planned so far: the n-th is named `<pipeline.name>-<n>`.
     pipelines: usize,
+    /// Every statement that changed the catalog, in order, as SQL that recreates it when run
+    /// again (WATERMARK FOR already turned into options): what a service persists.
+    pub catalog_log: Vec<String>,
+    /// A name every pipeline planned now takes instead (see [`Session::execute_named`]).
+    fixed_name: Option<String>,
     context: SessionContext,
 }
 
@@ -176,6 +184,8 @@ impl Session {
             options: BTreeMap::new(),
             preview_rows: PREVIEW_ROWS,
             pipelines: 0,
+            catalog_log: Vec::new(),
+            fixed_name: None,
             context,
         }
     }
@@ -195,7 +205,11 @@ impl Session {
                     if !inserts.is_empty() {
                         outputs.push(self.insert_pipeline(std::mem::take(&mut inserts)).await?);
                     }
+                    let changes_catalog =
+                        matches!(other, Statement::CreateTable(_) | Statement::CreateView(_) | Statement::Drop { .. });
+                    let text = changes_catalog.then(|| other.to_string());
                     outputs.push(self.run(other).await?);
+                    self.catalog_log.extend(text);
                 }
             }
         }
@@ -205,6 +219,15 @@ impl Session {
         Ok(outputs)
     }
 
+    /// Runs `sql` with every pipeline it plans named `name`: how a service plans a pipeline it
+    /// runs again after a restart, under the name it had.
+    pub async fn execute_named(&mut self, sql: &str, name: &str) -> Result<Vec<Output>> {
+        self.fixed_name = Some(name.to_string());
+        let outputs = self.execute(sql).await;
+        self.fixed_name = None;
+        outputs
+    }
+
     /// One pipeline for `inserts`.
     async fn insert_pipeline(&mut self, inserts: Vec<Insert>) -> Result<Output> {
         let sql = inserts.iter().map(|i| format!("{i};")).collect::<Vec<_>>().join("\n");
@@ -212,8 +235,8 @@ impl Session {
         for insert in inserts {
             queries.push(self.insert_query(insert).await?);
         }
-        let (graph, config) = self.plan_pipeline(queries).await?;
-        Ok(Output::Pipeline(Box::new(PlannedPipeline { sql, graph, config, preview: None })))
+        let (name, graph, config) = self.plan_pipeline(queries).await?;
+        Ok(Output::Pipeline(Box::new(PlannedPipeline { name, sql, graph, config, preview: None })))
     }
 
     async fn run(&mut self, statement: Statement) -> Result<Output> {
@@ -269,8 +292,8 @@ impl Session {
                 let sql = query.to_string();
                 let buffer = PreviewBuffer::new(self.preview_rows);
                 let query = self.query(Statement::Query(query), SinkTarget::Preview(buffer.clone())).await?;
-                let (graph, config) = self.plan_pipeline(vec![query]).await?;
-                Ok(Output::Pipeline(Box::new(PlannedPipeline { sql, graph, config, preview: Some(buffer) })))
+                let (name, graph, config) = self.plan_pipeline(vec![query]).await?;
+                Ok(Output::Pipeline(Box::new(PlannedPipeline { name, sql, graph, config, preview: Some(buffer) })))
             }
             Statement::Insert(insert) => self.insert_pipeline(vec![insert]).await,
             Statement::Explain { statement, .. } => {
@@ -390,12 +413,18 @@ impl Session {
 
     /// A pipeline to run: planned, numbered, and checked against the Kafka brokers it writes
     /// to transactionally.
-    async fn plan_pipeline(&mut self, queries: Vec<(LogicalPlan, SinkTarget)>) -> Result<(Graph, PipelineConfig)> {
+    async fn plan_pipeline(
+        &mut self,
+        queries: Vec<(LogicalPlan, SinkTarget)>,
+    ) -> Result<(String, Graph, PipelineConfig)> {
         self.pipelines += 1;
-        let name = format!("{}-{}", self.option("pipeline.name").unwrap_or("weir"), self.pipelines);
+        let name = match &self.fixed_name {
+            Some(name) => name.clone(),
+            None => format!("{}-{}", self.option("pipeline.name").unwrap_or("weir"), self.pipelines),
+        };
         let (planned, config) = self.plan_queries(queries, &name)?;
         kafka_tables::check_against_brokers(&planned.transaction_timeouts).await?;
-        Ok((planned.graph, config))
+        Ok((name, planned.graph, config))
     }
 
     /// One graph for `queries`, with the session's pipeline options.

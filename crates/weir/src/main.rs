@@ -19,11 +19,27 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the weir service (HTTP API).
+    /// Run the weir service (HTTP API). Settings come from the config file, then the
+    /// environment, then flags; defaults: 127.0.0.1:8080, ./weir-data, no token.
     Serve {
-        /// Address to listen on.
-        #[arg(long, env = "WEIR_LISTEN", default_value = "127.0.0.1:8080")]
-        listen: SocketAddr,
+        /// Address to listen on [default: 127.0.0.1:8080].
+        #[arg(long, env = "WEIR_LISTEN")]
+        listen: Option<SocketAddr>,
+        /// Where the catalog, pipelines and checkpoints are kept [default: ./weir-data].
+        #[arg(long, env = "WEIR_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+        /// Bearer token every API route then requires.
+        #[arg(long, env = "WEIR_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Largest request body in bytes [default: 1048576].
+        #[arg(long, env = "WEIR_MAX_BODY_BYTES")]
+        max_body_bytes: Option<usize>,
+        /// Directories filesystem tables may use (repeat, or comma-separated); any if none.
+        #[arg(long, env = "WEIR_FILESYSTEM_DIRS", value_delimiter = ',')]
+        filesystem_dir: Vec<PathBuf>,
+        /// A TOML file with any of: listen, data_dir, token, max_body_bytes, filesystem_dirs.
+        #[arg(long, env = "WEIR_CONFIG")]
+        config: Option<PathBuf>,
     },
     /// Run a SQL file in this process (no service): its pipelines run until they finish or
     /// Ctrl-C, then the rows of each SELECT are printed.
@@ -52,9 +68,24 @@ async fn main() -> anyhow::Result<()> {
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
     match Cli::parse().command {
-        Command::Serve { listen } => weir_server::serve(listen, |bound| println!("weir listening on http://{bound}"))
-            .await
-            .with_context(|| format!("serving on {listen}")),
+        Command::Serve { listen, data_dir, token, max_body_bytes, filesystem_dir, config } => {
+            let file = match &config {
+                Some(path) => weir_server::config::FileConfig::read(path).map_err(anyhow::Error::msg)?,
+                None => weir_server::config::FileConfig::default(),
+            };
+            let overrides = weir_server::config::FileConfig {
+                listen,
+                data_dir,
+                token,
+                max_body_bytes,
+                filesystem_dirs: (!filesystem_dir.is_empty()).then_some(filesystem_dir),
+            };
+            let config = weir_server::ServerConfig::resolve(file, overrides);
+            let listen = config.listen;
+            weir_server::serve(config, |bound| println!("weir listening on http://{bound}"))
+                .await
+                .with_context(|| format!("serving on {listen}"))
+        }
         Command::Run { file, data_dir, resume, max_rows } => {
             run::run_file(&file, &run::RunOptions { data_dir, resume, max_rows }).await
         }

@@ -58,6 +58,26 @@ impl PreviewBuffer {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).batches.iter().cloned().collect()
     }
 
+    /// The rows from absolute position `position` on (rows are numbered from 0 in arrival
+    /// order, dropped ones included): the batches, the position after them, and how many rows
+    /// from `position` were dropped before they could be read.
+    pub fn since(&self, position: usize) -> (Vec<RecordBatch>, usize, usize) {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let end = inner.dropped + inner.rows;
+        let skipped = inner.dropped.saturating_sub(position);
+        let mut at = inner.dropped;
+        let mut batches = Vec::new();
+        for batch in &inner.batches {
+            let rows = batch.num_rows();
+            if at + rows > position {
+                let from = position.saturating_sub(at);
+                batches.push(batch.slice(from, rows - from));
+            }
+            at += rows;
+        }
+        (batches, end.max(position), skipped)
+    }
+
     /// How many rows were dropped to stay within the capacity.
     pub fn dropped(&self) -> usize {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).dropped

@@ -153,3 +153,32 @@ async fn metrics_count_records_and_back_pressure() {
     assert!(channels[0].bytes > 0 && channels[0].blocked_ms > 0, "{channels:?}");
     assert_eq!(channels[0].queued_batches, 0, "drained at the end");
 }
+
+/// A stop with a savepoint: one more checkpoint completes and is committed, the pipeline ends
+/// as Stopped with nothing left open, and a later start resumes from that savepoint to an
+/// output that has every record exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_with_a_savepoint_commits_it_and_a_restart_resumes_from_it() {
+    let mut a = spec("a", 41, 2, 600, 20);
+    let mut b = spec("b", 42, 2, 600, 20);
+    a.delay_per_batch = vec![Duration::from_millis(2); 2];
+    b.delay_per_batch = vec![Duration::from_millis(2); 2];
+    let log = TxnLog::new();
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::local(dir.path()).unwrap();
+    let graph = keyed_count_graph(&a, &b, 2, &log);
+    let first = start(graph.clone(), config(CheckpointMode::aligned(), 20), store.clone(), None).unwrap();
+    await_completed(&first, 2, Duration::from_secs(20)).await;
+    let before = first.status().checkpoints.iter().filter(|c| c.status == CheckpointStatus::Completed).count();
+    assert_eq!(first.status().state, PipelineState::Running);
+    tokio::time::timeout(Duration::from_secs(20), first.stop()).await.expect("the stop finished").unwrap();
+    let savepoint = store.latest_manifest().await.unwrap().unwrap();
+    assert!(savepoint.checkpoint_id as usize >= before, "a savepoint was taken");
+    assert_eq!(log.unresolved(), 0, "the savepoint is committed and nothing is left open");
+    assert!(!log.committed().is_empty());
+
+    let second = start(graph, config(CheckpointMode::aligned(), 20), store.clone(), None).unwrap();
+    let status = finish(second).await;
+    assert_eq!(status.restored_from, Some(savepoint.checkpoint_id));
+    assert_eq!(rows(&log.committed()), expected_counts(&[&a, &b]));
+}

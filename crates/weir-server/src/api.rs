@@ -1,0 +1,272 @@
+//! The REST API under `/api/v1` (described by `/api/v1/openapi.json`), `/metrics` and
+//! `/healthz`. Bodies are parsed here rather than by axum's extractors, so that every
+//! malformed request gets the same JSON error shape ([`ErrorBody`]) and a 4xx.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use datafusion::arrow::json::WriterBuilder;
+use datafusion::arrow::json::writer::LineDelimited;
+use serde::Deserialize;
+use utoipa::OpenApi;
+
+use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::manager::{Manager, PipelineView, StatementResult, TableView};
+use crate::metrics::prometheus_text;
+use crate::store::{PipelineRecord, Transition};
+
+#[derive(Clone)]
+pub struct AppState {
+    pub manager: Arc<Manager>,
+    pub token: Option<String>,
+}
+
+/// `POST /api/v1/statements`: one or more SQL statements.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatementsRequest {
+    pub sql: String,
+}
+
+/// `POST /api/v1/pipelines/{id}/resume`.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResumeRequest {
+    /// Run at this parallelism instead (state is re-split by key).
+    pub parallelism: Option<usize>,
+    /// Resume from this checkpoint rather than the latest (not supported yet).
+    pub checkpoint: Option<u64>,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "weir", description = "Streaming SQL over Kafka, exactly once."),
+    paths(
+        statements,
+        list_pipelines,
+        get_pipeline,
+        stop_pipeline,
+        stop_pipeline_now,
+        resume_pipeline,
+        delete_pipeline,
+        checkpoints,
+        checkpoint,
+        output,
+        tables
+    ),
+    components(schemas(
+        StatementsRequest,
+        ResumeRequest,
+        StatementResult,
+        PipelineRecord,
+        PipelineView,
+        Transition,
+        TableView,
+        ErrorBody
+    ))
+)]
+struct ApiDoc;
+
+/// The service's routes.
+pub fn router(state: AppState, max_body_bytes: usize) -> Router {
+    let api = Router::new()
+        .route("/statements", post(statements))
+        .route("/pipelines", get(list_pipelines))
+        .route("/pipelines/{id}", get(get_pipeline).delete(delete_pipeline))
+        .route("/pipelines/{id}/stop", post(stop_pipeline))
+        .route("/pipelines/{id}/stop-now", post(stop_pipeline_now))
+        .route("/pipelines/{id}/resume", post(resume_pipeline))
+        .route("/pipelines/{id}/checkpoints", get(checkpoints))
+        .route("/pipelines/{id}/checkpoints/{checkpoint}", get(checkpoint))
+        .route("/pipelines/{id}/output", get(output))
+        .route("/tables", get(tables))
+        .route("/openapi.json", get(|| async { Json(ApiDoc::openapi()) }))
+        .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
+    let metrics = Router::new()
+        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
+    Router::new()
+        .nest("/api/v1", api)
+        .merge(metrics)
+        .route("/healthz", get(|| async { "ok" }))
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(state)
+}
+
+/// With a token configured, every API route needs it.
+async fn authorize(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if let Some(token) = &state.token {
+        let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        if given.and_then(|v| v.strip_prefix("Bearer ")) != Some(token.as_str()) {
+            return ApiError::unauthorized().into_response();
+        }
+    }
+    next.run(request).await
+}
+
+fn body<T: for<'de> Deserialize<'de>>(bytes: Result<Bytes, BytesRejection>) -> ApiResult<T> {
+    let bytes = bytes.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                body: ErrorBody { code: "payload_too_large", message: rejection.body_text(), line: None, column: None },
+            }
+        } else {
+            ApiError::bad_request(rejection.body_text())
+        }
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("the body is not the expected JSON: {e}")))
+}
+
+fn pipeline_id(id: &str) -> ApiResult<i64> {
+    id.parse().map_err(|_| ApiError::not_found(format!("'{id}' is not a pipeline id")))
+}
+
+#[utoipa::path(post, path = "/api/v1/statements", request_body = StatementsRequest,
+    responses((status = 200, body = [StatementResult]), (status = 400, body = ErrorBody)))]
+async fn statements(
+    State(state): State<AppState>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<Vec<StatementResult>>> {
+    let request: StatementsRequest = body(bytes)?;
+    Ok(Json(state.manager.statements(&request.sql).await?))
+}
+
+#[utoipa::path(get, path = "/api/v1/pipelines", responses((status = 200, body = [PipelineRecord])))]
+async fn list_pipelines(State(state): State<AppState>) -> ApiResult<Json<Vec<PipelineRecord>>> {
+    Ok(Json(state.manager.list().await?))
+}
+
+#[utoipa::path(get, path = "/api/v1/pipelines/{id}",
+    responses((status = 200, body = PipelineView), (status = 404, body = ErrorBody)))]
+async fn get_pipeline(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<PipelineView>> {
+    Ok(Json(state.manager.get(pipeline_id(&id)?).await?))
+}
+
+#[utoipa::path(post, path = "/api/v1/pipelines/{id}/stop",
+    responses((status = 202, description = "stopping with a savepoint"), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn stop_pipeline(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    state.manager.stop(pipeline_id(&id)?, false).await?;
+    Ok(StatusCode::ACCEPTED)
+}
+
+#[utoipa::path(post, path = "/api/v1/pipelines/{id}/stop-now",
+    responses((status = 204, description = "stopped, no savepoint"), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn stop_pipeline_now(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    state.manager.stop(pipeline_id(&id)?, true).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(post, path = "/api/v1/pipelines/{id}/resume", request_body = ResumeRequest,
+    responses((status = 204, description = "running again"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn resume_pipeline(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<StatusCode> {
+    let id = pipeline_id(&id)?;
+    let request: ResumeRequest = match &bytes {
+        Ok(b) if b.is_empty() => ResumeRequest::default(),
+        _ => body(bytes)?,
+    };
+    if request.checkpoint.is_some() {
+        return Err(ApiError::bad_request(
+            "resuming from a named checkpoint is not supported yet: leave out 'checkpoint' to resume from the latest",
+        ));
+    }
+    if request.parallelism == Some(0) || request.parallelism.is_some_and(|p| p > 256) {
+        return Err(ApiError::bad_request("'parallelism' must be from 1 to 256"));
+    }
+    state.manager.clone().resume(id, request.parallelism).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(delete, path = "/api/v1/pipelines/{id}",
+    responses((status = 204, description = "deleted with its checkpoints"), (status = 404, body = ErrorBody)))]
+async fn delete_pipeline(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    state.manager.delete(pipeline_id(&id)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(get, path = "/api/v1/pipelines/{id}/checkpoints",
+    responses((status = 200, description = "checkpoints: id, kind, status, start, duration, alignment, state and in-flight bytes"), (status = 404, body = ErrorBody)))]
+async fn checkpoints(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let list = state.manager.checkpoints(pipeline_id(&id)?).await?;
+    let summary: Vec<serde_json::Value> = list
+        .iter()
+        .map(|c| {
+            let mut value = serde_json::to_value(c).unwrap_or_default();
+            if let Some(object) = value.as_object_mut() {
+                object.remove("tasks");
+            }
+            value
+        })
+        .collect();
+    Ok(Json(summary).into_response())
+}
+
+#[utoipa::path(get, path = "/api/v1/pipelines/{id}/checkpoints/{checkpoint}",
+    responses((status = 200, description = "one checkpoint with its per-task breakdown"), (status = 404, body = ErrorBody)))]
+async fn checkpoint(
+    State(state): State<AppState>,
+    Path((id, checkpoint)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let list = state.manager.checkpoints(pipeline_id(&id)?).await?;
+    let found = checkpoint.parse::<u64>().ok().and_then(|wanted| list.into_iter().find(|c| c.id == wanted));
+    let found = found.ok_or_else(|| ApiError::not_found(format!("pipeline {id} has no checkpoint '{checkpoint}'")))?;
+    Ok(Json(found).into_response())
+}
+
+#[utoipa::path(get, path = "/api/v1/pipelines/{id}/output",
+    responses((status = 200, description = "Server-Sent Events: one JSON object per row (with `_change` for updating results)"), (status = 404, body = ErrorBody)))]
+async fn output(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let preview = state.manager.preview(pipeline_id(&id)?)?;
+    let stream = futures::stream::unfold((preview, 0usize), |(preview, position)| async move {
+        loop {
+            let (batches, next, skipped) = preview.since(position);
+            if next > position {
+                let mut events = Vec::new();
+                if skipped > 0 {
+                    events.push(Event::default().event("skipped").data(skipped.to_string()));
+                }
+                for batch in &batches {
+                    let mut buffer = Vec::new();
+                    let mut writer =
+                        WriterBuilder::new().with_explicit_nulls(true).build::<_, LineDelimited>(&mut buffer);
+                    if writer.write(batch).and_then(|()| writer.finish()).is_err() {
+                        continue;
+                    }
+                    drop(writer);
+                    for line in String::from_utf8_lossy(&buffer).lines() {
+                        events.push(Event::default().data(line));
+                    }
+                }
+                let events: Vec<Result<Event, Infallible>> = events.into_iter().map(Ok).collect();
+                return Some((futures::stream::iter(events), (preview, next)));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    use futures::StreamExt;
+    Ok(Sse::new(stream.flatten()).keep_alive(KeepAlive::default()).into_response())
+}
+
+#[utoipa::path(get, path = "/api/v1/tables", responses((status = 200, body = [TableView])))]
+async fn tables(State(state): State<AppState>) -> Json<Vec<TableView>> {
+    Json(state.manager.tables().await)
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], prometheus_text(&state.manager.live())).into_response()
+}

@@ -1,0 +1,423 @@
+//! The pipeline manager: one SQL session for the service's catalog and options, the running
+//! pipelines, and their lifecycle, recorded in the [`Store`] as it happens.
+//!
+//! Statuses: created -> running -> (recovering -> running)* -> stopping -> stopped, or
+//! finished (a bounded run), or failed (with the error). A watcher per running pipeline copies
+//! the engine's state, errors and checkpoints into the store. When the service starts, every
+//! pipeline that was running (or recovering, or stopping) is planned again from its stored
+//! SQL, options and name (so its Kafka transactional ids are the same) and resumes from its
+//! last completed checkpoint: its sinks' recovery commits what that checkpoint left pending.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use weir_engine::operators::PreviewBuffer;
+use weir_engine::{CheckpointReport, PipelineHandle, PipelineState, PipelineStatus};
+use weir_sql::{Output, PlannedPipeline, Session};
+use weir_state::StateStore;
+
+use crate::config::ServerConfig;
+use crate::error::{ApiError, ApiResult};
+use crate::store::{PipelineRecord, Store, now_ms};
+
+/// How often a running pipeline's engine status is copied into the store.
+const WATCH_EVERY: Duration = Duration::from_millis(250);
+
+/// What `POST /statements` answers for one statement.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StatementResult {
+    Done { message: String },
+    Rows { columns: Vec<String>, rows: Vec<Vec<String>> },
+    Pipeline { id: i64, name: String, preview: bool },
+}
+
+struct Running {
+    handle: Option<PipelineHandle>,
+    preview: Option<PreviewBuffer>,
+    graph: String,
+    started: Instant,
+    /// The engine's last status, kept after the handle is gone.
+    last: Option<PipelineStatus>,
+}
+
+pub struct Manager {
+    config: ServerConfig,
+    store: Store,
+    session: tokio::sync::Mutex<Session>,
+    running: Mutex<HashMap<i64, Running>>,
+}
+
+/// A pipeline's status with everything a client wants to see of it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct PipelineView {
+    #[serde(flatten)]
+    pub record: PipelineRecord,
+    pub uptime_ms: Option<u64>,
+    /// The dataflow graph, as EXPLAIN shows it.
+    pub graph: Vec<String>,
+    pub restarts: Option<u32>,
+    pub restored_from: Option<u64>,
+    /// Per operator subtask: records in and out, back-pressure, watermark, bad records.
+    #[schema(value_type = Object)]
+    pub operators: serde_json::Value,
+    pub errors: Vec<ErrorView>,
+    pub transitions: Vec<crate::store::Transition>,
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ErrorView {
+    pub at_ms: i64,
+    pub message: String,
+}
+
+fn status_name(state: PipelineState) -> &'static str {
+    match state {
+        PipelineState::Running => "running",
+        PipelineState::Recovering => "recovering",
+        PipelineState::Finished => "finished",
+        PipelineState::Stopped => "stopped",
+        PipelineState::Failed => "failed",
+    }
+}
+
+impl Manager {
+    /// Opens the data directory, rebuilds the catalog and resumes what was running.
+    pub async fn open(config: ServerConfig) -> ApiResult<Arc<Self>> {
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|e| ApiError::internal(format!("data directory {}: {e}", config.data_dir.display())))?;
+        let store = Store::open(&config.data_dir.join("weir.sqlite"))?;
+        let mut session = Session::new();
+        for sql in store.catalog().await? {
+            session
+                .execute(&sql)
+                .await
+                .map_err(|e| ApiError::internal(format!("replaying the catalog ({sql}): {e}")))?;
+        }
+        session.catalog_log.clear();
+        let manager = Arc::new(Self {
+            config,
+            store,
+            session: tokio::sync::Mutex::new(session),
+            running: Mutex::new(HashMap::new()),
+        });
+        for record in manager.store.pipelines().await? {
+            if matches!(record.status.as_str(), "created" | "running" | "recovering" | "stopping") {
+                let id = record.id;
+                if let Err(error) = manager.clone().resume(id, None).await {
+                    manager.store.set_status(id, "failed", Some(error.body.message.clone())).await?;
+                }
+            }
+        }
+        Ok(manager)
+    }
+
+    fn checkpoint_dir(&self, id: i64) -> PathBuf {
+        self.config.data_dir.join("pipelines").join(id.to_string())
+    }
+
+    /// Runs `sql`: DDL changes the catalog (persisted), SET the session, queries start
+    /// pipelines.
+    pub async fn statements(self: &Arc<Self>, sql: &str) -> ApiResult<Vec<StatementResult>> {
+        let mut session = self.session.lock().await;
+        self.check_paths(sql)?;
+        // Pipelines of this request get names no earlier or later request can have.
+        let request = uuid::Uuid::new_v4().simple().to_string();
+        let user_name = session.options.get("pipeline.name").cloned();
+        if user_name.is_none() {
+            session.options.insert("pipeline.name".into(), format!("w{}", &request[..12]));
+        }
+        let outputs = session.execute(sql).await;
+        if user_name.is_none() {
+            session.options.remove("pipeline.name");
+        }
+        let logged = std::mem::take(&mut session.catalog_log);
+        self.store.append_catalog(logged).await?;
+        let options: String =
+            session.options.iter().map(|(k, v)| format!("SET {k} = '{}';\n", v.replace('\'', "''"))).collect();
+        drop(session);
+        let mut results = Vec::new();
+        for output in outputs? {
+            results.push(match output {
+                Output::Done(message) => StatementResult::Done { message },
+                Output::Rows { columns, rows } => StatementResult::Rows { columns, rows },
+                Output::Pipeline(planned) => {
+                    let (id, name, preview) = self.create(*planned, &options).await?;
+                    StatementResult::Pipeline { id, name, preview }
+                }
+            });
+        }
+        Ok(results)
+    }
+
+    /// Filesystem tables must stay inside the configured directories.
+    fn check_paths(&self, sql: &str) -> ApiResult<()> {
+        if !sql.to_ascii_lowercase().contains("filesystem") {
+            return Ok(());
+        }
+        let Some(allowed) = &self.config.filesystem_dirs else { return Ok(()) };
+        // The path option's value: every quoted string after `path`.
+        let lower = sql.to_ascii_lowercase();
+        for (at, _) in lower.match_indices("path") {
+            let rest = &sql[at..];
+            let Some(start) = rest.find('\'') else { continue };
+            let Some(len) = rest[start + 1..].find('\'') else { continue };
+            let path = PathBuf::from(&rest[start + 1..start + 1 + len]);
+            let normal = path.components().all(|c| !matches!(c, std::path::Component::ParentDir));
+            if !normal || !allowed.iter().any(|dir| path.starts_with(dir)) {
+                return Err(ApiError::bad_request(format!(
+                    "path '{}' is outside the directories filesystem tables may use ({})",
+                    path.display(),
+                    allowed.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    async fn create(self: &Arc<Self>, planned: PlannedPipeline, options: &str) -> ApiResult<(i64, String, bool)> {
+        let id = self.store.next_pipeline_id().await?;
+        let name = planned.name.clone();
+        let preview = planned.preview.is_some();
+        let parallelism = planned.graph.nodes().iter().map(|n| n.parallelism).max().unwrap_or(1) as i64;
+        let record = PipelineRecord {
+            id,
+            name: name.clone(),
+            sql: planned.sql.clone(),
+            options: options.to_string(),
+            parallelism,
+            status: "created".into(),
+            preview,
+            created_at_ms: now_ms(),
+        };
+        self.store.insert_pipeline(record).await?;
+        self.start(id, planned).await?;
+        Ok((id, name, preview))
+    }
+
+    async fn start(self: &Arc<Self>, id: i64, planned: PlannedPipeline) -> ApiResult<()> {
+        let dir = self.checkpoint_dir(id);
+        let store = StateStore::local(&dir).map_err(|e| ApiError::internal(format!("{}: {e}", dir.display())))?;
+        let graph = planned.graph.describe(planned.config.chaining);
+        let handle = weir_engine::start(planned.graph, planned.config, store, None)
+            .map_err(|e| ApiError::bad_request(format!("starting the pipeline: {e}")))?;
+        self.lock().insert(
+            id,
+            Running { handle: Some(handle), preview: planned.preview, graph, started: Instant::now(), last: None },
+        );
+        self.store.set_status(id, "running", None).await?;
+        tokio::spawn(self.clone().watch(id));
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Running>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Copies the engine's status of pipeline `id` into the store until its handle is gone.
+    async fn watch(self: Arc<Self>, id: i64) {
+        let mut errors_seen = 0;
+        loop {
+            let status = {
+                let running = self.lock();
+                match running.get(&id).and_then(|r| r.handle.as_ref()) {
+                    Some(handle) => handle.status(),
+                    None => return,
+                }
+            };
+            for error in status.errors.iter().skip(errors_seen) {
+                let _ = self.store.add_error(id, error.at_ms as i64, error.message.clone()).await;
+            }
+            errors_seen = status.errors.len();
+            let detail = status.errors.last().map(|e| e.message.clone());
+            let state = status.state;
+            let stopping = self.store.pipeline(id).await.ok().flatten().is_some_and(|p| p.status == "stopping");
+            if !(stopping && state == PipelineState::Running) {
+                let _ = self
+                    .store
+                    .set_status(id, status_name(state), detail.filter(|_| state != PipelineState::Running))
+                    .await;
+            }
+            if let Some(running) = self.lock().get_mut(&id) {
+                running.last = Some(status);
+            }
+            if matches!(state, PipelineState::Finished | PipelineState::Failed | PipelineState::Stopped) {
+                return;
+            }
+            tokio::time::sleep(WATCH_EVERY).await;
+        }
+    }
+
+    pub async fn list(&self) -> ApiResult<Vec<PipelineRecord>> {
+        self.store.pipelines().await
+    }
+
+    pub async fn get(&self, id: i64) -> ApiResult<PipelineView> {
+        let record = self.store.pipeline(id).await?.ok_or_else(|| ApiError::not_found(format!("no pipeline {id}")))?;
+        let errors =
+            self.store.errors(id).await?.into_iter().map(|(at_ms, message)| ErrorView { at_ms, message }).collect();
+        let transitions = self.store.transitions(id).await?;
+        let running = self.lock();
+        let live = running.get(&id);
+        let status = live.and_then(|r| r.handle.as_ref().map(PipelineHandle::status).or_else(|| r.last.clone()));
+        let operators = live
+            .and_then(|r| r.handle.as_ref())
+            .map(|h| serde_json::to_value(h.metrics().operators()).unwrap_or_default())
+            .unwrap_or(serde_json::Value::Array(Vec::new()));
+        Ok(PipelineView {
+            uptime_ms: live.filter(|r| r.handle.is_some()).map(|r| r.started.elapsed().as_millis() as u64),
+            graph: live.map(|r| r.graph.lines().map(str::to_string).collect()).unwrap_or_default(),
+            restarts: status.as_ref().map(|s| s.restarts),
+            restored_from: status.as_ref().and_then(|s| s.restored_from),
+            operators,
+            errors,
+            transitions,
+            record,
+        })
+    }
+
+    pub async fn checkpoints(&self, id: i64) -> ApiResult<Vec<CheckpointReport>> {
+        self.store.pipeline(id).await?.ok_or_else(|| ApiError::not_found(format!("no pipeline {id}")))?;
+        let running = self.lock();
+        let status =
+            running.get(&id).and_then(|r| r.handle.as_ref().map(PipelineHandle::status).or_else(|| r.last.clone()));
+        Ok(status.map(|s| s.checkpoints).unwrap_or_default())
+    }
+
+    /// Stops pipeline `id`: with a savepoint, or `now` (as a crash would, nothing committed).
+    pub async fn stop(self: &Arc<Self>, id: i64, now: bool) -> ApiResult<()> {
+        let handle = {
+            let mut running = self.lock();
+            running.get_mut(&id).and_then(|r| {
+                r.last = r.handle.as_ref().map(PipelineHandle::status);
+                r.handle.take()
+            })
+        };
+        let Some(handle) = handle else {
+            self.store.pipeline(id).await?.ok_or_else(|| ApiError::not_found(format!("no pipeline {id}")))?;
+            return Err(ApiError::conflict(format!("pipeline {id} is not running")));
+        };
+        if now {
+            handle.kill().await;
+            self.store.set_status(id, "stopped", Some("stopped at once, without a savepoint".into())).await?;
+            return Ok(());
+        }
+        self.store.set_status(id, "stopping", None).await?;
+        let manager = self.clone();
+        tokio::spawn(async move {
+            let (status, detail) = match handle.stop().await {
+                Ok(()) => ("stopped", Some("stopped with a savepoint".to_string())),
+                Err(error) => ("failed", Some(format!("stopping: {error}"))),
+            };
+            let _ = manager.store.set_status(id, status, detail).await;
+        });
+        Ok(())
+    }
+
+    /// Starts pipeline `id` again from its latest completed checkpoint, optionally at another
+    /// parallelism.
+    pub async fn resume(self: Arc<Self>, id: i64, parallelism: Option<usize>) -> ApiResult<()> {
+        let record = self.store.pipeline(id).await?.ok_or_else(|| ApiError::not_found(format!("no pipeline {id}")))?;
+        if self.lock().get(&id).is_some_and(|r| r.handle.is_some()) {
+            return Err(ApiError::conflict(format!("pipeline {id} is running already")));
+        }
+        // Planned as it was: the catalog as persisted, the options it was created with, its name.
+        let mut session = Session::new();
+        for sql in self.store.catalog().await? {
+            session.execute(&sql).await.map_err(ApiError::from)?;
+        }
+        session.execute(&record.options).await.map_err(ApiError::from)?;
+        let outputs = session.execute_named(&record.sql, &record.name).await.map_err(ApiError::from)?;
+        let Some(Output::Pipeline(mut planned)) = outputs.into_iter().next_back() else {
+            return Err(ApiError::internal(format!("pipeline {id}'s SQL no longer plans a pipeline")));
+        };
+        if let Some(parallelism) = parallelism {
+            planned.graph = planned.graph.with_parallelism(parallelism);
+            self.store.set_parallelism(id, parallelism as i64).await?;
+        }
+        // A preview keeps the buffer the client is reading, if it is still here.
+        if let Some(buffer) = self.lock().get(&id).and_then(|r| r.preview.clone())
+            && planned.preview.is_some()
+        {
+            planned.preview = Some(buffer);
+        }
+        self.start(id, *planned).await
+    }
+
+    pub async fn delete(self: &Arc<Self>, id: i64) -> ApiResult<()> {
+        self.store.pipeline(id).await?.ok_or_else(|| ApiError::not_found(format!("no pipeline {id}")))?;
+        let handle = self.lock().remove(&id).and_then(|r| r.handle);
+        if let Some(handle) = handle {
+            handle.kill().await;
+        }
+        self.store.delete_pipeline(id).await?;
+        let dir = self.checkpoint_dir(id);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| ApiError::internal(format!("{}: {e}", dir.display())))?;
+        }
+        Ok(())
+    }
+
+    /// The preview buffer of pipeline `id` (a bare SELECT).
+    pub fn preview(&self, id: i64) -> ApiResult<PreviewBuffer> {
+        self.lock().get(&id).and_then(|r| r.preview.clone()).ok_or_else(|| {
+            ApiError::not_found(format!(
+                "pipeline {id} has no preview output here (only a running or stopped SELECT has)"
+            ))
+        })
+    }
+
+    /// Tables and views with their schemas and options (secrets redacted).
+    pub async fn tables(&self) -> Vec<TableView> {
+        let session = self.session.lock().await;
+        let tables = session.catalog.tables.values().map(|t| TableView {
+            name: t.name.clone(),
+            kind: "table",
+            connector: Some(t.connector.connector.clone()),
+            columns: t.schema.fields().iter().map(|f| [f.name().clone(), f.data_type().to_string()]).collect(),
+            options: t.connector.values.iter().map(|(k, v)| (k.clone(), redact(k, v))).collect(),
+            query: None,
+        });
+        let views = session.catalog.views.values().map(|v| TableView {
+            name: v.name.clone(),
+            kind: "view",
+            connector: None,
+            columns: Vec::new(),
+            options: BTreeMap::new(),
+            query: Some(v.query.clone()),
+        });
+        tables.chain(views).collect()
+    }
+
+    /// Every live pipeline's status and counters, for the metrics page.
+    pub fn live(&self) -> Vec<(i64, PipelineStatus, Vec<weir_engine::metrics::OperatorSample>)> {
+        self.lock()
+            .iter()
+            .filter_map(|(id, r)| r.handle.as_ref().map(|h| (*id, h.status(), h.metrics().operators())))
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct TableView {
+    pub name: String,
+    pub kind: &'static str,
+    pub connector: Option<String>,
+    /// (name, type), in the table's order.
+    pub columns: Vec<[String; 2]>,
+    pub options: BTreeMap<String, String>,
+    pub query: Option<String>,
+}
+
+/// Option values that look like secrets are not shown.
+fn redact(key: &str, value: &str) -> String {
+    let key = key.to_ascii_lowercase();
+    if ["password", "secret", "token", "sasl", "key"].iter().any(|s| key.contains(s)) && key != "key.fields" {
+        "<redacted>".into()
+    } else {
+        value.to_string()
+    }
+}

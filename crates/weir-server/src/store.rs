@@ -1,0 +1,243 @@
+//! What the service remembers across restarts, in one SQLite database in the data directory:
+//! the catalog (the statements that built it), the pipelines with their SQL, options and
+//! status, every status transition with its time, and their errors. Checkpoints themselves
+//! live in each pipeline's checkpoint directory; their history is the engine's.
+//!
+//! rusqlite is synchronous: every call runs on a blocking thread.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use crate::error::{ApiError, ApiResult};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS catalog (seq INTEGER PRIMARY KEY AUTOINCREMENT, sql TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS pipelines (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    sql TEXT NOT NULL,
+    options TEXT NOT NULL,
+    parallelism INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    preview INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS transitions (
+    pipeline_id INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    at_ms INTEGER NOT NULL,
+    detail TEXT
+);
+CREATE TABLE IF NOT EXISTS errors (pipeline_id INTEGER NOT NULL, at_ms INTEGER NOT NULL, message TEXT NOT NULL);
+";
+
+/// A pipeline as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct PipelineRecord {
+    pub id: i64,
+    /// Names its Kafka transactional ids.
+    pub name: String,
+    pub sql: String,
+    /// The session's `SET` options when it was created, as `SET` statements.
+    pub options: String,
+    pub parallelism: i64,
+    pub status: String,
+    /// A bare SELECT whose rows are kept for the client.
+    pub preview: bool,
+    pub created_at_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Transition {
+    pub status: String,
+    pub at_ms: i64,
+    pub detail: Option<String>,
+}
+
+#[derive(Clone)]
+pub struct Store {
+    db: Arc<Mutex<Connection>>,
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::internal(format!("database: {e}"))
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+impl Store {
+    pub fn open(path: &Path) -> ApiResult<Self> {
+        let db = Connection::open(path).map_err(internal)?;
+        db.execute_batch(SCHEMA).map_err(internal)?;
+        Ok(Self { db: Arc::new(Mutex::new(db)) })
+    }
+
+    async fn with<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> ApiResult<T> {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || {
+            let db = db.lock().unwrap_or_else(|p| p.into_inner());
+            work(&db)
+        })
+        .await
+        .map_err(internal)?
+        .map_err(internal)
+    }
+
+    pub async fn append_catalog(&self, statements: Vec<String>) -> ApiResult<()> {
+        self.with(move |db| {
+            for sql in &statements {
+                db.execute("INSERT INTO catalog (sql) VALUES (?1)", params![sql])?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn catalog(&self) -> ApiResult<Vec<String>> {
+        self.with(|db| {
+            let mut statement = db.prepare("SELECT sql FROM catalog ORDER BY seq")?;
+            let rows = statement.query_map([], |row| row.get(0))?;
+            rows.collect()
+        })
+        .await
+    }
+
+    pub async fn insert_pipeline(&self, record: PipelineRecord) -> ApiResult<()> {
+        self.with(move |db| {
+            db.execute(
+                "INSERT INTO pipelines (id, name, sql, options, parallelism, status, preview, created_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    record.id,
+                    record.name,
+                    record.sql,
+                    record.options,
+                    record.parallelism,
+                    record.status,
+                    record.preview,
+                    record.created_at_ms
+                ],
+            )?;
+            db.execute(
+                "INSERT INTO transitions (pipeline_id, status, at_ms) VALUES (?1, ?2, ?3)",
+                params![record.id, record.status, record.created_at_ms],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The next pipeline id (ids are never reused, even after a delete).
+    pub async fn next_pipeline_id(&self) -> ApiResult<i64> {
+        self.with(|db| {
+            let max: Option<i64> = db.query_row("SELECT max(pipeline_id) FROM transitions", [], |row| row.get(0))?;
+            Ok(max.unwrap_or(0) + 1)
+        })
+        .await
+    }
+
+    /// Records a status change (a no-op if the status is already `status`).
+    pub async fn set_status(&self, id: i64, status: &str, detail: Option<String>) -> ApiResult<()> {
+        let status = status.to_string();
+        self.with(move |db| {
+            let current: Option<String> =
+                db.query_row("SELECT status FROM pipelines WHERE id = ?1", params![id], |row| row.get(0)).optional()?;
+            if current.as_deref() == Some(status.as_str()) {
+                return Ok(());
+            }
+            db.execute("UPDATE pipelines SET status = ?2 WHERE id = ?1", params![id, status])?;
+            db.execute(
+                "INSERT INTO transitions (pipeline_id, status, at_ms, detail) VALUES (?1, ?2, ?3, ?4)",
+                params![id, status, now_ms(), detail],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn set_parallelism(&self, id: i64, parallelism: i64) -> ApiResult<()> {
+        self.with(move |db| {
+            db.execute("UPDATE pipelines SET parallelism = ?2 WHERE id = ?1", params![id, parallelism]).map(|_| ())
+        })
+        .await
+    }
+
+    pub async fn add_error(&self, id: i64, at_ms: i64, message: String) -> ApiResult<()> {
+        self.with(move |db| {
+            db.execute(
+                "INSERT INTO errors (pipeline_id, at_ms, message) VALUES (?1, ?2, ?3)",
+                params![id, at_ms, message],
+            )
+            .map(|_| ())
+        })
+        .await
+    }
+
+    pub async fn errors(&self, id: i64) -> ApiResult<Vec<(i64, String)>> {
+        self.with(move |db| {
+            let mut statement =
+                db.prepare("SELECT at_ms, message FROM errors WHERE pipeline_id = ?1 ORDER BY at_ms DESC LIMIT 20")?;
+            let rows = statement.query_map(params![id], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            rows.collect()
+        })
+        .await
+    }
+
+    pub async fn pipelines(&self) -> ApiResult<Vec<PipelineRecord>> {
+        self.with(|db| {
+            let mut statement = db.prepare(
+                "SELECT id, name, sql, options, parallelism, status, preview, created_at_ms FROM pipelines ORDER BY id",
+            )?;
+            let rows = statement.query_map([], |row| {
+                Ok(PipelineRecord {
+                    id: row.get(0)?,
+                    name: row.get(1)?,
+                    sql: row.get(2)?,
+                    options: row.get(3)?,
+                    parallelism: row.get(4)?,
+                    status: row.get(5)?,
+                    preview: row.get(6)?,
+                    created_at_ms: row.get(7)?,
+                })
+            })?;
+            rows.collect()
+        })
+        .await
+    }
+
+    pub async fn pipeline(&self, id: i64) -> ApiResult<Option<PipelineRecord>> {
+        Ok(self.pipelines().await?.into_iter().find(|p| p.id == id))
+    }
+
+    pub async fn transitions(&self, id: i64) -> ApiResult<Vec<Transition>> {
+        self.with(move |db| {
+            let mut statement =
+                db.prepare("SELECT status, at_ms, detail FROM transitions WHERE pipeline_id = ?1 ORDER BY rowid")?;
+            let rows = statement.query_map(params![id], |row| {
+                Ok(Transition { status: row.get(0)?, at_ms: row.get(1)?, detail: row.get(2)? })
+            })?;
+            rows.collect()
+        })
+        .await
+    }
+
+    pub async fn delete_pipeline(&self, id: i64) -> ApiResult<()> {
+        self.with(move |db| {
+            db.execute("DELETE FROM pipelines WHERE id = ?1", params![id])?;
+            db.execute(
+                "INSERT INTO transitions (pipeline_id, status, at_ms) VALUES (?1, 'deleted', ?2)",
+                params![id, now_ms()],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+}
