@@ -72,7 +72,7 @@ fn input_topic() -> &'static str {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Pipeline {
+pub(crate) enum Pipeline {
     /// (a) filter + projection into one topic.
     FilterProject,
     /// (b) tumbling-window aggregate by key into an upsert topic.
@@ -86,7 +86,7 @@ impl Pipeline {
         if self == Pipeline::TwoTopics { 2 } else { 1 }
     }
 
-    fn sql(self, outputs: &[String], delivery: &str) -> String {
+    pub(crate) fn sql(self, outputs: &[String], delivery: &str) -> String {
         let bootstrap = broker().bootstrap();
         let kafka = |topic: &str, format: &str| {
             format!(
@@ -225,7 +225,7 @@ fn compare(topic: &str, expected: &BTreeMap<String, String>) -> Diff {
     diff
 }
 
-fn assert_exactly_once(pipeline: Pipeline, outputs: &[String], log: &str) {
+pub(crate) fn assert_exactly_once(pipeline: Pipeline, outputs: &[String], log: &str) {
     for (topic, expected) in outputs.iter().zip(pipeline.expected()) {
         let diff = compare(topic, &expected);
         let summary = format!(
@@ -345,7 +345,7 @@ fn kill_at_random(runs: &Runs, kills: usize) -> usize {
     landed
 }
 
-fn outputs(pipeline: Pipeline) -> Vec<String> {
+pub(crate) fn outputs(pipeline: Pipeline) -> Vec<String> {
     (0..pipeline.outputs()).map(|i| create_topic(&format!("eo-out{i}"), 3)).collect()
 }
 

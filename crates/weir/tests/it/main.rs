@@ -5,6 +5,7 @@
 
 mod cli;
 mod exactly_once;
+mod service;
 
 use std::sync::{Mutex, MutexGuard};
 

@@ -1,0 +1,399 @@
+//! `weir serve` over real HTTP: every route, its error cases, malformed input thrown at it, and
+//! a Kafka pipeline that survives the server being killed with SIGKILL, exactly once.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use serde_json::{Value, json};
+
+const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+
+/// A `weir serve` process on a free port with its own data directory.
+struct Server {
+    child: Child,
+    address: String,
+    token: Option<String>,
+}
+
+impl Server {
+    fn start(data: &std::path::Path, extra: &[&str]) -> Self {
+        let mut command = Command::new(WEIR);
+        command.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data).args(extra);
+        command.env_remove("WEIR_TOKEN").env("RUST_LOG", "warn").stdout(Stdio::piped()).stderr(Stdio::null());
+        let mut child = command.spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let address =
+            line.trim().strip_prefix("weir listening on http://").unwrap_or_else(|| panic!("{line}")).to_string();
+        let token = extra.iter().position(|a| *a == "--token").map(|i| extra[i + 1].to_string());
+        Self { child, address, token }
+    }
+
+    /// (status, body) of one request.
+    fn call(&self, method: &str, path: &str, body: Option<&[u8]>) -> (u16, String) {
+        let mut stream = TcpStream::connect(&self.address).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let auth = self.token.as_ref().map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+        let body = body.unwrap_or_default();
+        write!(
+            stream,
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            self.address,
+            body.len()
+        )
+        .unwrap();
+        stream.write_all(body).unwrap();
+        let mut response = Vec::new();
+        let _ = stream.read_to_end(&mut response);
+        let response = String::from_utf8_lossy(&response).to_string();
+        let status = response.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let (head, rest) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+        let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+            unchunk(rest)
+        } else {
+            rest.to_string()
+        };
+        (status, body)
+    }
+
+    fn json(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let bytes = body.map(|b| b.to_string().into_bytes());
+        let (status, text) = self.call(method, path, bytes.as_deref());
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    fn sql(&self, sql: &str) -> (u16, Value) {
+        self.json("POST", "/api/v1/statements", Some(json!({ "sql": sql })))
+    }
+
+    fn status_of(&self, id: i64) -> String {
+        self.json("GET", &format!("/api/v1/pipelines/{id}"), None).1["status"].as_str().unwrap_or_default().to_string()
+    }
+
+    fn wait_for_status(&self, id: i64, wanted: &str, within: Duration) {
+        let started = Instant::now();
+        while self.status_of(id) != wanted {
+            assert!(
+                started.elapsed() < within,
+                "pipeline {id} is {} after {within:?}, not {wanted}",
+                self.status_of(id)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The first `n` data events of a pipeline's SSE output.
+    fn output_rows(&self, id: i64, n: usize) -> Vec<Value> {
+        let mut stream = TcpStream::connect(&self.address).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let auth = self.token.as_ref().map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+        write!(stream, "GET /api/v1/pipelines/{id}/output HTTP/1.1\r\nHost: x\r\n{auth}\r\n").unwrap();
+        let mut rows = Vec::new();
+        for line in BufReader::new(stream).lines() {
+            let line = line.unwrap();
+            if let Some(data) = line.strip_prefix("data: ")
+                && let Ok(row) = serde_json::from_str::<Value>(data)
+                && row.is_object()
+            {
+                rows.push(row);
+                if rows.len() == n {
+                    break;
+                }
+            }
+        }
+        rows
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn unchunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, tail)) = rest.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else { break };
+        if size == 0 || tail.len() < size {
+            break;
+        }
+        out.push_str(&tail[..size]);
+        rest = tail[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+const NEXMARK: &str =
+    "CREATE TABLE nexmark WITH (connector = 'nexmark', rate = '2000'); SET checkpoint.interval = '200 ms';";
+
+#[test]
+fn every_route_works_over_http() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), &[]);
+    assert_eq!(server.call("GET", "/healthz", None), (200, "ok".to_string()));
+
+    let (status, results) = server.sql(&format!(
+        "{NEXMARK} SHOW TABLES; DESCRIBE nexmark; EXPLAIN SELECT bid.price FROM nexmark WHERE event_type = 2"
+    ));
+    assert_eq!(status, 200, "{results}");
+    assert_eq!(results[0]["kind"], "done");
+    assert_eq!(results[2]["kind"], "rows");
+    assert_eq!(results[2]["rows"][0][0], "nexmark");
+    assert!(results[4]["rows"].to_string().contains("nexmark"), "{results}");
+
+    let (status, results) = server.sql("SELECT bid.auction, bid.price FROM nexmark WHERE event_type = 2");
+    assert_eq!(status, 200, "{results}");
+    assert_eq!(results[0]["kind"], "pipeline");
+    let id = results[0]["id"].as_i64().unwrap();
+    server.wait_for_status(id, "running", Duration::from_secs(10));
+
+    let rows = server.output_rows(id, 5);
+    assert_eq!(rows.len(), 5);
+    assert!(rows[0].get("nexmark.bid[price]").is_some() || rows[0].as_object().unwrap().len() == 2, "{:?}", rows[0]);
+
+    let (status, list) = server.json("GET", "/api/v1/pipelines", None);
+    assert_eq!(status, 200);
+    assert_eq!(list[0]["id"], id);
+    let started = Instant::now();
+    let checkpoints = loop {
+        let (_, checkpoints) = server.json("GET", &format!("/api/v1/pipelines/{id}/checkpoints"), None);
+        if checkpoints.as_array().is_some_and(|c| c.iter().any(|c| c["status"]["status"] == "completed")) {
+            break checkpoints;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "no checkpoint completed: {checkpoints}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let first = checkpoints[0]["id"].as_u64().unwrap();
+    let (status, one) = server.json("GET", &format!("/api/v1/pipelines/{id}/checkpoints/{first}"), None);
+    assert_eq!(status, 200);
+    assert!(one["tasks"].is_array(), "{one}");
+    let (_, view) = server.json("GET", &format!("/api/v1/pipelines/{id}"), None);
+    assert!(view["graph"][0].as_str().unwrap().contains("nexmark"), "{view}");
+    assert!(view["operators"].as_array().is_some_and(|o| !o.is_empty()), "{view}");
+    assert!(view["uptime_ms"].is_u64());
+
+    let (status, metrics) = server.call("GET", "/metrics", None);
+    assert_eq!(status, 200);
+    assert!(metrics.contains(&format!("weir_records_out_total{{pipeline=\"{id}\",operator=\"nexmark\"")), "{metrics}");
+    let (_, tables) = server.json("GET", "/api/v1/tables", None);
+    assert_eq!(tables[0]["name"], "nexmark");
+    let (_, openapi) = server.json("GET", "/api/v1/openapi.json", None);
+    for path in ["/api/v1/statements", "/api/v1/pipelines/{id}/resume", "/api/v1/pipelines/{id}/output"] {
+        assert!(openapi["paths"].get(path).is_some(), "{path} missing from the OpenAPI document");
+    }
+
+    // Stop with a savepoint, resume at another parallelism, stop now, delete.
+    assert_eq!(server.call("POST", &format!("/api/v1/pipelines/{id}/stop"), None).0, 202);
+    server.wait_for_status(id, "stopped", Duration::from_secs(20));
+    let (status, body) =
+        server.json("POST", &format!("/api/v1/pipelines/{id}/resume"), Some(json!({"parallelism": 2})));
+    assert_eq!(status, 204, "{body}");
+    server.wait_for_status(id, "running", Duration::from_secs(10));
+    let (_, view) = server.json("GET", &format!("/api/v1/pipelines/{id}"), None);
+    assert!(view["restored_from"].is_u64(), "resumed from its savepoint: {view}");
+    assert_eq!(view["parallelism"], 2);
+    let statuses: Vec<&str> =
+        view["transitions"].as_array().unwrap().iter().filter_map(|t| t["status"].as_str()).collect();
+    assert_eq!(statuses, vec!["created", "running", "stopping", "stopped", "running"]);
+    assert_eq!(server.call("POST", &format!("/api/v1/pipelines/{id}/stop-now"), None).0, 204);
+    assert_eq!(server.status_of(id), "stopped");
+    assert_eq!(server.call("DELETE", &format!("/api/v1/pipelines/{id}"), None).0, 204);
+    assert_eq!(server.json("GET", &format!("/api/v1/pipelines/{id}"), None).0, 404);
+}
+
+#[test]
+fn errors_are_json_4xx_with_a_stable_code() {
+    let data = tempfile::tempdir().unwrap();
+    let allowed = tempfile::tempdir().unwrap();
+    let dir = allowed.path().to_str().unwrap();
+    let server = Server::start(data.path(), &["--max-body-bytes", "2000", "--filesystem-dir", dir]);
+    let expect = |(status, body): (u16, Value), wanted: u16, code: &str| {
+        assert_eq!(status, wanted, "{body}");
+        assert_eq!(body["code"], code, "{body}");
+        assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+        body
+    };
+    let syntax = expect(server.sql("CREATE TABLE t (a BIGINT);\nSELEC a FROM t"), 400, "sql_syntax");
+    assert_eq!((syntax["line"].as_u64(), syntax["column"].as_u64()), (Some(2), Some(1)));
+    expect(server.sql("SELECT * FROM missing"), 400, "sql_invalid");
+    expect(server.sql("CREATE TABLE k (a BIGINT) WITH (connector = 'kafak')"), 400, "sql_invalid");
+    let (status, text) = server.call("POST", "/api/v1/statements", Some(b"{not json"));
+    assert_eq!(status, 400, "{text}");
+    expect(server.json("POST", "/api/v1/statements", Some(json!({"query": "x"}))), 400, "bad_request");
+    expect(server.json("GET", "/api/v1/pipelines/42", None), 404, "not_found");
+    expect(server.json("GET", "/api/v1/pipelines/abc", None), 404, "not_found");
+    expect(server.json("POST", "/api/v1/pipelines/42/stop", None), 404, "not_found");
+    expect(server.json("GET", "/api/v1/nothing-here", None), 404, "not_found");
+    let big = json!({ "sql": "x".repeat(5000) }).to_string();
+    let (status, text) = server.call("POST", "/api/v1/statements", Some(big.as_bytes()));
+    assert_eq!(status, 413, "{text}");
+    expect(
+        server.sql("CREATE TABLE f (a BIGINT) WITH (connector = 'filesystem', path = '/etc', format = 'json')"),
+        400,
+        "bad_request",
+    );
+    expect(
+        server.sql(&format!(
+            "CREATE TABLE f (a BIGINT) WITH (connector = 'filesystem', path = '{dir}/../x', format = 'json')"
+        )),
+        400,
+        "bad_request",
+    );
+    let (status, body) = server.sql(&format!(
+        "CREATE TABLE f (a BIGINT) WITH (connector = 'filesystem', path = '{dir}/out', format = 'json')"
+    ));
+    assert_eq!(status, 200, "{body}");
+
+    // A running pipeline cannot be resumed; a stopped one cannot be stopped.
+    let (_, created) = server.sql(&format!("{NEXMARK} SELECT bid.price FROM nexmark WHERE event_type = 2"));
+    let id = created[2]["id"].as_i64().unwrap();
+    expect(server.json("POST", &format!("/api/v1/pipelines/{id}/resume"), None), 409, "conflict");
+    expect(
+        server.json("POST", &format!("/api/v1/pipelines/{id}/resume"), Some(json!({"checkpoint": 1}))),
+        400,
+        "bad_request",
+    );
+    assert_eq!(server.call("POST", &format!("/api/v1/pipelines/{id}/stop-now"), None).0, 204);
+    expect(server.json("POST", &format!("/api/v1/pipelines/{id}/stop"), None), 409, "conflict");
+    expect(
+        server.json("POST", &format!("/api/v1/pipelines/{id}/resume"), Some(json!({"parallelism": 0}))),
+        400,
+        "bad_request",
+    );
+}
+
+#[test]
+fn a_token_guards_every_api_route() {
+    let data = tempfile::tempdir().unwrap();
+    let mut server = Server::start(data.path(), &["--token", "s3cret"]);
+    assert_eq!(server.json("GET", "/api/v1/pipelines", None).0, 200);
+    server.token = None;
+    for (method, path) in [("GET", "/api/v1/pipelines"), ("POST", "/api/v1/statements"), ("GET", "/metrics")] {
+        let (status, body) = server.json(method, path, None);
+        assert_eq!((status, &body["code"]), (401, &json!("unauthorized")), "{method} {path}");
+    }
+    assert_eq!(server.call("GET", "/healthz", None).0, 200, "health checks stay open");
+    server.token = Some("wrong".into());
+    assert_eq!(server.json("GET", "/api/v1/tables", None).0, 401);
+}
+
+/// Malformed JSON and random SQL: every answer is a 2xx or a 4xx with a JSON error, never a
+/// 5xx, and the server stays up.
+#[test]
+fn malformed_requests_get_well_formed_answers() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), &[]);
+    server.sql("CREATE TABLE t (a BIGINT, b VARCHAR) WITH (connector = 'blackhole')");
+    let mut rng = rand::rng();
+    let fragments = [
+        "SELECT",
+        "a",
+        "b",
+        "*",
+        "FROM",
+        "t",
+        "WHERE",
+        "GROUP BY",
+        "(",
+        ")",
+        ",",
+        "'x'",
+        "1",
+        "=",
+        "JOIN",
+        "ON",
+        "CREATE",
+        "TABLE",
+        "VIEW",
+        "AS",
+        "WITH",
+        "connector",
+        "DROP",
+        "SET",
+        "INSERT INTO",
+        "VALUES",
+        ";",
+        "--",
+        "tumble(",
+        "INTERVAL '1' SECOND",
+        "\u{0}",
+        "é",
+        "\"",
+        "`",
+        "count(*)",
+        "NULL",
+        "EXPLAIN",
+        "DESCRIBE",
+    ];
+    for round in 0..300 {
+        let body: Vec<u8> = match round % 3 {
+            0 => {
+                let words: Vec<&str> =
+                    (0..rng.random_range(1..12)).map(|_| fragments[rng.random_range(0..fragments.len())]).collect();
+                json!({ "sql": words.join(" ") }).to_string().into_bytes()
+            }
+            1 => (0..rng.random_range(0..64)).map(|_| rng.random::<u8>()).collect(),
+            _ => {
+                let mut text = json!({ "sql": "SELECT a FROM t" }).to_string().into_bytes();
+                let cut = rng.random_range(0..text.len());
+                text.truncate(cut);
+                text
+            }
+        };
+        let (status, text) = server.call("POST", "/api/v1/statements", Some(&body));
+        assert!(
+            (200..300).contains(&status) || (400..500).contains(&status),
+            "{status} for {:?}: {text}",
+            String::from_utf8_lossy(&body)
+        );
+        if status >= 400 {
+            let error: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"));
+            assert!(error["code"].is_string() && error["message"].is_string(), "{text}");
+        }
+    }
+    assert_eq!(server.call("GET", "/healthz", None).0, 200);
+}
+
+/// The server is killed with SIGKILL while a Kafka pipeline runs; started again, it resumes
+/// the pipeline from its last checkpoint, and the output read with read_committed holds every
+/// record exactly once.
+#[test]
+fn a_killed_server_resumes_its_kafka_pipeline_exactly_once() {
+    use crate::exactly_once::{Pipeline, assert_exactly_once, outputs};
+
+    let _serial = crate::kafka_serial();
+    let pipeline = Pipeline::FilterProject;
+    let outputs = outputs(pipeline);
+    let data = tempfile::tempdir().unwrap();
+    let mut server = Server::start(data.path(), &[]);
+    let (status, results) = server.sql(&pipeline.sql(&outputs, "exactly_once"));
+    assert_eq!(status, 200, "{results}");
+    let id = results.as_array().unwrap().iter().find(|r| r["kind"] == "pipeline").unwrap()["id"].as_i64().unwrap();
+    // Killed after some checkpoints completed.
+    let started = Instant::now();
+    loop {
+        let (_, checkpoints) = server.json("GET", &format!("/api/v1/pipelines/{id}/checkpoints"), None);
+        let completed =
+            checkpoints.as_array().map_or(0, |c| c.iter().filter(|c| c["status"]["status"] == "completed").count());
+        if completed >= 2 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "no checkpoints: {checkpoints}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_ne!(server.status_of(id), "finished", "finished before the kill: make the input larger");
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    drop(server);
+
+    let server = Server::start(data.path(), &[]);
+    server.wait_for_status(id, "finished", Duration::from_secs(300));
+    let (_, view) = server.json("GET", &format!("/api/v1/pipelines/{id}"), None);
+    assert!(view["restored_from"].is_u64(), "resumed from a checkpoint: {view}");
+    assert_exactly_once(pipeline, &outputs, &view.to_string());
+}
