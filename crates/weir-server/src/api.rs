@@ -204,9 +204,8 @@ async fn delete_pipeline(State(state): State<AppState>, Path(id): Path<String>) 
 async fn checkpoints(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
     let list = state.manager.checkpoints(pipeline_id(&id)?).await?;
     let summary: Vec<serde_json::Value> = list
-        .iter()
-        .map(|c| {
-            let mut value = serde_json::to_value(c).unwrap_or_default();
+        .into_iter()
+        .map(|mut value| {
             if let Some(object) = value.as_object_mut() {
                 object.remove("tasks");
             }
@@ -223,7 +222,7 @@ async fn checkpoint(
     Path((id, checkpoint)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     let list = state.manager.checkpoints(pipeline_id(&id)?).await?;
-    let found = checkpoint.parse::<u64>().ok().and_then(|wanted| list.into_iter().find(|c| c.id == wanted));
+    let found = checkpoint.parse::<u64>().ok().and_then(|wanted| list.into_iter().find(|c| c["id"] == wanted));
     let found = found.ok_or_else(|| ApiError::not_found(format!("pipeline {id} has no checkpoint '{checkpoint}'")))?;
     Ok(Json(found).into_response())
 }

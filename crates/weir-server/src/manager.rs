@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use weir_engine::operators::PreviewBuffer;
-use weir_engine::{CheckpointReport, PipelineHandle, PipelineState, PipelineStatus};
+use weir_engine::{PipelineHandle, PipelineState, PipelineStatus};
 use weir_sql::{Output, PlannedPipeline, Session};
 use weir_state::StateStore;
 
@@ -220,6 +220,7 @@ impl Manager {
     /// Copies the engine's status of pipeline `id` into the store until its handle is gone.
     async fn watch(self: Arc<Self>, id: i64) {
         let mut errors_seen = 0;
+        let mut checkpoints_stored = 0;
         loop {
             let status = {
                 let running = self.lock();
@@ -228,10 +229,25 @@ impl Manager {
                     None => return,
                 }
             };
+            let new_errors = status.errors.len() > errors_seen;
             for error in status.errors.iter().skip(errors_seen) {
                 let _ = self.store.add_error(id, error.at_ms as i64, error.message.clone()).await;
             }
             errors_seen = status.errors.len();
+            if new_errors && status.state == PipelineState::Recovering {
+                let detail = status.errors.last().map(|e| e.message.clone());
+                let _ = self.store.set_status(id, "failing", detail).await;
+            }
+            let finished: Vec<(u64, String)> = status
+                .checkpoints
+                .iter()
+                .filter(|c| c.status != weir_engine::CheckpointStatus::InProgress && c.id > checkpoints_stored)
+                .filter_map(|c| serde_json::to_string(c).ok().map(|json| (c.id, json)))
+                .collect();
+            if let Some((last, _)) = finished.last() {
+                checkpoints_stored = *last;
+                let _ = self.store.put_checkpoints(id, finished).await;
+            }
             let detail = status.errors.last().map(|e| e.message.clone());
             let state = status.state;
             let stopping = self.store.pipeline(id).await.ok().flatten().is_some_and(|p| p.status == "stopping");
@@ -279,12 +295,26 @@ impl Manager {
         })
     }
 
-    pub async fn checkpoints(&self, id: i64) -> ApiResult<Vec<CheckpointReport>> {
+    /// Pipeline `id`'s checkpoints, oldest first: those stored (earlier runs of the service
+    /// included) and the live ones.
+    pub async fn checkpoints(&self, id: i64) -> ApiResult<Vec<serde_json::Value>> {
         self.store.pipeline(id).await?.ok_or_else(|| ApiError::not_found(format!("no pipeline {id}")))?;
-        let running = self.lock();
-        let status =
-            running.get(&id).and_then(|r| r.handle.as_ref().map(PipelineHandle::status).or_else(|| r.last.clone()));
-        Ok(status.map(|s| s.checkpoints).unwrap_or_default())
+        let mut all: BTreeMap<u64, serde_json::Value> = BTreeMap::new();
+        for (checkpoint, report) in self.store.checkpoints(id).await? {
+            if let Ok(value) = serde_json::from_str(&report) {
+                all.insert(checkpoint, value);
+            }
+        }
+        let live = {
+            let running = self.lock();
+            running.get(&id).and_then(|r| r.handle.as_ref().map(PipelineHandle::status).or_else(|| r.last.clone()))
+        };
+        for report in live.map(|s| s.checkpoints).unwrap_or_default() {
+            if let Ok(value) = serde_json::to_value(&report) {
+                all.insert(report.id, value);
+            }
+        }
+        Ok(all.into_values().collect())
     }
 
     /// Stops pipeline `id`: with a savepoint, or `now` (as a crash would, nothing committed).

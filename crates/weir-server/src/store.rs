@@ -1,7 +1,7 @@
 //! What the service remembers across restarts, in one SQLite database in the data directory:
 //! the catalog (the statements that built it), the pipelines with their SQL, options and
-//! status, every status transition with its time, and their errors. Checkpoints themselves
-//! live in each pipeline's checkpoint directory; their history is the engine's.
+//! status, every status transition with its time, their errors, and the reports of their
+//! finished checkpoints. The checkpoints' state files live in each pipeline's directory.
 //!
 //! rusqlite is synchronous: every call runs on a blocking thread.
 
@@ -32,6 +32,12 @@ CREATE TABLE IF NOT EXISTS transitions (
     detail TEXT
 );
 CREATE TABLE IF NOT EXISTS errors (pipeline_id INTEGER NOT NULL, at_ms INTEGER NOT NULL, message TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    pipeline_id INTEGER NOT NULL,
+    id INTEGER NOT NULL,
+    report TEXT NOT NULL,
+    PRIMARY KEY (pipeline_id, id)
+);
 ";
 
 /// A pipeline as stored.
@@ -191,6 +197,30 @@ impl Store {
         .await
     }
 
+    /// Stores (or replaces) finished checkpoints' reports, as JSON.
+    pub async fn put_checkpoints(&self, id: i64, reports: Vec<(u64, String)>) -> ApiResult<()> {
+        self.with(move |db| {
+            for (checkpoint, report) in &reports {
+                db.execute(
+                    "INSERT OR REPLACE INTO checkpoints (pipeline_id, id, report) VALUES (?1, ?2, ?3)",
+                    params![id, *checkpoint as i64, report],
+                )?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Stored checkpoint reports of pipeline `id`, oldest first.
+    pub async fn checkpoints(&self, id: i64) -> ApiResult<Vec<(u64, String)>> {
+        self.with(move |db| {
+            let mut statement = db.prepare("SELECT id, report FROM checkpoints WHERE pipeline_id = ?1 ORDER BY id")?;
+            let rows = statement.query_map(params![id], |row| Ok((row.get::<_, i64>(0)? as u64, row.get(1)?)))?;
+            rows.collect()
+        })
+        .await
+    }
+
     pub async fn pipelines(&self) -> ApiResult<Vec<PipelineRecord>> {
         self.with(|db| {
             let mut statement = db.prepare(
@@ -232,6 +262,8 @@ impl Store {
     pub async fn delete_pipeline(&self, id: i64) -> ApiResult<()> {
         self.with(move |db| {
             db.execute("DELETE FROM pipelines WHERE id = ?1", params![id])?;
+            db.execute("DELETE FROM checkpoints WHERE pipeline_id = ?1", params![id])?;
+            db.execute("DELETE FROM errors WHERE pipeline_id = ?1", params![id])?;
             db.execute(
                 "INSERT INTO transitions (pipeline_id, status, at_ms) VALUES (?1, 'deleted', ?2)",
                 params![id, now_ms()],
