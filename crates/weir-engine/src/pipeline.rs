@@ -52,6 +52,11 @@ pub struct PipelineConfig {
     /// Fuse forward-connected operators of equal parallelism into one task.
     pub chaining: bool,
     pub restart: RestartPolicy,
+    /// Restore this checkpoint rather than the newest (until this run completes one of its
+    /// own; later failures restore the newest as usual). Its sinks' pending transactions must
+    /// still be committable: resuming an older checkpoint after a newer one reused its Kafka
+    /// transactional ids fails loudly.
+    pub restore_from: Option<u64>,
 }
 
 impl Default for PipelineConfig {
@@ -61,6 +66,7 @@ impl Default for PipelineConfig {
             channel: ChannelBounds::default(),
             chaining: true,
             restart: RestartPolicy::default(),
+            restore_from: None,
         }
     }
 }
@@ -270,10 +276,22 @@ async fn run_attempt(
     shared: &Arc<SharedStatus>,
     next_id: &Arc<AtomicU64>,
 ) -> Result<()> {
-    let manifest = store.latest_manifest().await?;
-    if let Some(manifest) = &manifest {
+    let latest = store.latest_manifest().await?;
+    if let Some(manifest) = &latest {
+        // New checkpoints are numbered after every existing one, even when an older one is
+        // restored.
         next_id.fetch_max(manifest.checkpoint_id + 1, Ordering::SeqCst);
     }
+    let manifest = match config.restore_from {
+        Some(id) if shared.completed_checkpoints() == 0 => {
+            Some(store.manifest(id).await.map_err(|e| Error::Fatal {
+                operator: "pipeline".into(),
+                subtask: 0,
+                message: format!("checkpoint {id} cannot be restored: {e}"),
+            })?)
+        }
+        _ => latest,
+    };
     let registry = Arc::new(MetricsRegistry::default());
     *shared.metrics.lock().unwrap_or_else(|p| p.into_inner()) = registry.clone();
     shared.update(|s| {

@@ -44,7 +44,7 @@ pub struct StatementsRequest {
 pub struct ResumeRequest {
     /// Run at this parallelism instead (state is re-split by key).
     pub parallelism: Option<usize>,
-    /// Resume from this checkpoint rather than the latest (not supported yet).
+    /// Resume from this kept checkpoint rather than the latest.
     pub checkpoint: Option<u64>,
 }
 
@@ -180,15 +180,10 @@ async fn resume_pipeline(
         Ok(b) if b.is_empty() => ResumeRequest::default(),
         _ => body(bytes)?,
     };
-    if request.checkpoint.is_some() {
-        return Err(ApiError::bad_request(
-            "resuming from a named checkpoint is not supported yet: leave out 'checkpoint' to resume from the latest",
-        ));
-    }
     if request.parallelism == Some(0) || request.parallelism.is_some_and(|p| p > 256) {
         return Err(ApiError::bad_request("'parallelism' must be from 1 to 256"));
     }
-    state.manager.clone().resume(id, request.parallelism).await?;
+    state.manager.clone().resume(id, request.parallelism, request.checkpoint).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -107,7 +107,7 @@ impl Manager {
         for record in manager.store.pipelines().await? {
             if matches!(record.status.as_str(), "created" | "running" | "recovering" | "stopping") {
                 let id = record.id;
-                if let Err(error) = manager.clone().resume(id, None).await {
+                if let Err(error) = manager.clone().resume(id, None, None).await {
                     manager.store.set_status(id, "failed", Some(error.body.message.clone())).await?;
                 }
             }
@@ -238,16 +238,7 @@ impl Manager {
                 let detail = status.errors.last().map(|e| e.message.clone());
                 let _ = self.store.set_status(id, "failing", detail).await;
             }
-            let finished: Vec<(u64, String)> = status
-                .checkpoints
-                .iter()
-                .filter(|c| c.status != weir_engine::CheckpointStatus::InProgress && c.id > checkpoints_stored)
-                .filter_map(|c| serde_json::to_string(c).ok().map(|json| (c.id, json)))
-                .collect();
-            if let Some((last, _)) = finished.last() {
-                checkpoints_stored = *last;
-                let _ = self.store.put_checkpoints(id, finished).await;
-            }
+            checkpoints_stored = self.record_checkpoints(id, &status, checkpoints_stored).await;
             let detail = status.errors.last().map(|e| e.message.clone());
             let state = status.state;
             let stopping = self.store.pipeline(id).await.ok().flatten().is_some_and(|p| p.status == "stopping");
@@ -265,6 +256,22 @@ impl Manager {
             }
             tokio::time::sleep(WATCH_EVERY).await;
         }
+    }
+
+    /// Stores the finished checkpoints of `status` newer than `after`; returns the newest id
+    /// stored (or `after`).
+    async fn record_checkpoints(&self, id: i64, status: &PipelineStatus, after: u64) -> u64 {
+        let finished: Vec<(u64, String)> = status
+            .checkpoints
+            .iter()
+            .filter(|c| c.status != weir_engine::CheckpointStatus::InProgress && c.id > after)
+            .filter_map(|c| serde_json::to_string(c).ok().map(|json| (c.id, json)))
+            .collect();
+        let newest = finished.last().map_or(after, |(last, _)| *last);
+        if !finished.is_empty() && self.store.put_checkpoints(id, finished).await.is_err() {
+            return after;
+        }
+        newest
     }
 
     pub async fn list(&self) -> ApiResult<Vec<PipelineRecord>> {
@@ -330,6 +337,8 @@ impl Manager {
             self.store.pipeline(id).await?.ok_or_else(|| ApiError::not_found(format!("no pipeline {id}")))?;
             return Err(ApiError::conflict(format!("pipeline {id} is not running")));
         };
+        // The watcher stops with the handle gone: the history so far is stored here.
+        self.record_checkpoints(id, &handle.status(), 0).await;
         if now {
             handle.kill().await;
             self.store.set_status(id, "stopped", Some("stopped at once, without a savepoint".into())).await?;
@@ -338,7 +347,17 @@ impl Manager {
         self.store.set_status(id, "stopping", None).await?;
         let manager = self.clone();
         tokio::spawn(async move {
-            let (status, detail) = match handle.stop().await {
+            handle.request_stop();
+            while !handle.is_finished() {
+                tokio::time::sleep(WATCH_EVERY).await;
+            }
+            // The savepoint's report too, and what the client sees of the stopped pipeline.
+            let last = handle.status();
+            manager.record_checkpoints(id, &last, 0).await;
+            if let Some(running) = manager.lock().get_mut(&id) {
+                running.last = Some(last);
+            }
+            let (status, detail) = match handle.wait().await {
                 Ok(()) => ("stopped", Some("stopped with a savepoint".to_string())),
                 Err(error) => ("failed", Some(format!("stopping: {error}"))),
             };
@@ -347,9 +366,14 @@ impl Manager {
         Ok(())
     }
 
-    /// Starts pipeline `id` again from its latest completed checkpoint, optionally at another
-    /// parallelism.
-    pub async fn resume(self: Arc<Self>, id: i64, parallelism: Option<usize>) -> ApiResult<()> {
+    /// Starts pipeline `id` again from its latest completed checkpoint (or `checkpoint`, one
+    /// still kept), optionally at another parallelism.
+    pub async fn resume(
+        self: Arc<Self>,
+        id: i64,
+        parallelism: Option<usize>,
+        checkpoint: Option<u64>,
+    ) -> ApiResult<()> {
         let record = self.store.pipeline(id).await?.ok_or_else(|| ApiError::not_found(format!("no pipeline {id}")))?;
         if self.lock().get(&id).is_some_and(|r| r.handle.is_some()) {
             return Err(ApiError::conflict(format!("pipeline {id} is running already")));
@@ -364,6 +388,17 @@ impl Manager {
         let Some(Output::Pipeline(mut planned)) = outputs.into_iter().next_back() else {
             return Err(ApiError::internal(format!("pipeline {id}'s SQL no longer plans a pipeline")));
         };
+        if let Some(wanted) = checkpoint {
+            let dir = self.checkpoint_dir(id);
+            let store = StateStore::local(&dir).map_err(|e| ApiError::internal(format!("{}: {e}", dir.display())))?;
+            let kept = store.completed_checkpoints().await.map_err(|e| ApiError::internal(e.to_string()))?;
+            if !kept.contains(&wanted) {
+                return Err(ApiError::not_found(format!(
+                    "pipeline {id} keeps no checkpoint {wanted} (kept: {kept:?})"
+                )));
+            }
+            planned.config.restore_from = Some(wanted);
+        }
         if let Some(parallelism) = parallelism {
             planned.graph = planned.graph.with_parallelism(parallelism);
             self.store.set_parallelism(id, parallelism as i64).await?;

@@ -202,6 +202,24 @@ fn every_route_works_over_http() {
     assert_eq!(statuses, vec!["created", "running", "stopping", "stopped", "running"]);
     assert_eq!(server.call("POST", &format!("/api/v1/pipelines/{id}/stop-now"), None).0, 204);
     assert_eq!(server.status_of(id), "stopped");
+    // Resume from a named checkpoint: the oldest one still kept.
+    let (_, kept) = server.json("GET", &format!("/api/v1/pipelines/{id}/checkpoints"), None);
+    let completed: Vec<u64> = kept
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"]["status"] == "completed")
+        .filter_map(|c| c["id"].as_u64())
+        .collect();
+    assert!(!completed.is_empty(), "{kept}");
+    let named = completed[completed.len().saturating_sub(3)];
+    let (status, body) =
+        server.json("POST", &format!("/api/v1/pipelines/{id}/resume"), Some(json!({"checkpoint": named})));
+    assert_eq!(status, 204, "{body}");
+    server.wait_for_status(id, "running", Duration::from_secs(10));
+    let (_, view) = server.json("GET", &format!("/api/v1/pipelines/{id}"), None);
+    assert_eq!(view["restored_from"].as_u64(), Some(named), "{view}");
+    assert_eq!(server.call("POST", &format!("/api/v1/pipelines/{id}/stop-now"), None).0, 204);
     assert_eq!(server.call("DELETE", &format!("/api/v1/pipelines/{id}"), None).0, 204);
     assert_eq!(server.json("GET", &format!("/api/v1/pipelines/{id}"), None).0, 404);
 }
@@ -253,12 +271,12 @@ fn errors_are_json_4xx_with_a_stable_code() {
     let (_, created) = server.sql(&format!("{NEXMARK} SELECT bid.price FROM nexmark WHERE event_type = 2"));
     let id = created[2]["id"].as_i64().unwrap();
     expect(server.json("POST", &format!("/api/v1/pipelines/{id}/resume"), None), 409, "conflict");
-    expect(
-        server.json("POST", &format!("/api/v1/pipelines/{id}/resume"), Some(json!({"checkpoint": 1}))),
-        400,
-        "bad_request",
-    );
     assert_eq!(server.call("POST", &format!("/api/v1/pipelines/{id}/stop-now"), None).0, 204);
+    expect(
+        server.json("POST", &format!("/api/v1/pipelines/{id}/resume"), Some(json!({"checkpoint": 999}))),
+        404,
+        "not_found",
+    );
     expect(server.json("POST", &format!("/api/v1/pipelines/{id}/stop"), None), 409, "conflict");
     expect(
         server.json("POST", &format!("/api/v1/pipelines/{id}/resume"), Some(json!({"parallelism": 0}))),
