@@ -20,6 +20,12 @@ pub struct OperatorMetrics {
     pub watermark: AtomicI64,
     /// Input records a source could not decode and skipped or sent to a dead-letter topic.
     pub bad_records: AtomicU64,
+    /// Transactions a two-phase-commit sink subtask committed (at checkpoint complete or in
+    /// recovery).
+    pub transactions_committed: AtomicU64,
+    /// Transactions a two-phase-commit sink subtask aborted (lingering ones fenced in
+    /// recovery, the open one at shutdown).
+    pub transactions_aborted: AtomicU64,
 }
 
 impl Default for OperatorMetrics {
@@ -31,6 +37,8 @@ impl Default for OperatorMetrics {
             backpressure_ns: AtomicU64::new(0),
             watermark: AtomicI64::new(i64::MIN),
             bad_records: AtomicU64::new(0),
+            transactions_committed: AtomicU64::new(0),
+            transactions_aborted: AtomicU64::new(0),
         }
     }
 }
@@ -45,6 +53,8 @@ pub struct OperatorSample {
     pub backpressure_ms: u64,
     pub watermark: Option<i64>,
     pub bad_records: u64,
+    pub transactions_committed: u64,
+    pub transactions_aborted: u64,
 }
 
 /// A point-in-time copy of one channel's counters.
@@ -101,6 +111,8 @@ impl MetricsRegistry {
                     backpressure_ms: m.backpressure_ns.load(Ordering::Relaxed) / 1_000_000,
                     watermark: (watermark != i64::MIN).then_some(watermark),
                     bad_records: m.bad_records.load(Ordering::Relaxed),
+                    transactions_committed: m.transactions_committed.load(Ordering::Relaxed),
+                    transactions_aborted: m.transactions_aborted.load(Ordering::Relaxed),
                 }
             })
             .collect()

@@ -1,12 +1,13 @@
 //! `weir serve`: streaming SQL over HTTP. [`api`] holds the routes, [`manager`] the pipelines
 //! and their lifecycle, [`store`] what survives a restart (SQLite in the data directory),
-//! [`config`] the typed configuration, [`metrics`] the Prometheus page.
+//! [`config`] the typed configuration, [`metrics`] the Prometheus page, [`rates`] the per-operator rates.
 
 pub mod api;
 pub mod config;
 pub mod error;
 pub mod manager;
 pub mod metrics;
+pub mod rates;
 pub mod store;
 
 use tokio::net::TcpListener;

@@ -21,6 +21,7 @@ use weir_state::StateStore;
 
 use crate::config::ServerConfig;
 use crate::error::{ApiError, ApiResult};
+use crate::rates::{OperatorView, RateWindow};
 use crate::store::{PipelineRecord, Store, now_ms};
 
 /// How often a running pipeline's engine status is copied into the store.
@@ -42,6 +43,8 @@ struct Running {
     started: Instant,
     /// The engine's last status, kept after the handle is gone.
     last: Option<PipelineStatus>,
+    /// Recent operator counters, for rates.
+    rates: RateWindow,
 }
 
 pub struct Manager {
@@ -61,9 +64,11 @@ pub struct PipelineView {
     pub graph: Vec<String>,
     pub restarts: Option<u32>,
     pub restored_from: Option<u64>,
-    /// Per operator subtask: records in and out, back-pressure, watermark, bad records.
+    /// Per operator subtask: records in and out and their rates over the last seconds,
+    /// back-pressure (total and ratio), watermark, bad records, transactions committed and
+    /// aborted.
     #[schema(value_type = Object)]
-    pub operators: serde_json::Value,
+    pub operators: Vec<OperatorView>,
     pub errors: Vec<ErrorView>,
     pub transitions: Vec<crate::store::Transition>,
 }
@@ -206,7 +211,14 @@ impl Manager {
             .map_err(|e| ApiError::bad_request(format!("starting the pipeline: {e}")))?;
         self.lock().insert(
             id,
-            Running { handle: Some(handle), preview: planned.preview, graph, started: Instant::now(), last: None },
+            Running {
+                handle: Some(handle),
+                preview: planned.preview,
+                graph,
+                started: Instant::now(),
+                last: None,
+                rates: RateWindow::default(),
+            },
         );
         self.store.set_status(id, "running", None).await?;
         tokio::spawn(self.clone().watch(id));
@@ -223,11 +235,12 @@ impl Manager {
         let mut checkpoints_stored = 0;
         loop {
             let status = {
-                let running = self.lock();
-                match running.get(&id).and_then(|r| r.handle.as_ref()) {
-                    Some(handle) => handle.status(),
-                    None => return,
-                }
+                let mut running = self.lock();
+                let Some(running) = running.get_mut(&id) else { return };
+                let Some(handle) = running.handle.as_ref() else { return };
+                let status = handle.status();
+                running.rates.push(Instant::now(), handle.metrics().operators());
+                status
             };
             let new_errors = status.errors.len() > errors_seen;
             for error in status.errors.iter().skip(errors_seen) {
@@ -286,10 +299,7 @@ impl Manager {
         let running = self.lock();
         let live = running.get(&id);
         let status = live.and_then(|r| r.handle.as_ref().map(PipelineHandle::status).or_else(|| r.last.clone()));
-        let operators = live
-            .and_then(|r| r.handle.as_ref())
-            .map(|h| serde_json::to_value(h.metrics().operators()).unwrap_or_default())
-            .unwrap_or(serde_json::Value::Array(Vec::new()));
+        let operators = live.filter(|r| r.handle.is_some()).map(|r| r.rates.views()).unwrap_or_default();
         Ok(PipelineView {
             uptime_ms: live.filter(|r| r.handle.is_some()).map(|r| r.started.elapsed().as_millis() as u64),
             graph: live.map(|r| r.graph.lines().map(str::to_string).collect()).unwrap_or_default(),

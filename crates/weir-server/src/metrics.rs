@@ -1,5 +1,5 @@
 //! `GET /metrics`: Prometheus text for every live pipeline: per operator subtask records in
-//! and out, back-pressure and bad records; per pipeline restarts and its checkpoints' count,
+//! and out, back-pressure, bad records and Kafka transactions committed and aborted; per pipeline restarts and its checkpoints' count,
 //! last duration and size.
 
 use std::fmt::Write;
@@ -47,6 +47,18 @@ pub fn prometheus_text(live: &[(i64, PipelineStatus, Vec<OperatorSample>)]) -> S
         "counter",
         "Input records skipped or dead-lettered.",
         operators(|o| o.bad_records as f64),
+    );
+    family(
+        "weir_transactions_committed_total",
+        "counter",
+        "Kafka transactions a sink subtask committed.",
+        operators(|o| o.transactions_committed as f64),
+    );
+    family(
+        "weir_transactions_aborted_total",
+        "counter",
+        "Kafka transactions a sink subtask aborted (lingering ones in recovery, the open one at shutdown).",
+        operators(|o| o.transactions_aborted as f64),
     );
     let pipelines = |value: fn(&PipelineStatus) -> f64| {
         live.iter().map(|(id, status, _)| (format!("pipeline=\"{id}\""), value(status))).collect::<Vec<_>>()

@@ -30,6 +30,7 @@
 //! exactly this.)
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -41,6 +42,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Message};
+use weir_engine::metrics::OperatorMetrics;
 use weir_engine::{RestoredState, StateTable, SubtaskInfo};
 
 use super::connection::KafkaConnection;
@@ -173,6 +175,8 @@ pub(crate) struct KafkaWriter {
     timeout_ms: u32,
     client: TransactionsClient,
     mode: Option<Mode>,
+    /// The subtask's counters: transactions committed and aborted.
+    metrics: Arc<OperatorMetrics>,
 }
 
 impl KafkaWriter {
@@ -186,7 +190,7 @@ impl KafkaWriter {
         timeout_ms: u32,
     ) -> Self {
         let client = TransactionsClient::new(&connection.bootstrap);
-        Self { connection, topic, delivery, prefix, timeout_ms, client, mode: None }
+        Self { connection, topic, delivery, prefix, timeout_ms, client, mode: None, metrics: Arc::default() }
     }
 
     fn slot_id(&self, subtask: usize, k: usize) -> String {
@@ -195,6 +199,7 @@ impl KafkaWriter {
 
     /// Starts the writer; with exactly-once, first recovers what `restored` recorded.
     pub(crate) async fn open(&mut self, info: &SubtaskInfo, restored: &RestoredState) -> Result<(), OpenError> {
+        self.metrics = info.metrics.clone();
         self.mode = Some(match self.delivery {
             Delivery::ExactlyOnce => {
                 let committed = self.recover(info, restored).await?;
@@ -266,6 +271,7 @@ impl KafkaWriter {
                     "recovery committed a pending transaction"
                 );
                 committed.insert(pending.transactional_id.clone());
+                self.metrics.transactions_committed.fetch_add(1, Ordering::Relaxed);
                 // A crash here leaves some of the checkpoint's transactions committed and
                 // others not: the next recovery must finish the job.
                 fail::fail_point!("weir::mid_recovery_commit", |_| {
@@ -295,6 +301,7 @@ impl KafkaWriter {
                     let timeout = i32::try_from(self.timeout_ms).unwrap_or(i32::MAX);
                     let fenced = self.client.fence(&id, timeout).await;
                     fenced.map_err(|e| OpenError::Retry(format!("aborting lingering {id}: {e}")))?;
+                    self.metrics.transactions_aborted.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(transactional_id = id, state, "recovery aborted a lingering transaction");
                 }
             }
@@ -464,6 +471,7 @@ impl KafkaWriter {
                         producer.commit_transaction(BLOCKING_TIMEOUT).map_err(|e| format!("{id}: commit: {e}"))
                     })
                     .await?;
+                    self.metrics.transactions_committed.fetch_add(1, Ordering::Relaxed);
                     // A crash here leaves this sink committed and others (or other subtasks)
                     // not: recovery commits the rest from the checkpoint.
                     fail::fail_point!("weir::after_transaction_commit", |_| {
@@ -491,6 +499,7 @@ impl KafkaWriter {
             let id = slots[*k].id.clone();
             blocking(move || producer.abort_transaction(BLOCKING_TIMEOUT).map_err(|e| format!("{id}: abort: {e}")))
                 .await?;
+            self.metrics.transactions_aborted.fetch_add(1, Ordering::Relaxed);
         }
         // Destroying a librdkafka client waits for its threads: not on an async worker.
         let mode = self.mode.take();

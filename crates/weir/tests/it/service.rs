@@ -419,6 +419,12 @@ fn a_killed_server_resumes_its_kafka_pipeline_exactly_once() {
     // the kill may be missing from it; earlier ones are there.
     assert!(ids.iter().any(|i| *i < restored), "the checkpoint history from before the kill is kept: {ids:?}");
     assert_exactly_once(pipeline, &outputs, &view.to_string());
+    // The sink's transactions are counted, in the view and on the metrics page.
+    let committed: u64 =
+        view["operators"].as_array().unwrap().iter().filter_map(|o| o["transactions_committed"].as_u64()).sum();
+    assert!(committed > 0, "{view}");
+    let (_, metrics) = server.call("GET", "/metrics", None);
+    assert!(metrics.contains(&format!("weir_transactions_committed_total{{pipeline=\"{id}\"")), "{metrics}");
 }
 
 /// One server, two pipelines: one fails over and over (its input file is not JSON), the other
@@ -459,4 +465,9 @@ fn a_failing_pipeline_does_not_disturb_another() {
     std::thread::sleep(Duration::from_millis(1_000));
     assert!(records(good) > before, "the healthy pipeline stalled");
     assert_eq!(server.status_of(good), "running");
+    // Its view has rates over the last seconds, not just totals.
+    let (_, view) = server.json("GET", &format!("/api/v1/pipelines/{good}"), None);
+    let operators = view["operators"].as_array().unwrap();
+    assert!(operators.iter().any(|o| o["records_out_per_second"].as_f64() > Some(0.0)), "{view}");
+    assert!(operators.iter().all(|o| o["backpressure_ratio"].as_f64().is_some_and(|r| (0.0..=1.0).contains(&r))));
 }
