@@ -21,6 +21,7 @@ use weir_state::StateStore;
 
 use crate::config::ServerConfig;
 use crate::error::{ApiError, ApiResult};
+use crate::metrics::LivePipeline;
 use crate::rates::{OperatorView, RateWindow};
 use crate::store::{PipelineRecord, Store, now_ms};
 
@@ -468,10 +469,17 @@ impl Manager {
     }
 
     /// Every live pipeline's status and counters, for the metrics page.
-    pub fn live(&self) -> Vec<(i64, PipelineStatus, Vec<weir_engine::metrics::OperatorSample>)> {
+    pub fn live(&self) -> Vec<LivePipeline> {
         self.lock()
             .iter()
-            .filter_map(|(id, r)| r.handle.as_ref().map(|h| (*id, h.status(), h.metrics().operators())))
+            .filter_map(|(id, r)| {
+                r.handle.as_ref().map(|h| LivePipeline {
+                    id: *id,
+                    status: h.status(),
+                    operators: h.metrics().operators(),
+                    channels: h.metrics().channels(),
+                })
+            })
             .collect()
     }
 }

@@ -1,13 +1,22 @@
 //! `GET /metrics`: Prometheus text for every live pipeline: per operator subtask records in
-//! and out, back-pressure, bad records and Kafka transactions committed and aborted; per pipeline restarts and its checkpoints' count,
+//! and out, back-pressure, bad records and Kafka transactions committed and aborted; per
+//! channel records, bytes and blocked time; per pipeline restarts and its checkpoints' count,
 //! last duration and size.
 
 use std::fmt::Write;
 
-use weir_engine::metrics::OperatorSample;
+use weir_engine::metrics::{ChannelSample, OperatorSample};
 use weir_engine::{CheckpointStatus, PipelineStatus};
 
-pub fn prometheus_text(live: &[(i64, PipelineStatus, Vec<OperatorSample>)]) -> String {
+/// What the metrics page shows of one live pipeline.
+pub struct LivePipeline {
+    pub id: i64,
+    pub status: PipelineStatus,
+    pub operators: Vec<OperatorSample>,
+    pub channels: Vec<ChannelSample>,
+}
+
+pub fn prometheus_text(live: &[LivePipeline]) -> String {
     let mut out = String::new();
     let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, f64)>| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -17,9 +26,9 @@ pub fn prometheus_text(live: &[(i64, PipelineStatus, Vec<OperatorSample>)]) -> S
     };
     let operators = |value: fn(&OperatorSample) -> f64| {
         live.iter()
-            .flat_map(|(id, _, ops)| {
-                ops.iter().map(move |o| {
-                    (format!("pipeline=\"{id}\",operator=\"{}\",subtask=\"{}\"", o.operator, o.subtask), value(o))
+            .flat_map(|p| {
+                p.operators.iter().map(move |o| {
+                    (format!("pipeline=\"{}\",operator=\"{}\",subtask=\"{}\"", p.id, o.operator, o.subtask), value(o))
                 })
             })
             .collect::<Vec<_>>()
@@ -60,8 +69,39 @@ pub fn prometheus_text(live: &[(i64, PipelineStatus, Vec<OperatorSample>)]) -> S
         "Kafka transactions a sink subtask aborted (lingering ones in recovery, the open one at shutdown).",
         operators(|o| o.transactions_aborted as f64),
     );
+    let channels = |value: fn(&ChannelSample) -> f64| {
+        live.iter()
+            .flat_map(|p| {
+                p.channels.iter().map(move |c| {
+                    let labels = format!(
+                        "pipeline=\"{}\",from=\"{}\",from_subtask=\"{}\",to=\"{}\",to_subtask=\"{}\"",
+                        p.id, c.from, c.from_subtask, c.to, c.to_subtask
+                    );
+                    (labels, value(c))
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    family(
+        "weir_channel_records_total",
+        "counter",
+        "Records sent over a channel between two tasks.",
+        channels(|c| c.records as f64),
+    );
+    family(
+        "weir_channel_bytes_total",
+        "counter",
+        "Bytes (Arrow buffer sizes) sent over a channel between two tasks.",
+        channels(|c| c.bytes as f64),
+    );
+    family(
+        "weir_channel_blocked_seconds_total",
+        "counter",
+        "Time senders waited for room in a channel (back-pressure).",
+        channels(|c| c.blocked_ms as f64 / 1000.0),
+    );
     let pipelines = |value: fn(&PipelineStatus) -> f64| {
-        live.iter().map(|(id, status, _)| (format!("pipeline=\"{id}\""), value(status))).collect::<Vec<_>>()
+        live.iter().map(|p| (format!("pipeline=\"{}\"", p.id), value(&p.status))).collect::<Vec<_>>()
     };
     family("weir_restarts_total", "counter", "Restarts after failures.", pipelines(|s| f64::from(s.restarts)));
     family(
@@ -91,4 +131,57 @@ fn completed(status: &PipelineStatus) -> usize {
 
 fn last(status: &PipelineStatus) -> Option<&weir_engine::CheckpointReport> {
     status.checkpoints.iter().rev().find(|c| c.status == CheckpointStatus::Completed)
+}
+
+#[cfg(test)]
+mod tests {
+    use weir_engine::PipelineState;
+
+    use super::*;
+
+    #[test]
+    fn channels_and_transactions_are_on_the_page() {
+        let live = LivePipeline {
+            id: 7,
+            status: PipelineStatus {
+                state: PipelineState::Running,
+                attempts: 1,
+                restarts: 0,
+                restored_from: None,
+                errors: Vec::new(),
+                checkpoints: Vec::new(),
+            },
+            operators: vec![OperatorSample {
+                operator: "kafka_sink".into(),
+                subtask: 1,
+                records_in: 10,
+                records_out: 0,
+                backpressure_ms: 1500,
+                watermark: None,
+                bad_records: 0,
+                transactions_committed: 4,
+                transactions_aborted: 1,
+            }],
+            channels: vec![ChannelSample {
+                from: "kafka".into(),
+                from_subtask: 0,
+                to: "window".into(),
+                to_subtask: 1,
+                records: 10,
+                bytes: 4096,
+                blocked_ms: 20,
+                queued_batches: 0,
+            }],
+        };
+        let text = prometheus_text(&[live]);
+        for line in [
+            "weir_transactions_committed_total{pipeline=\"7\",operator=\"kafka_sink\",subtask=\"1\"} 4",
+            "weir_transactions_aborted_total{pipeline=\"7\",operator=\"kafka_sink\",subtask=\"1\"} 1",
+            "weir_backpressure_seconds_total{pipeline=\"7\",operator=\"kafka_sink\",subtask=\"1\"} 1.5",
+            "weir_channel_bytes_total{pipeline=\"7\",from=\"kafka\",from_subtask=\"0\",to=\"window\",to_subtask=\"1\"} 4096",
+            "weir_restarts_total{pipeline=\"7\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+        }
+    }
 }
