@@ -180,6 +180,71 @@ async fn regular_joins_leave_the_batch_answer() {
     assert!(rows.iter().any(|r| r.ends_with("NULL | NULL")), "some persons have no auction in category 10");
 }
 
+/// RIGHT and FULL regular joins: rows of an outer side are emitted padded, then taken back
+/// when their first match arrives, on either side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn right_and_full_joins_leave_the_batch_answer() {
+    let (rows, _) = same_as_batch(&format!(
+        "SELECT a.id, a.category, p.id, p.state FROM {PERSONS} p RIGHT JOIN {AUCTIONS} a ON p.id = a.seller AND p.state = 'OR'"
+    ))
+    .await;
+    assert!(rows.iter().any(|r| r.ends_with("NULL | NULL")), "some auctions have no seller in Oregon");
+    assert!(rows.iter().any(|r| r.ends_with("OR")), "some have");
+    let (rows, description) = same_as_batch(&format!(
+        "SELECT p.id, p.state, a.id, a.category FROM {PERSONS} p FULL JOIN {AUCTIONS} a ON p.id = a.seller AND a.category = 10 AND p.state = 'OR'"
+    ))
+    .await;
+    assert!(rows.iter().any(|r| r.starts_with("NULL | NULL")), "unmatched auctions");
+    assert!(rows.iter().any(|r| r.ends_with("NULL | NULL")), "unmatched persons");
+    assert!(rows.iter().any(|r| !r.contains("NULL")), "matched pairs");
+    assert!(description.contains("join"), "{description}");
+}
+
+/// Interval and window joins, full outer: unmatched rows of both sides when they expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_interval_joins_equal_the_batch_answer() {
+    let (rows, description) = same_as_batch(&format!(
+        "SELECT a.id, b.price FROM {AUCTIONS} a FULL JOIN {BIDS} b ON a.id = b.auction \
+         AND b.date_time BETWEEN a.date_time - INTERVAL '5' MILLISECOND AND a.date_time + INTERVAL '10' MILLISECOND"
+    ))
+    .await;
+    assert!(rows.iter().any(|r| r.starts_with("NULL")), "bids without an auction in the interval");
+    assert!(rows.iter().any(|r| r.ends_with("NULL")), "auctions without a bid in the interval");
+    assert!(description.contains("interval_join"), "{description}");
+}
+
+/// UNION ALL of two streams, UNION (an updating DISTINCT over them), and a window over a
+/// UNION ALL (the event time survives; the watermark is the least of the inputs').
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unions_equal_the_batch_answer() {
+    let (rows, description) = same_as_batch(
+        "SELECT bid.auction AS id, date_time FROM nexmark WHERE event_type = 2 AND bid.price > 5000000 \
+         UNION ALL SELECT auction.id, date_time FROM nexmark WHERE event_type = 1",
+    )
+    .await;
+    assert!(rows.len() > 1000, "{}", rows.len());
+    assert!(description.contains("union"), "{description}");
+    let (rows, _) = same_as_batch(
+        "SELECT person.state AS state FROM nexmark WHERE event_type = 0 \
+         UNION SELECT person.state FROM nexmark WHERE event_type = 0 AND person.city = 'Phoenix'",
+    )
+    .await;
+    assert!(rows.len() > 3, "{rows:?}");
+    let (rows, _) = same_as_batch(
+        "SELECT tumble(date_time, INTERVAL '100' MILLISECOND) AS w, count(*) AS n FROM \
+         (SELECT date_time FROM nexmark WHERE event_type = 0 UNION ALL SELECT date_time FROM nexmark WHERE event_type = 1) \
+         GROUP BY tumble(date_time, INTERVAL '100' MILLISECOND)",
+    )
+    .await;
+    assert_eq!(rows.len(), 20, "{rows:?}");
+    // A union of an updating and an append-only input is updating.
+    same_as_batch(
+        "SELECT auction.category AS c, count(*) AS n FROM nexmark WHERE event_type = 1 GROUP BY auction.category \
+         UNION ALL SELECT auction.category, auction.id FROM nexmark WHERE event_type = 1 AND auction.id % 100 = 0",
+    )
+    .await;
+}
+
 /// The interval is wider than the watermark delay, so state dropped too early (a bound of the
 /// wrong side, say) loses rows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

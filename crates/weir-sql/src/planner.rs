@@ -19,7 +19,7 @@ use datafusion::logical_expr::ColumnUnnestList;
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{
-    Aggregate, BinaryExpr, Expr, ExprSchemable, Join, JoinType, LogicalPlan, Operator as BinaryOperator,
+    Aggregate, BinaryExpr, Expr, ExprSchemable, Join, JoinType, LogicalPlan, Operator as BinaryOperator, Union,
     utils::split_conjunction,
 };
 use datafusion::physical_expr::PhysicalExpr;
@@ -28,7 +28,7 @@ use datafusion::physical_expr::expressions::{Column as PhysicalColumn, Literal};
 use weir_connectors::filesystem::{FileFormat, FileSink, FileSource};
 use weir_connectors::kafka::{KafkaSink, KafkaSource};
 use weir_connectors::nexmark::{NexmarkConfig, NexmarkSource};
-use weir_engine::changelog::changelog_schema;
+use weir_engine::changelog::{Change, changelog_schema};
 use weir_engine::operators::{
     ALL_IN_ONE, Blackhole, Expiry, JoinKind, JoinSide, PreviewBuffer, PreviewSink, Stateless, Step, StreamingJoin,
     UpdatingAggregate, WatermarkAssigner, WindowAggregate, WindowKind, WindowRank, join_key_column,
@@ -414,6 +414,7 @@ impl Planner<'_> {
                 }
             }
             LogicalPlan::Join(join) => self.join(join),
+            LogicalPlan::Union(union) => self.union(union),
             LogicalPlan::Unnest(unnest) => {
                 let mut stream = self.plan(&unnest.input)?;
                 let [(list, ColumnUnnestList { depth: 1, .. })] = unnest.list_type_columns.as_slice() else {
@@ -448,6 +449,51 @@ impl Planner<'_> {
             ),
             other => plan_err!("{} is not supported yet in a streaming query", other.display()),
         }
+    }
+
+    /// UNION ALL: every input projected onto the union's schema, all feeding one pass-through
+    /// node whose watermark is the least of theirs. (UNION without ALL is DataFusion's
+    /// aggregate over this: an updating DISTINCT.) If any input is updating, so is the union,
+    /// and the append-only inputs' rows are inserts.
+    fn union(&mut self, union: &Union) -> Result<Stream> {
+        let inputs = union.inputs.iter().map(|input| self.plan(input)).collect::<Result<Vec<_>>>()?;
+        let updating = inputs.iter().any(|s| s.updating);
+        let output = union.schema.as_arrow();
+        let schema = if updating { changelog_schema(output) } else { Arc::new(output.clone()) };
+        // A column stays a time attribute if it is the same one in every input.
+        let times: HashMap<usize, TimeAttr> = inputs[0]
+            .times
+            .iter()
+            .filter(|(column, time)| inputs.iter().all(|s| s.times.get(column) == Some(time)))
+            .map(|(column, time)| (*column, *time))
+            .collect();
+        let count = inputs.len();
+        let mut nodes = Vec::new();
+        for mut stream in inputs {
+            let mut exprs: Vec<Arc<dyn PhysicalExpr>> = output
+                .fields()
+                .iter()
+                .enumerate()
+                .map(|(i, field)| Arc::new(PhysicalColumn::new(field.name(), i)) as Arc<dyn PhysicalExpr>)
+                .collect();
+            if updating && !stream.updating {
+                exprs.push(Arc::new(Literal::new(ScalarValue::Utf8(Some(Change::Insert.code().to_string())))));
+            }
+            stream.steps.push(Step::Project { exprs, schema: schema.clone() });
+            nodes.push(self.materialize(stream, "select"));
+        }
+        let name = self.name("union");
+        let pass_through = Stateless::new(Vec::new());
+        let node = self.graph.add_operator(
+            &name,
+            self.parallelism(),
+            count,
+            Arc::new(move |_| Ok(Box::new(pass_through.clone()))),
+        );
+        for (index, input) in nodes.into_iter().enumerate() {
+            self.graph.connect(input, node, index, Partitioning::Forward);
+        }
+        Ok(Stream { node, steps: Vec::new(), times, updating })
     }
 
     /// `ROW_NUMBER() OVER (PARTITION BY window_start, ... ORDER BY ...)` over a window's output:
@@ -690,10 +736,13 @@ impl Planner<'_> {
         let kind = match join.join_type {
             JoinType::Inner => JoinKind::Inner,
             JoinType::Left => JoinKind::Left,
+            JoinType::Right => JoinKind::Right,
+            JoinType::Full => JoinKind::Full,
             JoinType::LeftSemi => JoinKind::LeftSemi,
             JoinType::LeftAnti => JoinKind::LeftAnti,
-            JoinType::Right => plan_err!("RIGHT JOIN is not supported yet: swap the two sides and write LEFT JOIN"),
-            other => plan_err!("{other} JOIN is not supported yet: weir runs INNER and LEFT joins"),
+            other => plan_err!(
+                "{other} JOIN is not supported yet: weir runs INNER, LEFT, RIGHT and FULL joins, and EXISTS / IN subqueries"
+            ),
         };
         if join.on.is_empty() {
             plan_err!(
@@ -709,9 +758,9 @@ impl Planner<'_> {
         let (left_schema, right_schema) = (join.left.schema(), join.right.schema());
         let left_width = left_schema.fields().len();
         // Pairs have the left columns then the right ones (as the join's own schema for inner
-        // and left joins; semi and anti joins output the left ones only).
+        // and outer joins; semi and anti joins output the left ones only).
         let combined = match kind {
-            JoinKind::Inner | JoinKind::Left => join.schema.as_ref().clone(),
+            JoinKind::Inner | JoinKind::Left | JoinKind::Right | JoinKind::Full => join.schema.as_ref().clone(),
             JoinKind::LeftSemi | JoinKind::LeftAnti => left_schema.join(right_schema)?,
         };
         // Window join: a pair of keys that are both starts of windows of one size.

@@ -6,11 +6,13 @@
 //! How long a stored row is kept decides the kind of join:
 //! - an *interval join* (`a.ts BETWEEN b.ts - x AND b.ts + y`) or a *window join* (both sides
 //!   grouped into the same windows) keeps a row until the watermark shows that no row that can
-//!   still arrive on the other side can match it ([`Expiry`]); its output is append-only, and a
-//!   left join emits a left row that never matched, padded with nulls, when it expires;
+//!   still arrive on the other side can match it ([`Expiry`]); its output is append-only, and an
+//!   outer join emits a row of its outer side(s) that never matched, padded with nulls, when
+//!   it expires;
 //! - a *regular join* keeps rows until they have been idle for the time-to-live (processing
-//!   time, forever without one). A regular left join is updating: a left row is emitted padded
-//!   with nulls at once, and retracted (`-D`) when its first match arrives.
+//!   time, forever without one). A regular outer (left, right, full) join is updating: a row of
+//!   an outer side is emitted padded with nulls at once, and retracted (`-D`) when its first
+//!   match arrives.
 //!
 //! The snapshot holds each side's stored rows keyed by the hash of their join key.
 
@@ -47,6 +49,10 @@ pub enum JoinKind {
     Inner,
     /// Every left row: joined, or padded with nulls when it has no match.
     Left,
+    /// Every right row: joined, or padded with nulls when it has no match.
+    Right,
+    /// Every row of both sides: joined, or padded with nulls when it has no match.
+    Full,
     /// The left rows that have a match, once each, left columns only.
     LeftSemi,
     /// The left rows that have no match, left columns only.
@@ -54,9 +60,20 @@ pub enum JoinKind {
 }
 
 impl JoinKind {
-    /// Whether left rows without a match are output (padded with nulls for a left join).
-    fn emits_unmatched(self) -> bool {
-        matches!(self, JoinKind::Left | JoinKind::LeftAnti)
+    /// Whether rows of `side` (0 left, 1 right) without a match are output (padded with nulls,
+    /// or alone for an anti join).
+    fn emits_unmatched(self, side: usize) -> bool {
+        match self {
+            JoinKind::Left | JoinKind::LeftAnti => side == 0,
+            JoinKind::Right => side == 1,
+            JoinKind::Full => true,
+            JoinKind::Inner | JoinKind::LeftSemi => false,
+        }
+    }
+
+    /// Whether the output is pairs of both sides' columns (not the left side's alone).
+    fn emits_pairs(self) -> bool {
+        matches!(self, JoinKind::Inner | JoinKind::Left | JoinKind::Right | JoinKind::Full)
     }
 }
 
@@ -91,9 +108,9 @@ pub struct StreamingJoin {
     key_types: Vec<DataType>,
     /// The join's other conditions, over left columns then right columns.
     filter: Option<Arc<dyn PhysicalExpr>>,
-    /// Left columns then right columns (nullable on the right for a left join).
+    /// Left columns then right columns (nullable on an outer join's inner side).
     combined: SchemaRef,
-    /// The output: the combined columns (inner and left joins) or the left ones (semi and
+    /// The output: the combined columns (inner and outer joins) or the left ones (semi and
     /// anti joins), and the change column for an updating join.
     output: SchemaRef,
     ttl: StateTtl,
@@ -161,10 +178,10 @@ impl StreamingJoin {
         }
     }
 
-    /// Whether the output is a changelog: a regular (non-expiring) left or anti join, whose
+    /// Whether the output is a changelog: a regular (non-expiring) outer or anti join, whose
     /// unmatched rows are taken back when a match arrives.
     pub fn is_updating(kind: JoinKind, left_expiry: Option<Expiry>) -> bool {
-        kind.emits_unmatched() && left_expiry.is_none()
+        (kind.emits_unmatched(0) || kind.emits_unmatched(1)) && left_expiry.is_none()
     }
 
     fn updating(&self) -> bool {
@@ -194,20 +211,32 @@ impl StreamingJoin {
         Ok(RecordBatch::try_new_with_options(self.combined.clone(), columns, &options)?)
     }
 
-    /// Emits joined pairs (inner and left joins).
+    /// Emits joined pairs (inner and outer joins).
     fn emit_pairs(&self, pairs: RecordBatch, out: &mut Collector) -> Result<()> {
         self.emit(pairs.columns().to_vec(), pairs.num_rows(), Change::Insert, out)
     }
 
-    /// Emits left rows on their own: padded with nulls for a left join, as they are for semi
-    /// and anti joins.
-    fn emit_left(&self, left: Vec<ArrayRef>, rows: usize, change: Change, out: &mut Collector) -> Result<()> {
-        let mut columns = left;
-        if self.kind == JoinKind::Left {
-            let right = &self.combined.fields()[columns.len()..];
-            columns.extend(right.iter().map(|f| new_null_array(f.data_type(), rows)));
+    /// Emits rows of `side` on their own: padded with nulls where the other side's columns go
+    /// for an outer join, as they are for semi and anti joins (left rows only).
+    fn emit_unmatched(
+        &self,
+        side: usize,
+        own: Vec<ArrayRef>,
+        rows: usize,
+        change: Change,
+        out: &mut Collector,
+    ) -> Result<()> {
+        if !self.kind.emits_pairs() {
+            return self.emit(own, rows, change, out);
         }
-        self.emit(columns, rows, change, out)
+        let left_width = self.sides[0].schema.fields().len();
+        let nulls = |fields: &[Arc<Field>]| fields.iter().map(|f| new_null_array(f.data_type(), rows)).collect();
+        let (left, right) = match side {
+            0 => (own, nulls(&self.combined.fields()[left_width..])),
+            _ => (nulls(&self.combined.fields()[..left_width]), own),
+        };
+        let pairs = self.joined(left, right, rows)?;
+        self.emit(pairs.columns().to_vec(), rows, change, out)
     }
 
     fn emit(&self, mut columns: Vec<ArrayRef>, rows: usize, change: Change, out: &mut Collector) -> Result<()> {
@@ -229,8 +258,8 @@ impl StreamingJoin {
         Ok(converter.convert_rows(rows.iter().map(|r| r.row()))?)
     }
 
-    /// Removes rows whose expiry the watermark has reached; a left join emits the left rows
-    /// that never matched.
+    /// Removes rows whose expiry the watermark has reached; an outer join emits the rows of its
+    /// outer side(s) that never matched.
     fn expire(&mut self, watermark: i64, out: &mut Collector) -> Result<()> {
         for side in 0..2 {
             let mut unmatched: Vec<OwnedRow> = Vec::new();
@@ -242,7 +271,7 @@ impl StreamingJoin {
                     let Some(rows) = self.stored[side].get_mut(&key) else { continue };
                     rows.retain(|stored| {
                         let expired = stored.expires_at <= watermark;
-                        if expired && side == 0 && self.kind.emits_unmatched() && stored.matched == 0 {
+                        if expired && self.kind.emits_unmatched(side) && stored.matched == 0 {
                             unmatched.push(stored.row.clone());
                         }
                         !expired
@@ -254,8 +283,8 @@ impl StreamingJoin {
             }
             if !unmatched.is_empty() {
                 let refs: Vec<&OwnedRow> = unmatched.iter().collect();
-                let left = self.rows_to_columns(0, &refs)?;
-                self.emit_left(left, refs.len(), Change::Insert, out)?;
+                let own = self.rows_to_columns(side, &refs)?;
+                self.emit_unmatched(side, own, refs.len(), Change::Insert, out)?;
             }
         }
         Ok(())
@@ -363,33 +392,34 @@ impl Operator for StreamingJoin {
             } else {
                 passing.fill(true);
             }
-            // Stored left rows matched for the first time: a semi join emits them, an updating
-            // left or anti join takes back what it emitted for them unmatched.
-            if side == 1 {
+            // Stored rows of the other side matched for the first time: a semi join emits its
+            // left ones, an updating outer or anti join takes back what it emitted for them
+            // unmatched.
+            let change = match self.kind {
+                JoinKind::LeftSemi if other == 0 => Some(Change::Insert),
+                kind if self.updating() && kind.emits_unmatched(other) => Some(Change::Delete),
+                _ => None,
+            };
+            if let Some(change) = change {
                 let mut first: Vec<(OwnedRow, usize)> = Vec::new();
                 for ((_, key, i), pass) in pairs.iter().zip(&passing) {
                     if *pass
-                        && self.stored[0].get(key).is_some_and(|rows| rows[*i].matched == 0)
+                        && self.stored[other].get(key).is_some_and(|rows| rows[*i].matched == 0)
                         && !first.contains(&(key.clone(), *i))
                     {
                         first.push((key.clone(), *i));
                     }
                 }
-                let change = match self.kind {
-                    JoinKind::LeftSemi => Some(Change::Insert),
-                    _ if self.updating() => Some(Change::Delete),
-                    _ => None,
-                };
-                if let Some(change) = change.filter(|_| !first.is_empty()) {
+                if !first.is_empty() {
                     let rows: Vec<OwnedRow> = first
                         .iter()
-                        .filter_map(|(key, i)| self.stored[0].get(key).map(|r| r[*i].row.clone()))
+                        .filter_map(|(key, i)| self.stored[other].get(key).map(|r| r[*i].row.clone()))
                         .collect();
-                    let left = self.rows_to_columns(0, &rows.iter().collect::<Vec<_>>())?;
-                    self.emit_left(left, rows.len(), change, out)?;
+                    let own = self.rows_to_columns(other, &rows.iter().collect::<Vec<_>>())?;
+                    self.emit_unmatched(other, own, rows.len(), change, out)?;
                 }
             }
-            if matches!(self.kind, JoinKind::Inner | JoinKind::Left) {
+            if self.kind.emits_pairs() {
                 self.emit_pairs(filter_record_batch(&joined, &BooleanArray::from(passing.clone()))?, out)?;
             }
             for ((_, key, i), pass) in pairs.iter().zip(&passing) {
@@ -403,22 +433,21 @@ impl Operator for StreamingJoin {
         for ((row, _, _), pass) in pairs.iter().zip(&passing) {
             matched[*row as usize] += i64::from(*pass);
         }
-        if side == 0 {
-            // Arriving left rows: a semi join emits the matched ones; an updating left or anti
-            // join the unmatched ones at once (an expiring one waits for their expiry).
-            let emit: Option<Vec<u32>> = match self.kind {
-                JoinKind::LeftSemi => Some((0..batch.num_rows() as u32).filter(|r| matched[*r as usize] > 0).collect()),
-                _ if self.updating() => {
-                    Some((0..batch.num_rows() as u32).filter(|r| matched[*r as usize] == 0).collect())
-                }
-                _ => None,
-            };
-            if let Some(rows) = emit.filter(|r| !r.is_empty()) {
-                let indices = UInt32Array::from(rows);
-                let left =
-                    values.iter().map(|c| take(c, &indices, None)).collect::<std::result::Result<Vec<_>, _>>()?;
-                self.emit_left(left, indices.len(), Change::Insert, out)?;
+        // Arriving rows: a semi join emits the matched left ones; an updating outer or anti join
+        // the unmatched ones of an outer side at once (an expiring one waits for their expiry).
+        let emit: Option<Vec<u32>> = match self.kind {
+            JoinKind::LeftSemi if side == 0 => {
+                Some((0..batch.num_rows() as u32).filter(|r| matched[*r as usize] > 0).collect())
             }
+            kind if self.updating() && kind.emits_unmatched(side) => {
+                Some((0..batch.num_rows() as u32).filter(|r| matched[*r as usize] == 0).collect())
+            }
+            _ => None,
+        };
+        if let Some(rows) = emit.filter(|r| !r.is_empty()) {
+            let indices = UInt32Array::from(rows);
+            let own = values.iter().map(|c| take(c, &indices, None)).collect::<std::result::Result<Vec<_>, _>>()?;
+            self.emit_unmatched(side, own, indices.len(), Change::Insert, out)?;
         }
         for row in 0..batch.num_rows() {
             let expires_at = match (&times, self.sides[side].expiry) {
@@ -428,9 +457,9 @@ impl Operator for StreamingJoin {
             };
             let late = expires_at <= self.watermark;
             if has_null_key[row] || late {
-                if late && side == 0 && self.kind.emits_unmatched() && !self.updating() && matched[row] == 0 {
-                    let left = values.iter().map(|c| c.slice(row, 1)).collect();
-                    self.emit_left(left, 1, Change::Insert, out)?;
+                if late && self.kind.emits_unmatched(side) && !self.updating() && matched[row] == 0 {
+                    let own = values.iter().map(|c| c.slice(row, 1)).collect();
+                    self.emit_unmatched(side, own, 1, Change::Insert, out)?;
                 }
                 continue;
             }
@@ -553,7 +582,7 @@ mod tests {
         fields.extend(sides[1].schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)));
         let combined = Arc::new(Schema::new(fields));
         let output = match kind {
-            JoinKind::Inner | JoinKind::Left => combined.clone(),
+            JoinKind::Inner | JoinKind::Left | JoinKind::Right | JoinKind::Full => combined.clone(),
             JoinKind::LeftSemi | JoinKind::LeftAnti => sides[0].schema.clone(),
         };
         let output = match StreamingJoin::is_updating(kind, expiry[0]) {
@@ -569,9 +598,12 @@ mod tests {
         for batch in &out.batches {
             let ids = |c: usize| batch.column(c).as_any().downcast_ref::<Int64Array>().unwrap().clone();
             let (left, right) = (ids(0), ids(2));
+            let shown = |ids: &Int64Array, row: usize| match ids.is_null(row) {
+                true => "NULL".to_string(),
+                false => ids.value(row).to_string(),
+            };
             for (row, kind) in changes(batch).unwrap().into_iter().enumerate() {
-                let right = if right.is_null(row) { "NULL".to_string() } else { right.value(row).to_string() };
-                lines.push(format!("{} {} {right}", kind.code(), left.value(row)));
+                lines.push(format!("{} {} {}", kind.code(), shown(&left, row), shown(&right, row)));
             }
         }
         lines
@@ -612,6 +644,18 @@ mod tests {
         assert_eq!(feed(&mut join, 1, rows("r", &[(1, 5), (1, 6)])).await, ["-D 1 NULL", "+I 1 1", "+I 1 1"]);
         assert_eq!(feed(&mut join, 1, rows("r", &[(1, 7)])).await, ["+I 1 1"], "taken back once only");
         assert_eq!(feed(&mut join, 0, rows("l", &[(1, 8)])).await, ["+I 1 1", "+I 1 1", "+I 1 1"]);
+    }
+
+    #[tokio::test]
+    async fn a_regular_full_join_takes_back_padded_rows_of_either_side() {
+        let mut join = join(JoinKind::Full, [None, None]);
+        assert_eq!(feed(&mut join, 1, rows("r", &[(1, 0), (3, 0)])).await, ["+I NULL 1", "+I NULL 3"]);
+        assert_eq!(feed(&mut join, 0, rows("l", &[(1, 5), (2, 5)])).await, ["-D NULL 1", "+I 1 1", "+I 2 NULL"]);
+        assert_eq!(feed(&mut join, 1, rows("r", &[(2, 6)])).await, ["-D 2 NULL", "+I 2 2"]);
+        assert_eq!(feed(&mut join, 0, rows("l", &[(3, 7)])).await, ["-D NULL 3", "+I 3 3"]);
+        let mut right = self::join(JoinKind::Right, [None, None]);
+        assert_eq!(feed(&mut right, 0, rows("l", &[(1, 0)])).await, Vec::<String>::new(), "left rows wait");
+        assert_eq!(feed(&mut right, 1, rows("r", &[(1, 1), (2, 1)])).await, ["+I 1 1", "+I NULL 2"]);
     }
 
     #[tokio::test]
