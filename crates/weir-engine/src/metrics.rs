@@ -20,11 +20,11 @@ pub struct OperatorMetrics {
     pub watermark: AtomicI64,
     /// Input records a source could not decode and skipped or sent to a dead-letter topic.
     pub bad_records: AtomicU64,
-    /// Transactions a two-phase-commit sink subtask committed (at checkpoint complete or in
-    /// recovery).
+    /// Transactions the subtask's transactional writer (a Kafka sink's, or a Kafka source's
+    /// dead-letter writer) committed, at checkpoint complete or in recovery.
     pub transactions_committed: AtomicU64,
-    /// Transactions a two-phase-commit sink subtask aborted (lingering ones fenced in
-    /// recovery, the open one at shutdown).
+    /// Transactions that writer aborted (lingering ones fenced in recovery, the open one at
+    /// shutdown).
     pub transactions_aborted: AtomicU64,
 }
 

@@ -1,6 +1,7 @@
 //! `weir serve`: streaming SQL over HTTP. [`api`] holds the routes, [`manager`] the pipelines
 //! and their lifecycle, [`store`] what survives a restart (SQLite in the data directory),
-//! [`config`] the typed configuration, [`metrics`] the Prometheus page, [`rates`] the per-operator rates.
+//! [`config`] the typed configuration, [`metrics`] the Prometheus page, [`rates`] the
+//! per-operator rates.
 
 pub mod api;
 pub mod config;

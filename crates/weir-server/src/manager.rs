@@ -473,11 +473,14 @@ impl Manager {
         self.lock()
             .iter()
             .filter_map(|(id, r)| {
-                r.handle.as_ref().map(|h| LivePipeline {
-                    id: *id,
-                    status: h.status(),
-                    operators: h.metrics().operators(),
-                    channels: h.metrics().channels(),
+                r.handle.as_ref().map(|h| {
+                    let metrics = h.metrics();
+                    LivePipeline {
+                        id: *id,
+                        status: h.status(),
+                        operators: metrics.operators(),
+                        channels: metrics.channels(),
+                    }
                 })
             })
             .collect()

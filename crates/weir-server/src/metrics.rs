@@ -25,13 +25,7 @@ pub fn prometheus_text(live: &[LivePipeline]) -> String {
         }
     };
     let operators = |value: fn(&OperatorSample) -> f64| {
-        live.iter()
-            .flat_map(|p| {
-                p.operators.iter().map(move |o| {
-                    (format!("pipeline=\"{}\",operator=\"{}\",subtask=\"{}\"", p.id, o.operator, o.subtask), value(o))
-                })
-            })
-            .collect::<Vec<_>>()
+        samples(live, |p| &p.operators, value, |o| format!("operator=\"{}\",subtask=\"{}\"", o.operator, o.subtask))
     };
     family(
         "weir_records_in_total",
@@ -60,27 +54,27 @@ pub fn prometheus_text(live: &[LivePipeline]) -> String {
     family(
         "weir_transactions_committed_total",
         "counter",
-        "Kafka transactions a sink subtask committed.",
+        "Kafka transactions an operator subtask committed (a sink, or a source's dead-letter writer).",
         operators(|o| o.transactions_committed as f64),
     );
     family(
         "weir_transactions_aborted_total",
         "counter",
-        "Kafka transactions a sink subtask aborted (lingering ones in recovery, the open one at shutdown).",
+        "Kafka transactions an operator subtask aborted (lingering ones in recovery, the open one at shutdown).",
         operators(|o| o.transactions_aborted as f64),
     );
     let channels = |value: fn(&ChannelSample) -> f64| {
-        live.iter()
-            .flat_map(|p| {
-                p.channels.iter().map(move |c| {
-                    let labels = format!(
-                        "pipeline=\"{}\",from=\"{}\",from_subtask=\"{}\",to=\"{}\",to_subtask=\"{}\"",
-                        p.id, c.from, c.from_subtask, c.to, c.to_subtask
-                    );
-                    (labels, value(c))
-                })
-            })
-            .collect::<Vec<_>>()
+        samples(
+            live,
+            |p| &p.channels,
+            value,
+            |c| {
+                format!(
+                    "from=\"{}\",from_subtask=\"{}\",to=\"{}\",to_subtask=\"{}\"",
+                    c.from, c.from_subtask, c.to, c.to_subtask
+                )
+            },
+        )
     };
     family(
         "weir_channel_records_total",
@@ -123,6 +117,19 @@ pub fn prometheus_text(live: &[LivePipeline]) -> String {
         pipelines(|s| last(s).map_or(0.0, |c| c.state_bytes as f64)),
     );
     out
+}
+
+/// One sample per item of every live pipeline (its operators, its channels), labelled with the
+/// pipeline and the item.
+fn samples<T>(
+    live: &[LivePipeline],
+    items: fn(&LivePipeline) -> &[T],
+    value: fn(&T) -> f64,
+    labels: fn(&T) -> String,
+) -> Vec<(String, f64)> {
+    live.iter()
+        .flat_map(|p| items(p).iter().map(move |item| (format!("pipeline=\"{}\",{}", p.id, labels(item)), value(item))))
+        .collect()
 }
 
 fn completed(status: &PipelineStatus) -> usize {
