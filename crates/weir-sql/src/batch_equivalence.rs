@@ -105,13 +105,15 @@ async fn a_window_after_the_keys_in_group_by_equals_the_batch_answer() {
 }
 
 /// A row is in size/slide hopping windows: the batch query puts each row in the windows
-/// starting at its 50 ms slot and the three before.
+/// starting at its 50 ms slot and the three before. `hop_end` is each window's end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hopping_windows_equal_the_batch_answer() {
     let query = "SELECT hop(date_time, INTERVAL '50' MILLISECOND, INTERVAL '200' MILLISECOND) AS w, auction.category AS category, \
-                 count(*) AS auctions, max(auction.reserve) AS reserve FROM nexmark WHERE event_type = 1 \
+                 count(*) AS auctions, max(auction.reserve) AS reserve, \
+                 hop_end(date_time, INTERVAL '50' MILLISECOND, INTERVAL '200' MILLISECOND) AS w_end \
+                 FROM nexmark WHERE event_type = 1 \
                  GROUP BY hop(date_time, INTERVAL '50' MILLISECOND, INTERVAL '200' MILLISECOND), auction.category";
-    let batch = "SELECT w, category, count(*), max(reserve) FROM ( \
+    let batch = "SELECT w, category, count(*), max(reserve), w + INTERVAL '200' MILLISECOND FROM ( \
                    SELECT to_timestamp_millis(CAST(tumble(date_time, INTERVAL '50' MILLISECOND) AS BIGINT) - k * 50) AS w, \
                           auction.category AS category, auction.reserve AS reserve \
                    FROM nexmark CROSS JOIN (VALUES (0), (1), (2), (3)) AS slots(k) WHERE event_type = 1) \
@@ -121,12 +123,13 @@ async fn hopping_windows_equal_the_batch_answer() {
     assert_eq!(streamed, batch);
 }
 
-/// A session of a bidder ends 20 ms after its last bid; the batch query numbers sessions with
-/// LAG and a running sum.
+/// A session of a bidder ends 20 ms after its last bid (`session_end`); the batch query
+/// numbers sessions with LAG and a running sum.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_windows_equal_the_batch_answer() {
     let query = "SELECT session(date_time, INTERVAL '20' MILLISECOND) AS s, bid.bidder AS bidder, count(*) AS bids, \
-                 max(date_time) AS last FROM nexmark WHERE event_type = 2 \
+                 max(date_time) AS last, session_end(date_time, INTERVAL '20' MILLISECOND) AS s_end \
+                 FROM nexmark WHERE event_type = 2 \
                  GROUP BY session(date_time, INTERVAL '20' MILLISECOND), bid.bidder";
     let batch = "WITH marked AS ( \
                    SELECT bid.bidder AS bidder, date_time, \
@@ -137,7 +140,9 @@ async fn session_windows_equal_the_batch_answer() {
                  numbered AS ( \
                    SELECT bidder, date_time, sum(new_session) OVER (PARTITION BY bidder ORDER BY date_time ROWS UNBOUNDED PRECEDING) AS session \
                    FROM marked) \
-                 SELECT CAST(min(date_time) AS TIMESTAMP(3)), bidder, count(*), max(date_time) FROM numbered GROUP BY bidder, session";
+                 SELECT CAST(min(date_time) AS TIMESTAMP(3)), bidder, count(*), max(date_time), \
+                        CAST(max(date_time) + INTERVAL '20' MILLISECOND AS TIMESTAMP(3)) \
+                 FROM numbered GROUP BY bidder, session";
     let (streamed, _, batch) = streamed_and_batch(query, batch).await;
     assert!(batch.len() > 100, "{}", batch.len());
     assert_eq!(streamed, batch);
@@ -163,6 +168,14 @@ async fn updating_aggregates_leave_the_batch_answer() {
     ))
     .await;
     assert!(rows.len() > 3, "{rows:?}");
+    // min and max over a changelog: any earlier value may be taken back (the top price of an
+    // auction rises; its old value leaves the group of its old bid count).
+    let (rows, _) = same_as_batch(&format!(
+        "SELECT bids, max(top), min(top), max(auction), min(auction) \
+         FROM (SELECT auction, count(*) AS bids, max(price) AS top FROM {BIDS} GROUP BY auction) GROUP BY bids"
+    ))
+    .await;
+    assert!(rows.len() > 3, "{rows:?}");
     same_as_batch("SELECT count(*), sum(bid.price) FROM nexmark WHERE event_type = 2").await;
 }
 
@@ -178,6 +191,37 @@ async fn regular_joins_leave_the_batch_answer() {
     ))
     .await;
     assert!(rows.iter().any(|r| r.ends_with("NULL | NULL")), "some persons have no auction in category 10");
+}
+
+/// Joins of changelogs: each pair a changed row was in is taken back with it, and an outer
+/// row left without a match is padded again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joins_of_updating_inputs_leave_the_batch_answer() {
+    let sellers =
+        format!("(SELECT seller, count(*) AS auctions, max(category) AS top FROM {AUCTIONS} GROUP BY seller)");
+    let bidders = format!("(SELECT bidder, count(*) AS bids, min(price) AS low FROM {BIDS} GROUP BY bidder)");
+    let (rows, description) = same_as_batch(&format!(
+        "SELECT p.id, p.name, s.auctions, s.top FROM {PERSONS} p JOIN {sellers} s ON p.id = s.seller"
+    ))
+    .await;
+    assert!(rows.len() > 50, "{}", rows.len());
+    assert!(description.contains("join"), "{description}");
+    // Both sides updating, outer: the other side's rows come and go.
+    let (rows, _) = same_as_batch(&format!(
+        "SELECT b.bidder, b.bids, b.low, s.auctions FROM {bidders} b FULL JOIN {sellers} s ON b.bidder = s.seller AND s.auctions < b.bids"
+    ))
+    .await;
+    assert!(rows.iter().any(|r| r.ends_with("NULL")) && rows.iter().any(|r| r.starts_with("NULL")), "{rows:?}");
+    // An aggregate over a join of changelogs, and an anti join of one.
+    same_as_batch(&format!(
+        "SELECT s.top, count(*), sum(b.bids) FROM {bidders} b JOIN {sellers} s ON b.bidder = s.seller GROUP BY s.top"
+    ))
+    .await;
+    let (rows, _) = same_as_batch(&format!(
+        "SELECT seller, auctions FROM {sellers} s WHERE NOT EXISTS (SELECT 1 FROM {bidders} b WHERE b.bidder = s.seller AND b.bids > s.auctions)"
+    ))
+    .await;
+    assert!(!rows.is_empty());
 }
 
 /// RIGHT and FULL regular joins: rows of an outer side are emitted padded, then taken back
@@ -326,12 +370,21 @@ async fn top_n_per_window_equals_the_batch_answer() {
     assert!(description.contains("rank"), "{description}");
 }
 
-/// UNNEST of a list built per row (a NULL list where the row is not a bid).
+/// UNNEST of lists built per row (a NULL list where the row is not a bid), and of structs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unnest_equals_the_batch_answer() {
     let (rows, _) = same_as_batch(
         "SELECT event_type, unnest(CASE WHEN event_type = 2 THEN make_array(bid.price, bid.bidder) END) AS v, date_time \
          FROM nexmark WHERE event_type <> 1",
+    )
+    .await;
+    assert!(rows.len() > 30_000, "{}", rows.len());
+    // Several lists (the shorter padded with NULL), a struct into its fields, two levels deep.
+    let (rows, _) = same_as_batch(
+        "SELECT unnest(make_array(bid.price, bid.bidder, bid.auction)), unnest(string_to_array(bid.channel, 'a')), \
+                unnest(named_struct('auction', bid.auction, 'url', bid.url)), \
+                unnest(unnest(make_array(make_array(bid.price), CASE WHEN bid.price % 2 = 0 THEN make_array(bid.bidder) END))) AS flat \
+         FROM nexmark WHERE event_type = 2",
     )
     .await;
     assert!(rows.len() > 30_000, "{}", rows.len());

@@ -15,7 +15,6 @@ use std::time::Duration;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use datafusion::common::{Column, DFSchema, ScalarValue};
 use datafusion::execution::SessionState;
-use datafusion::logical_expr::ColumnUnnestList;
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{
@@ -25,6 +24,8 @@ use datafusion::logical_expr::{
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::{AggregateFunctionExpr, LoweredAggregateBuilder};
 use datafusion::physical_expr::expressions::{Column as PhysicalColumn, Literal};
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::unnest::{ListUnnest, UnnestExec};
 use weir_connectors::filesystem::{FileFormat, FileSink, FileSource};
 use weir_connectors::kafka::{KafkaSink, KafkaSource};
 use weir_connectors::nexmark::{NexmarkConfig, NexmarkSource};
@@ -39,7 +40,7 @@ use crate::catalog::TableDef;
 use crate::error::Result;
 use crate::kafka_tables::{self, TransactionTimeout};
 use crate::plan_err;
-use crate::window_functions::{HOP, SESSION, TUMBLE, interval_ms};
+use crate::window_functions::{HOP, SESSION, TUMBLE, interval_ms, window_of_end};
 
 /// Where a query's results go.
 #[derive(Debug, Clone)]
@@ -115,6 +116,15 @@ fn unaliased(expr: &Expr) -> &Expr {
 fn window_call(expr: &Expr) -> Option<&ScalarFunction> {
     match unaliased(expr) {
         Expr::ScalarFunction(f) if [TUMBLE, HOP, SESSION].contains(&f.name()) => Some(f),
+        _ => None,
+    }
+}
+
+/// The window-end function of an aggregate expression (`hop_end(...)`), with the window
+/// function it is the end of.
+fn window_end_call(expr: &Expr) -> Option<(&str, &'static str)> {
+    match unaliased(expr) {
+        Expr::AggregateFunction(f) => window_of_end(f.func.name()).map(|window| (f.func.name(), window)),
         _ => None,
     }
 }
@@ -417,29 +427,39 @@ impl Planner<'_> {
             LogicalPlan::Union(union) => self.union(union),
             LogicalPlan::Unnest(unnest) => {
                 let mut stream = self.plan(&unnest.input)?;
-                let [(list, ColumnUnnestList { depth: 1, .. })] = unnest.list_type_columns.as_slice() else {
+                if stream.updating {
                     plan_err!(
-                        "UNNEST of one list column, one level deep, is supported; not several, structs or deeper levels"
-                    );
-                };
-                if !unnest.struct_type_columns.is_empty() || stream.updating {
-                    plan_err!(
-                        "UNNEST of one list column of append-only rows is supported; not of structs or changelogs"
+                        "UNNEST of an updating (changelog) input is not supported: unnest the append-only rows before aggregating them"
                     );
                 }
+                // A column keeps its time attribute if it is copied as it is, not unnested.
+                let unnested: Vec<usize> = unnest
+                    .list_type_columns
+                    .iter()
+                    .map(|(i, _)| *i)
+                    .chain(unnest.struct_type_columns.iter().copied())
+                    .collect();
                 let times = unnest
                     .dependency_indices
                     .iter()
                     .enumerate()
-                    .filter(|(_, source)| *source != list)
+                    .filter(|(_, source)| !unnested.contains(source))
                     .filter_map(|(i, source)| stream.times.get(source).map(|t| (i, *t)))
                     .collect();
-                stream.steps.push(Step::Unnest {
-                    list: *list,
-                    sources: unnest.dependency_indices.clone(),
-                    preserve_nulls: unnest.options.preserve_nulls(),
-                    schema: Arc::new(unnest.schema.as_arrow().clone()),
-                });
+                let lists = unnest
+                    .list_type_columns
+                    .iter()
+                    .map(|(index, list)| ListUnnest { index_in_input_schema: *index, depth: list.depth })
+                    .collect();
+                let input = Arc::new(EmptyExec::new(Arc::new(unnest.input.schema().as_arrow().clone())));
+                let template = UnnestExec::new(
+                    input,
+                    lists,
+                    unnest.struct_type_columns.clone(),
+                    Arc::new(unnest.schema.as_arrow().clone()),
+                    unnest.options.clone(),
+                )?;
+                stream.steps.push(Step::Unnest(Arc::new(template)));
                 stream.times = times;
                 Ok(stream)
             }
@@ -557,12 +577,15 @@ impl Planner<'_> {
         Ok(Stream { node: rank, steps: Vec::new(), times, updating: false })
     }
 
-    /// The aggregate functions of `aggregate`, lowered to physical accumulators' plans.
-    fn aggregates(&self, aggregate: &Aggregate) -> Result<Vec<Arc<AggregateFunctionExpr>>> {
+    /// The aggregate functions `exprs` of `aggregate`, lowered to physical accumulators' plans.
+    fn aggregates(&self, aggregate: &Aggregate, exprs: &[&Expr]) -> Result<Vec<Arc<AggregateFunctionExpr>>> {
         let input = aggregate.input.schema();
         let input_arrow = input.as_arrow().clone();
         let mut aggregates = Vec::new();
-        for expr in &aggregate.aggr_expr {
+        for &expr in exprs {
+            if let Some((end, window)) = window_end_call(expr) {
+                plan_err!("{end}(...) is the end of a window: it needs GROUP BY {window}(...) with the same arguments");
+            }
             let planning = PhysicalPlanningContext::default();
             let lowered =
                 LoweredAggregateBuilder::new(expr, input, &input_arrow, self.state.execution_props(), &planning)
@@ -657,7 +680,27 @@ impl Planner<'_> {
         };
         input.steps.push(self.appending(schema, extra, false));
         let node = self.materialize(input, "select");
-        let aggregates = self.aggregates(aggregate)?;
+        // Window ends are filled in by the operator; the other aggregates are accumulators.
+        let call = window_call(&aggregate.group_expr[window]);
+        let mut window_ends = Vec::new();
+        let mut accumulated = Vec::new();
+        for (position, expr) in aggregate.aggr_expr.iter().enumerate() {
+            let Some((end, window_name)) = window_end_call(expr) else {
+                accumulated.push(expr);
+                continue;
+            };
+            let same_window = call.is_some_and(|call| {
+                call.name() == window_name
+                    && matches!(unaliased(expr), Expr::AggregateFunction(f) if f.params.args == call.args)
+            });
+            if !same_window {
+                plan_err!(
+                    "{end}(...) must have the arguments of the query's GROUP BY {window_name}(...): it is that window's end"
+                );
+            }
+            window_ends.push(position);
+        }
+        let aggregates = self.aggregates(aggregate, &accumulated)?;
         let groups = aggregate.group_expr.len();
         let output_fields: Vec<FieldRef> = order
             .iter()
@@ -665,7 +708,8 @@ impl Planner<'_> {
             .chain(aggregate.schema.as_arrow().fields()[groups..].iter().cloned())
             .collect();
         let output = Arc::new(Schema::new(output_fields));
-        let operator = WindowAggregate::new(kind, group_columns, partition.clone(), aggregates, output.clone());
+        let operator =
+            WindowAggregate::new(kind, group_columns, partition.clone(), aggregates, window_ends, output.clone());
         let name = self.name("window");
         let window_node =
             self.graph.add_operator(&name, self.parallelism(), 1, Arc::new(move |_| Ok(Box::new(operator.clone()))));
@@ -693,7 +737,7 @@ impl Planner<'_> {
     /// A GROUP BY without a window: an [`UpdatingAggregate`] emitting a changelog.
     fn updating_aggregate(&mut self, aggregate: &Aggregate, mut input: Stream) -> Result<Stream> {
         let schema = aggregate.input.schema();
-        let aggregates = self.aggregates(aggregate)?;
+        let aggregates = self.aggregates(aggregate, &aggregate.aggr_expr.iter().collect::<Vec<_>>())?;
         if input.updating {
             for a in &aggregates {
                 if !UpdatingAggregate::can_retract(a)? {
@@ -731,7 +775,8 @@ impl Planner<'_> {
     /// An equi-join: both inputs get their key columns appended and are partitioned by them.
     /// A window join (equal window starts among the keys) and an interval join (time columns
     /// bounded by each other in the condition) expire their state by watermark; any other
-    /// join is a regular join, kept for the state time-to-live.
+    /// join is a regular join, kept for the state time-to-live. A regular join may join
+    /// changelogs: its output is then a changelog too.
     fn join(&mut self, join: &Join) -> Result<Stream> {
         let kind = match join.join_type {
             JoinType::Inner => JoinKind::Inner,
@@ -750,11 +795,7 @@ impl Planner<'_> {
             );
         }
         let (mut left, mut right) = (self.plan(&join.left)?, self.plan(&join.right)?);
-        if left.updating || right.updating {
-            plan_err!(
-                "joining an updating (changelog) input is not supported yet: join the append-only rows before aggregating them"
-            );
-        }
+        let inputs_updating = left.updating || right.updating;
         let (left_schema, right_schema) = (join.left.schema(), join.right.schema());
         let left_width = left_schema.fields().len();
         // Pairs have the left columns then the right ones (as the join's own schema for inner
@@ -799,6 +840,11 @@ impl Planner<'_> {
                 Some(Expiry { column: r - left_width, after_ms: left_minus_right + left_late + 1 }),
             ];
         }
+        if inputs_updating && expiry[0].is_some() {
+            plan_err!(
+                "a window or interval join of an updating (changelog) input is not supported: a row taken back may already have expired; join the append-only rows, or use a regular join (with state.ttl)"
+            );
+        }
         let mut key_types = Vec::new();
         let (mut left_keys, mut right_keys) = (Vec::new(), Vec::new());
         for (i, (l, r)) in join.on.iter().enumerate() {
@@ -813,8 +859,8 @@ impl Planner<'_> {
             key_types.push(data_type);
         }
         let keys: Vec<String> = (0..key_types.len()).map(join_key_column).collect();
-        left.steps.push(self.appending(left_schema, left_keys, false));
-        right.steps.push(self.appending(right_schema, right_keys, false));
+        left.steps.push(self.appending(left_schema, left_keys, left.updating));
+        right.steps.push(self.appending(right_schema, right_keys, right.updating));
         let (left_times, right_times) = (left.times.clone(), right.times.clone());
         let left_node = self.materialize(left, "select");
         let right_node = self.materialize(right, "select");
@@ -822,7 +868,7 @@ impl Planner<'_> {
             Some(filter) => Some(self.physical(filter, &combined)?),
             None => None,
         };
-        let updating = StreamingJoin::is_updating(kind, expiry[0]);
+        let updating = StreamingJoin::is_updating(kind, expiry[0], inputs_updating);
         let ttl = if expiry[0].is_none() { self.options.state_ttl } else { None };
         let output = join.schema.as_arrow();
         let output: SchemaRef = if updating { changelog_schema(output) } else { Arc::new(output.clone()) };

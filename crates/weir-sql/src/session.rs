@@ -179,6 +179,9 @@ impl Session {
         for function in crate::window_functions::window_functions() {
             context.register_udf(function);
         }
+        for function in crate::window_functions::window_end_functions() {
+            context.register_udaf(function);
+        }
         Self {
             catalog: Catalog::default(),
             options: BTreeMap::new(),

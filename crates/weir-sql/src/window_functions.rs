@@ -4,6 +4,11 @@
 //! tumbling window `ts` falls in), so a tumbling query runs as a batch query too, which is how
 //! tests check windows against batch answers; a row is in several hopping windows and a
 //! session depends on other rows, so `hop` and `session` only work in a streaming GROUP BY.
+//!
+//! The window's end is `tumble_end`, `hop_end` or `session_end` in the SELECT list, with the
+//! same arguments as the GROUP BY's window (as Flink's `TUMBLE_END`). They are aggregate
+//! functions so that DataFusion accepts them beside the group keys; the window operator fills
+//! them in from the window it emits, and outside a streaming window they fail.
 
 use std::sync::Arc;
 
@@ -11,11 +16,28 @@ use datafusion::arrow::array::{Array, Int64Array, TimestampMillisecondArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::{ScalarValue, exec_err};
-use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
+use datafusion::logical_expr::function::AccumulatorArgs;
+use datafusion::logical_expr::{
+    Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
+    Signature, Volatility,
+};
 
 pub const TUMBLE: &str = "tumble";
 pub const HOP: &str = "hop";
 pub const SESSION: &str = "session";
+pub const TUMBLE_END: &str = "tumble_end";
+pub const HOP_END: &str = "hop_end";
+pub const SESSION_END: &str = "session_end";
+
+/// The window function whose end `name` is (`hop_end` -> `hop`), if it is a window end.
+pub fn window_of_end(name: &str) -> Option<&'static str> {
+    match name {
+        TUMBLE_END => Some(TUMBLE),
+        HOP_END => Some(HOP),
+        SESSION_END => Some(SESSION),
+        _ => None,
+    }
+}
 
 /// An interval literal as milliseconds, if it is a fixed duration (no months).
 pub fn interval_ms(value: &ScalarValue) -> Option<i64> {
@@ -91,6 +113,47 @@ impl ScalarUDFImpl for StreamingOnly {
     fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
         exec_err!("{} only works as the window of a streaming GROUP BY, as in GROUP BY {}", self.name, self.usage)
     }
+}
+
+/// `tumble_end`, `hop_end`, `session_end`: the end of the row group's window, filled in by
+/// the streaming window operator.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct WindowEnd {
+    name: &'static str,
+    window: &'static str,
+    signature: Signature,
+}
+
+impl AggregateUDFImpl for WindowEnd {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::Timestamp(TimeUnit::Millisecond, None))
+    }
+
+    fn accumulator(&self, _args: AccumulatorArgs) -> datafusion::error::Result<Box<dyn Accumulator>> {
+        exec_err!(
+            "{} is the end of a streaming window: it only works beside GROUP BY {}(...) with the same arguments",
+            self.name,
+            self.window
+        )
+    }
+}
+
+/// The window-end functions to register with a DataFusion context.
+pub fn window_end_functions() -> Vec<AggregateUDF> {
+    [(TUMBLE_END, TUMBLE, 2), (HOP_END, HOP, 3), (SESSION_END, SESSION, 2)]
+        .into_iter()
+        .map(|(name, window, arguments)| {
+            AggregateUDF::from(WindowEnd { name, window, signature: Signature::any(arguments, Volatility::Immutable) })
+        })
+        .collect()
 }
 
 /// The window functions to register with a DataFusion context.

@@ -25,11 +25,11 @@ use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, UInt32
 use datafusion::arrow::compute::{cast, filter_record_batch, take};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
-use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
+use datafusion::arrow::row::{OwnedRow, RowConverter, Rows, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 use weir_state::KEY_HASH_COLUMN;
 
-use crate::changelog::{Change, change_array};
+use crate::changelog::{Change, change_array, changes, is_changelog};
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
 use crate::operators::state_ttl::{StateTtl, now_ms};
@@ -121,6 +121,16 @@ pub struct StreamingJoin {
     watermark: i64,
 }
 
+/// Candidate pairs of a batch's rows with the other side's stored rows.
+struct Probe {
+    /// (row of the batch, key, index among the other side's stored rows of that key).
+    pairs: Vec<(u32, OwnedRow, usize)>,
+    /// Whether each pair passes the join's other conditions.
+    passing: Vec<bool>,
+    /// The pairs as rows of the combined schema (none without pairs).
+    joined: Option<RecordBatch>,
+}
+
 struct Converters {
     keys: RowConverter,
     values: [RowConverter; 2],
@@ -178,14 +188,15 @@ impl StreamingJoin {
         }
     }
 
-    /// Whether the output is a changelog: a regular (non-expiring) outer or anti join, whose
-    /// unmatched rows are taken back when a match arrives.
-    pub fn is_updating(kind: JoinKind, left_expiry: Option<Expiry>) -> bool {
-        (kind.emits_unmatched(0) || kind.emits_unmatched(1)) && left_expiry.is_none()
+    /// Whether the output is a changelog: a join of an updating input, or a regular
+    /// (non-expiring) outer or anti join, whose unmatched rows are taken back when a match
+    /// arrives.
+    pub fn is_updating(kind: JoinKind, left_expiry: Option<Expiry>, inputs_updating: bool) -> bool {
+        inputs_updating || ((kind.emits_unmatched(0) || kind.emits_unmatched(1)) && left_expiry.is_none())
     }
 
     fn updating(&self) -> bool {
-        Self::is_updating(self.kind, self.sides[0].expiry)
+        is_changelog(&self.output)
     }
 
     fn converters(&mut self) -> Result<&Converters> {
@@ -212,8 +223,8 @@ impl StreamingJoin {
     }
 
     /// Emits joined pairs (inner and outer joins).
-    fn emit_pairs(&self, pairs: RecordBatch, out: &mut Collector) -> Result<()> {
-        self.emit(pairs.columns().to_vec(), pairs.num_rows(), Change::Insert, out)
+    fn emit_pairs(&self, pairs: RecordBatch, change: Change, out: &mut Collector) -> Result<()> {
+        self.emit(pairs.columns().to_vec(), pairs.num_rows(), change, out)
     }
 
     /// Emits rows of `side` on their own: padded with nulls where the other side's columns go
@@ -290,62 +301,11 @@ impl StreamingJoin {
         Ok(())
     }
 
-    /// Forgets rows idle for longer than the time-to-live (checked every half of it).
-    fn sweep(&mut self, now: i64) {
-        let Some(oldest) = self.ttl.sweep_due(now) else { return };
-        for side in &mut self.stored {
-            side.retain(|_, rows| {
-                rows.retain(|r| r.last_access_ms >= oldest);
-                !rows.is_empty()
-            });
-        }
-    }
-}
-
-#[async_trait]
-impl Operator for StreamingJoin {
-    async fn open(&mut self, _info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
-        let keys = self.key_types.len();
-        for side in 0..2 {
-            let width = self.sides[side].schema.fields().len();
-            for batch in restored.table(&format!("side_{side}")) {
-                let (matched, expires, access) =
-                    (int_column(batch, MATCHED)?, int_column(batch, EXPIRES_AT)?, int_column(batch, LAST_ACCESS)?);
-                let converters = self.converters()?;
-                let key_rows = converters.keys.convert_columns(&batch.columns()[1..=keys])?;
-                let value_rows =
-                    converters.values[side].convert_columns(&batch.columns()[1 + keys..1 + keys + width])?;
-                for row in 0..batch.num_rows() {
-                    let key = key_rows.row(row).owned();
-                    let stored = Stored {
-                        row: value_rows.row(row).owned(),
-                        matched: matched.value(row),
-                        expires_at: expires.value(row),
-                        last_access_ms: access.value(row),
-                    };
-                    if self.sides[side].expiry.is_some() {
-                        self.expiring[side].entry(stored.expires_at).or_default().push(key.clone());
-                    }
-                    self.stored[side].entry(key).or_default().push(stored);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    async fn process_batch(&mut self, input: usize, batch: RecordBatch, out: &mut Collector) -> Result<()> {
-        let side = input.min(1);
+    /// Adds rows of `side` (append-only rows, or a changelog's `+I` and `+U`): each is stored
+    /// and joined with the other side's stored rows of its key.
+    fn add(&mut self, side: usize, batch: RecordBatch, now: i64, out: &mut Collector) -> Result<()> {
         let other = 1 - side;
-        let now = now_ms();
-        self.sweep(now);
         let width = self.sides[side].schema.fields().len();
-        let keys = self.key_types.len();
-        if batch.num_columns() != width + keys {
-            return Err(Error::Graph(format!(
-                "join input {side} has {} columns; expected {width} and {keys} key(s)",
-                batch.num_columns()
-            )));
-        }
         let values = batch.columns()[..width].to_vec();
         let converters = self.converters()?;
         let key_rows = converters.keys.convert_columns(&batch.columns()[width..])?;
@@ -359,39 +319,9 @@ impl Operator for StreamingJoin {
             }
             None => None,
         };
-        // Candidate pairs: (row of this batch, key, index among the other side's rows).
-        let mut pairs: Vec<(u32, OwnedRow, usize)> = Vec::new();
-        for (row, _) in has_null_key.iter().enumerate().filter(|(_, null)| !**null) {
-            let key = key_rows.row(row).owned();
-            if let Some(stored) = self.stored[other].get(&key) {
-                pairs.extend((0..stored.len()).map(|i| (row as u32, key.clone(), i)));
-            }
-        }
-        let mut passing = vec![false; pairs.len()];
-        if !pairs.is_empty() {
-            let indices = UInt32Array::from_iter_values(pairs.iter().map(|p| p.0));
-            let mine = values.iter().map(|c| take(c, &indices, None)).collect::<std::result::Result<Vec<_>, _>>()?;
-            let theirs_rows: Vec<OwnedRow> =
-                pairs.iter().filter_map(|(_, key, i)| self.stored[other].get(key).map(|r| r[*i].row.clone())).collect();
-            let theirs = self.rows_to_columns(other, &theirs_rows.iter().collect::<Vec<_>>())?;
-            let joined = match side {
-                0 => self.joined(mine, theirs, pairs.len())?,
-                _ => self.joined(theirs, mine, pairs.len())?,
-            };
-            if let Some(filter) = &self.filter {
-                let mask = filter.evaluate(&joined)?.into_array(joined.num_rows())?;
-                let Some(mask) = mask.as_any().downcast_ref::<BooleanArray>() else {
-                    return Err(Error::Graph(format!(
-                        "the join condition gave {} values, not booleans",
-                        mask.data_type()
-                    )));
-                };
-                for (i, pass) in passing.iter_mut().enumerate() {
-                    *pass = mask.is_valid(i) && mask.value(i);
-                }
-            } else {
-                passing.fill(true);
-            }
+        let probe = self.probe(side, &values, &key_rows, (0..batch.num_rows()).filter(|r| !has_null_key[*r]))?;
+        let Probe { pairs, passing, joined } = probe;
+        if let Some(joined) = joined {
             // Stored rows of the other side matched for the first time: a semi join emits its
             // left ones, an updating outer or anti join takes back what it emitted for them
             // unmatched.
@@ -411,16 +341,16 @@ impl Operator for StreamingJoin {
                     }
                 }
                 if !first.is_empty() {
-                    let rows: Vec<OwnedRow> = first
-                        .iter()
-                        .filter_map(|(key, i)| self.stored[other].get(key).map(|r| r[*i].row.clone()))
-                        .collect();
-                    let own = self.rows_to_columns(other, &rows.iter().collect::<Vec<_>>())?;
-                    self.emit_unmatched(other, own, rows.len(), change, out)?;
+                    let own = self.stored_columns(other, &first)?;
+                    self.emit_unmatched(other, own, first.len(), change, out)?;
                 }
             }
             if self.kind.emits_pairs() {
-                self.emit_pairs(filter_record_batch(&joined, &BooleanArray::from(passing.clone()))?, out)?;
+                self.emit_pairs(
+                    filter_record_batch(&joined, &BooleanArray::from(passing.clone()))?,
+                    Change::Insert,
+                    out,
+                )?;
             }
             for ((_, key, i), pass) in pairs.iter().zip(&passing) {
                 if *pass && let Some(rows) = self.stored[other].get_mut(key) {
@@ -470,6 +400,207 @@ impl Operator for StreamingJoin {
             let stored =
                 Stored { row: value_rows.row(row).owned(), matched: matched[row], expires_at, last_access_ms: now };
             self.stored[side].entry(key).or_default().push(stored);
+        }
+        Ok(())
+    }
+
+    /// Takes back rows of `side` (a changelog's `-U` and `-D`): each removes one stored row
+    /// equal to it and retracts the pairs it was in. Rows of the other side left without a
+    /// match are unmatched again (an outer join emits them padded, an anti join alone; a semi
+    /// join takes its left rows back), and a taken-back row that was output unmatched is taken
+    /// back as such. A row not in the state (forgotten by the time-to-live) takes nothing back.
+    fn take_back(&mut self, side: usize, batch: RecordBatch, out: &mut Collector) -> Result<()> {
+        let other = 1 - side;
+        let width = self.sides[side].schema.fields().len();
+        let values = batch.columns()[..width].to_vec();
+        let converters = self.converters()?;
+        let key_rows = converters.keys.convert_columns(&batch.columns()[width..])?;
+        let value_rows = converters.values[side].convert_columns(&values)?;
+        let rows = batch.num_rows();
+        let null_key: Vec<bool> = (0..rows).map(|r| batch.columns()[width..].iter().any(|c| c.is_null(r))).collect();
+        let mut removed = vec![false; rows];
+        for row in (0..rows).filter(|r| !null_key[*r]) {
+            let key = key_rows.row(row).owned();
+            let Some(stored) = self.stored[side].get_mut(&key) else { continue };
+            let Some(position) = stored.iter().position(|s| s.row.row() == value_rows.row(row)) else { continue };
+            stored.remove(position);
+            if stored.is_empty() {
+                self.stored[side].remove(&key);
+            }
+            removed[row] = true;
+        }
+        let Probe { pairs, passing, joined } =
+            self.probe(side, &values, &key_rows, (0..rows).filter(|r| removed[*r]))?;
+        let mut matched = vec![0i64; rows];
+        for ((row, _, _), pass) in pairs.iter().zip(&passing) {
+            matched[*row as usize] += i64::from(*pass);
+        }
+        if let Some(joined) = joined {
+            if self.kind.emits_pairs() {
+                let taken_back = filter_record_batch(&joined, &BooleanArray::from(passing.clone()))?;
+                self.emit_pairs(taken_back, Change::Delete, out)?;
+            }
+            let mut lost: Vec<(OwnedRow, usize)> = Vec::new();
+            for ((_, key, i), pass) in pairs.iter().zip(&passing) {
+                if let (true, Some(stored)) = (*pass, self.stored[other].get_mut(key).and_then(|r| r.get_mut(*i))) {
+                    stored.matched -= 1;
+                    if stored.matched == 0 {
+                        lost.push((key.clone(), *i));
+                    }
+                }
+            }
+            let change = match self.kind {
+                JoinKind::LeftSemi if other == 0 => Some(Change::Delete),
+                kind if kind.emits_unmatched(other) => Some(Change::Insert),
+                _ => None,
+            };
+            if let (Some(change), false) = (change, lost.is_empty()) {
+                let own = self.stored_columns(other, &lost)?;
+                self.emit_unmatched(other, own, lost.len(), change, out)?;
+            }
+        }
+        let own_output: Vec<u32> = match self.kind {
+            JoinKind::LeftSemi if side == 0 => (0..rows as u32).filter(|r| matched[*r as usize] > 0).collect(),
+            kind if kind.emits_unmatched(side) => (0..rows as u32)
+                .filter(|r| null_key[*r as usize] || (removed[*r as usize] && matched[*r as usize] == 0))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if !own_output.is_empty() {
+            let indices = UInt32Array::from(own_output);
+            let own = values.iter().map(|c| take(c, &indices, None)).collect::<std::result::Result<Vec<_>, _>>()?;
+            self.emit_unmatched(side, own, indices.len(), Change::Delete, out)?;
+        }
+        Ok(())
+    }
+
+    /// The candidate pairs of `rows` of a batch of `side` (its `values` and `key_rows`) with
+    /// the other side's stored rows of their keys, which of them pass the join's other
+    /// conditions, and the pairs as rows of the combined schema.
+    fn probe(
+        &mut self,
+        side: usize,
+        values: &[ArrayRef],
+        key_rows: &Rows,
+        rows: impl Iterator<Item = usize>,
+    ) -> Result<Probe> {
+        let other = 1 - side;
+        let mut pairs: Vec<(u32, OwnedRow, usize)> = Vec::new();
+        for row in rows {
+            let key = key_rows.row(row).owned();
+            if let Some(stored) = self.stored[other].get(&key) {
+                pairs.extend((0..stored.len()).map(|i| (row as u32, key.clone(), i)));
+            }
+        }
+        let mut passing = vec![false; pairs.len()];
+        if pairs.is_empty() {
+            return Ok(Probe { pairs, passing, joined: None });
+        }
+        let indices = UInt32Array::from_iter_values(pairs.iter().map(|p| p.0));
+        let mine = values.iter().map(|c| take(c, &indices, None)).collect::<std::result::Result<Vec<_>, _>>()?;
+        let positions: Vec<(OwnedRow, usize)> = pairs.iter().map(|(_, key, i)| (key.clone(), *i)).collect();
+        let theirs = self.stored_columns(other, &positions)?;
+        let joined = match side {
+            0 => self.joined(mine, theirs, pairs.len())?,
+            _ => self.joined(theirs, mine, pairs.len())?,
+        };
+        if let Some(filter) = &self.filter {
+            let mask = filter.evaluate(&joined)?.into_array(joined.num_rows())?;
+            let Some(mask) = mask.as_any().downcast_ref::<BooleanArray>() else {
+                return Err(Error::Graph(format!("the join condition gave {} values, not booleans", mask.data_type())));
+            };
+            for (i, pass) in passing.iter_mut().enumerate() {
+                *pass = mask.is_valid(i) && mask.value(i);
+            }
+        } else {
+            passing.fill(true);
+        }
+        Ok(Probe { pairs, passing, joined: Some(joined) })
+    }
+
+    /// Stored rows of `side` at (key, index among that key's rows), as the side's columns.
+    fn stored_columns(&mut self, side: usize, positions: &[(OwnedRow, usize)]) -> Result<Vec<ArrayRef>> {
+        let rows: Vec<OwnedRow> = positions
+            .iter()
+            .filter_map(|(key, i)| self.stored[side].get(key).and_then(|r| r.get(*i)).map(|s| s.row.clone()))
+            .collect();
+        self.rows_to_columns(side, &rows.iter().collect::<Vec<_>>())
+    }
+
+    /// Forgets rows idle for longer than the time-to-live (checked every half of it).
+    fn sweep(&mut self, now: i64) {
+        let Some(oldest) = self.ttl.sweep_due(now) else { return };
+        for side in &mut self.stored {
+            side.retain(|_, rows| {
+                rows.retain(|r| r.last_access_ms >= oldest);
+                !rows.is_empty()
+            });
+        }
+    }
+}
+
+#[async_trait]
+impl Operator for StreamingJoin {
+    async fn open(&mut self, _info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
+        let keys = self.key_types.len();
+        for side in 0..2 {
+            let width = self.sides[side].schema.fields().len();
+            for batch in restored.table(&format!("side_{side}")) {
+                let (matched, expires, access) =
+                    (int_column(batch, MATCHED)?, int_column(batch, EXPIRES_AT)?, int_column(batch, LAST_ACCESS)?);
+                let converters = self.converters()?;
+                let key_rows = converters.keys.convert_columns(&batch.columns()[1..=keys])?;
+                let value_rows =
+                    converters.values[side].convert_columns(&batch.columns()[1 + keys..1 + keys + width])?;
+                for row in 0..batch.num_rows() {
+                    let key = key_rows.row(row).owned();
+                    let stored = Stored {
+                        row: value_rows.row(row).owned(),
+                        matched: matched.value(row),
+                        expires_at: expires.value(row),
+                        last_access_ms: access.value(row),
+                    };
+                    if self.sides[side].expiry.is_some() {
+                        self.expiring[side].entry(stored.expires_at).or_default().push(key.clone());
+                    }
+                    self.stored[side].entry(key).or_default().push(stored);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn process_batch(&mut self, input: usize, batch: RecordBatch, out: &mut Collector) -> Result<()> {
+        let side = input.min(1);
+        let now = now_ms();
+        self.sweep(now);
+        let width = self.sides[side].schema.fields().len();
+        let keys = self.key_types.len();
+        let changelog = is_changelog(&batch.schema());
+        if batch.num_columns() != width + keys + usize::from(changelog) {
+            return Err(Error::Graph(format!(
+                "join input {side} has {} columns; expected {width} and {keys} key(s)",
+                batch.num_columns()
+            )));
+        }
+        if !changelog {
+            return self.add(side, batch, now, out);
+        }
+        // A changelog: runs of added and of taken-back rows, in order (a `-U` must leave
+        // before its `+U` arrives, for an upsert reader downstream).
+        let kinds = changes(&batch)?;
+        let batch = batch.project(&(0..width + keys).collect::<Vec<_>>())?;
+        let mut start = 0;
+        while start < kinds.len() {
+            let retract = kinds[start].is_retraction();
+            let end = (start..kinds.len()).find(|&r| kinds[r].is_retraction() != retract).unwrap_or(kinds.len());
+            let run = batch.slice(start, end - start);
+            if retract {
+                self.take_back(side, run, out)?
+            } else {
+                self.add(side, run, now, out)?
+            }
+            start = end;
         }
         Ok(())
     }
@@ -585,7 +716,7 @@ mod tests {
             JoinKind::Inner | JoinKind::Left | JoinKind::Right | JoinKind::Full => combined.clone(),
             JoinKind::LeftSemi | JoinKind::LeftAnti => sides[0].schema.clone(),
         };
-        let output = match StreamingJoin::is_updating(kind, expiry[0]) {
+        let output = match StreamingJoin::is_updating(kind, expiry[0], false) {
             true => changelog_schema(&output),
             false => output,
         };
@@ -656,6 +787,60 @@ mod tests {
         let mut right = self::join(JoinKind::Right, [None, None]);
         assert_eq!(feed(&mut right, 0, rows("l", &[(1, 0)])).await, Vec::<String>::new(), "left rows wait");
         assert_eq!(feed(&mut right, 1, rows("r", &[(1, 1), (2, 1)])).await, ["+I 1 1", "+I NULL 2"]);
+    }
+
+    /// Rows of one side as a changelog: (change, id, ts).
+    fn changelog(name: &str, rows: &[(Change, i64, i64)]) -> RecordBatch {
+        let plain = self::rows(name, &rows.iter().map(|r| (r.1, r.2)).collect::<Vec<_>>());
+        let mut fields: Vec<Field> = plain.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new(crate::changelog::CHANGE_COLUMN, DataType::Utf8, false));
+        let mut columns = plain.columns().to_vec();
+        columns.push(change_array(&rows.iter().map(|r| r.0).collect::<Vec<_>>()));
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+    }
+
+    fn updating_join(kind: JoinKind) -> StreamingJoin {
+        let plain = join(kind, [None, None]);
+        let output = match is_changelog(&plain.output) {
+            true => plain.output.clone(),
+            false => changelog_schema(&plain.output),
+        };
+        StreamingJoin::new(kind, plain.sides, plain.key_types, None, plain.combined, output, None)
+    }
+
+    #[tokio::test]
+    async fn a_join_of_changelogs_takes_back_the_pairs_of_a_retracted_row() {
+        use Change::{Delete, Insert, UpdateAfter, UpdateBefore};
+        let mut join = updating_join(JoinKind::Left);
+        assert_eq!(feed(&mut join, 0, changelog("l", &[(Insert, 1, 0)])).await, ["+I 1 NULL"]);
+        assert_eq!(
+            feed(&mut join, 1, changelog("r", &[(Insert, 1, 0), (Insert, 1, 1)])).await,
+            ["-D 1 NULL", "+I 1 1", "+I 1 1"]
+        );
+        // An update of a right row: its pair leaves before the new one comes.
+        let update = changelog("r", &[(UpdateBefore, 1, 0), (UpdateAfter, 1, 2)]);
+        assert_eq!(feed(&mut join, 1, update).await, ["-D 1 1", "+I 1 1"]);
+        // The left row's last match leaves: it is unmatched again.
+        let gone = changelog("r", &[(Delete, 1, 1), (Delete, 1, 2)]);
+        assert_eq!(feed(&mut join, 1, gone).await, ["-D 1 1", "-D 1 1", "+I 1 NULL"]);
+        // Taking back the left row takes back its padded row; a row never added takes nothing.
+        assert_eq!(feed(&mut join, 0, changelog("l", &[(Delete, 1, 0), (Delete, 7, 0)])).await, ["-D 1 NULL"]);
+        assert_eq!(stored(&join), 0);
+    }
+
+    #[tokio::test]
+    async fn semi_and_anti_joins_of_a_changelog_follow_the_last_match() {
+        use Change::{Delete, Insert};
+        let mut semi = updating_join(JoinKind::LeftSemi);
+        assert!(left_rows(&mut semi, 0, changelog("l", &[(Insert, 1, 0)])).await.is_empty());
+        assert_eq!(left_rows(&mut semi, 1, changelog("r", &[(Insert, 1, 0), (Insert, 1, 0)])).await, ["+I 1"]);
+        assert!(left_rows(&mut semi, 1, changelog("r", &[(Delete, 1, 0)])).await.is_empty(), "one match is left");
+        assert_eq!(left_rows(&mut semi, 1, changelog("r", &[(Delete, 1, 0)])).await, ["-D 1"]);
+        let mut anti = updating_join(JoinKind::LeftAnti);
+        assert_eq!(left_rows(&mut anti, 0, changelog("l", &[(Insert, 1, 0)])).await, ["+I 1"]);
+        assert_eq!(left_rows(&mut anti, 1, changelog("r", &[(Insert, 1, 0)])).await, ["-D 1"]);
+        assert_eq!(left_rows(&mut anti, 1, changelog("r", &[(Delete, 1, 0)])).await, ["+I 1"]);
+        assert_eq!(left_rows(&mut anti, 0, changelog("l", &[(Delete, 1, 0)])).await, ["-D 1"]);
     }
 
     #[tokio::test]

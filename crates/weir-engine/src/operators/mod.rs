@@ -2,6 +2,7 @@
 
 mod accumulators;
 pub mod join;
+mod min_max_retract;
 pub mod sinks;
 pub mod state_ttl;
 pub mod stateless;

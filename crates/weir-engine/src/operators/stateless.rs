@@ -1,14 +1,19 @@
-//! Filters and projections: DataFusion physical expressions evaluated batch by batch. No state,
-//! so nothing to snapshot.
+//! Filters, projections and UNNEST: DataFusion physical expressions (and its unnest operator)
+//! evaluated batch by batch. No state, so nothing to snapshot.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, ListArray, UInt32Array};
-use datafusion::arrow::compute::{filter_record_batch, take};
+use datafusion::arrow::array::{Array, ArrayRef, BooleanArray};
+use datafusion::arrow::compute::{concat_batches, filter_record_batch};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::execution::TaskContext;
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
+use datafusion::physical_plan::unnest::UnnestExec;
+use datafusion::physical_plan::{ExecutionPlan, collect};
 
 use crate::changelog::{change_column, is_changelog};
 use crate::error::{Error, Result};
@@ -22,10 +27,9 @@ pub enum Step {
     /// Compute these expressions into a batch of `schema`. On a changelog, `schema` ends with
     /// the change column, which is carried over as it is (one field more than `exprs`).
     Project { exprs: Vec<Arc<dyn PhysicalExpr>>, schema: SchemaRef },
-    /// One row per element of the list column `list`: output column i takes input column
-    /// `sources[i]`, repeated, or the elements where that is `list`. A NULL list gives one NULL
-    /// element when `preserve_nulls`, none otherwise; an empty list gives none.
-    Unnest { list: usize, sources: Vec<usize>, preserve_nulls: bool, schema: SchemaRef },
+    /// UNNEST: DataFusion's own operator (lists at any depth, several at once, structs into
+    /// their fields), planned once over an empty input and run on each batch.
+    Unnest(Arc<UnnestExec>),
 }
 
 /// Filters and projections in order.
@@ -40,7 +44,7 @@ impl Stateless {
     }
 
     /// Runs every step over `batch`.
-    pub fn apply(&self, mut batch: RecordBatch) -> Result<RecordBatch> {
+    pub async fn apply(&self, mut batch: RecordBatch) -> Result<RecordBatch> {
         for step in &self.steps {
             if batch.num_rows() == 0 {
                 break;
@@ -70,59 +74,29 @@ impl Stateless {
                     let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
                     RecordBatch::try_new_with_options(schema.clone(), columns, &options)?
                 }
-                Step::Unnest { list, sources, preserve_nulls, schema } => {
-                    unnest(&batch, *list, sources, *preserve_nulls, schema)?
-                }
+                Step::Unnest(template) => unnest(template, batch).await?,
             };
         }
         Ok(batch)
     }
 }
 
-fn unnest(
-    batch: &RecordBatch,
-    list: usize,
-    sources: &[usize],
-    preserve_nulls: bool,
-    schema: &SchemaRef,
-) -> Result<RecordBatch> {
-    let Some(lists) = batch.column(list).as_any().downcast_ref::<ListArray>() else {
-        return Err(Error::Graph(format!(
-            "UNNEST of a {} column: only lists are supported",
-            batch.column(list).data_type()
-        )));
-    };
-    let (mut rows, mut elements) = (Vec::new(), Vec::new());
-    let offsets = lists.value_offsets();
-    for row in 0..lists.len() {
-        if lists.is_null(row) {
-            if preserve_nulls {
-                rows.push(row as u32);
-                elements.push(None);
-            }
-            continue;
-        }
-        for element in offsets[row]..offsets[row + 1] {
-            rows.push(row as u32);
-            elements.push(Some(element as u32));
-        }
-    }
-    let (rows, elements) = (UInt32Array::from(rows), UInt32Array::from(elements));
-    let columns = sources
-        .iter()
-        .map(|&source| match source == list {
-            true => take(lists.values(), &elements, None),
-            false => take(batch.column(source), &rows, None),
-        })
-        .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
-    let options = RecordBatchOptions::new().with_row_count(Some(rows.len()));
-    Ok(RecordBatch::try_new_with_options(schema.clone(), columns, &options)?)
+/// Runs DataFusion's unnest over one batch: `template` with the batch as its input.
+async fn unnest(template: &Arc<UnnestExec>, batch: RecordBatch) -> Result<RecordBatch> {
+    let schema = batch.schema();
+    let input = MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None)?;
+    // The batch has the template's input schema, so the plan's properties stay as planned.
+    let keep = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Keep);
+    let plan = Arc::clone(template).replace_children(vec![input], keep)?;
+    let output = plan.schema();
+    let batches = collect(plan, Arc::new(TaskContext::default())).await?;
+    Ok(concat_batches(&output, &batches)?)
 }
 
 #[async_trait]
 impl Operator for Stateless {
     async fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Collector) -> Result<()> {
-        out.emit(self.apply(batch)?);
+        out.emit(self.apply(batch).await?);
         Ok(())
     }
 }

@@ -2,8 +2,10 @@
 //! ([`crate::changelog`]): after each input batch, every group it touched emits `+I` when it is
 //! new, `-U` old / `+U` new when its values changed, and `-D` when a retracting input emptied it.
 //! A changelog input is aggregated with `retract_batch`, by the accumulators DataFusion makes
-//! for sliding window frames (the planner only allows functions that have them). With a time-to-live, groups not touched for that long (processing time,
-//! as Flink's state TTL) are forgotten without output: a later row for the key starts afresh.
+//! for sliding window frames (the planner only allows functions whose sliding form takes back
+//! any row), and min/max by [`MinMaxRetract`]. With a time-to-live, groups not touched for
+//! that long (processing time, as Flink's state TTL) are forgotten without output: a later row
+//! for the key starts afresh.
 //!
 //! The snapshot holds each group's accumulator state, row count and last access, keyed by the
 //! hash of the group columns (the input's partitioning).
@@ -25,11 +27,21 @@ use crate::changelog::{Change, change_array, changes};
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
 use crate::operators::accumulators;
+use crate::operators::min_max_retract::{Extreme, MinMaxRetract};
 use crate::operators::state_ttl::{StateTtl, now_ms};
 use crate::operators::window_aggregate::ALL_IN_ONE;
 use crate::partition::key_hashes;
 
 const GROUPS: &str = "groups";
+
+/// Whether `aggregate` is `min` or `max` (with or without DISTINCT, which changes nothing).
+fn extreme_of(aggregate: &AggregateFunctionExpr) -> Option<Extreme> {
+    match aggregate.fun().name().to_lowercase().as_str() {
+        "min" => Some(Extreme::Min),
+        "max" => Some(Extreme::Max),
+        _ => None,
+    }
+}
 const ROWS: &str = "__rows";
 const LAST_ACCESS: &str = "__last_access_ms";
 
@@ -79,15 +91,18 @@ impl UpdatingAggregate {
         Self { group_columns, aggregates, output, ttl: StateTtl::new(ttl), retracting, groups: HashMap::new() }
     }
 
-    /// Whether `aggregate` can aggregate a changelog: its sliding accumulator must take back
-    /// any row, not only the oldest. DataFusion's are built for window frames, which retract
-    /// in arrival order; those whose state is a sum (count, sum, avg, variances) or a count per
-    /// value (DISTINCT) are right for any order, while min and max (a queue of candidates) are
-    /// not. So: those functions only.
+    /// Whether `aggregate` can aggregate a changelog: its retracting accumulator must take
+    /// back any row, not only the oldest. DataFusion's sliding accumulators are built for
+    /// window frames, which retract in arrival order; those whose state is a sum (count, sum,
+    /// avg, variances) or a count per value (DISTINCT) are right for any order. Min and max
+    /// (a queue of candidates there) use [`MinMaxRetract`] instead. So: those functions only.
     pub fn can_retract(aggregate: &AggregateFunctionExpr) -> Result<bool> {
         const ANY_ORDER: &[&str] =
             &["count", "sum", "avg", "mean", "stddev", "stddev_pop", "var", "var_samp", "var_pop", "regr_count"];
         let function = aggregate.fun().name().to_lowercase();
+        if extreme_of(aggregate).is_some() {
+            return Ok(true);
+        }
         Ok(ANY_ORDER.contains(&function.as_str()) && aggregate.create_sliding_accumulator()?.supports_retract_batch())
     }
 
@@ -97,9 +112,12 @@ impl UpdatingAggregate {
     }
 
     fn accumulators(&self) -> Result<Vec<Box<dyn Accumulator>>> {
-        let create = |a: &Arc<AggregateFunctionExpr>| match self.retracting {
-            true => a.create_sliding_accumulator(),
-            false => a.create_accumulator(),
+        let create = |a: &Arc<AggregateFunctionExpr>| -> datafusion::error::Result<Box<dyn Accumulator>> {
+            match (self.retracting, extreme_of(a)) {
+                (true, Some(extreme)) => Ok(Box::new(MinMaxRetract::new(extreme, a.field().data_type().clone())?)),
+                (true, None) => a.create_sliding_accumulator(),
+                (false, _) => a.create_accumulator(),
+            }
         };
         Ok(self.aggregates.iter().map(create).collect::<datafusion::error::Result<_>>()?)
     }

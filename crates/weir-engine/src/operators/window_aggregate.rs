@@ -65,7 +65,10 @@ pub struct WindowAggregate {
     /// The columns the input is partitioned by (state is keyed by their hash).
     partition: Vec<String>,
     aggregates: Vec<Arc<AggregateFunctionExpr>>,
-    /// The output: window start, keys, then one column per aggregate.
+    /// Positions among the output's aggregate columns that hold the window's end
+    /// (`hop_end(...)` and the like) rather than an accumulator's value.
+    window_ends: Vec<usize>,
+    /// The output: window start, keys, then the aggregates and window ends.
     output: SchemaRef,
     /// Tumbling and hopping windows by (end, start), each with its groups by key values.
     windows: BTreeMap<(i64, i64), HashMap<Vec<ScalarValue>, Accumulators>>,
@@ -83,6 +86,7 @@ impl Clone for WindowAggregate {
             self.group_columns.clone(),
             self.partition.clone(),
             self.aggregates.clone(),
+            self.window_ends.clone(),
             self.output.clone(),
         )
     }
@@ -120,6 +124,7 @@ impl WindowAggregate {
         group_columns: Vec<String>,
         partition: Vec<String>,
         aggregates: Vec<Arc<AggregateFunctionExpr>>,
+        window_ends: Vec<usize>,
         output: SchemaRef,
     ) -> Self {
         Self {
@@ -127,6 +132,7 @@ impl WindowAggregate {
             group_columns,
             partition,
             aggregates,
+            window_ends,
             output,
             windows: BTreeMap::new(),
             sessions: HashMap::new(),
@@ -155,11 +161,22 @@ impl WindowAggregate {
         }
     }
 
-    fn row(&self, start: i64, keys: &[ScalarValue], accumulators: &mut Accumulators) -> Result<Vec<ScalarValue>> {
+    fn row(
+        &self,
+        (start, end): (i64, i64),
+        keys: &[ScalarValue],
+        accumulators: &mut Accumulators,
+    ) -> Result<Vec<ScalarValue>> {
         let mut row = vec![ScalarValue::TimestampMillisecond(Some(start), None)];
         row.extend(keys.iter().cloned());
-        for accumulator in accumulators {
-            row.push(accumulator.evaluate()?);
+        let outputs = self.output.fields().len() - row.len();
+        let mut accumulators = accumulators.iter_mut();
+        for position in 0..outputs {
+            if self.window_ends.contains(&position) {
+                row.push(ScalarValue::TimestampMillisecond(Some(end), None));
+            } else if let Some(accumulator) = accumulators.next() {
+                row.push(accumulator.evaluate()?);
+            }
         }
         Ok(row)
     }
@@ -171,9 +188,9 @@ impl WindowAggregate {
             if entry.key().0 > watermark {
                 break;
             }
-            let ((_, start), groups) = entry.remove_entry();
+            let ((end, start), groups) = entry.remove_entry();
             for (keys, mut accumulators) in groups {
-                rows.push(self.row(start, &keys, &mut accumulators)?);
+                rows.push(self.row((start, end), &keys, &mut accumulators)?);
             }
         }
         let mut closed = Vec::new();
@@ -185,7 +202,7 @@ impl WindowAggregate {
         self.sessions.retain(|_, sessions| !sessions.is_empty());
         closed.sort_by_key(|(_, session)| session.start);
         for (keys, mut session) in closed {
-            rows.push(self.row(session.start, &keys, &mut session.accumulators)?);
+            rows.push(self.row((session.start, session.end), &keys, &mut session.accumulators)?);
         }
         if rows.is_empty() {
             return Ok(());
