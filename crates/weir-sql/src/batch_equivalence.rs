@@ -85,7 +85,8 @@ async fn tumbling_windows_equal_the_batch_answer() {
     let (rows, _) = same_as_batch(
         "SELECT tumble(date_time, INTERVAL '100' MILLISECOND) AS window_start, auction.category AS category, \
          count(*) AS auctions, sum(auction.initial_bid) AS initial, avg(auction.reserve) AS reserve, \
-         max(auction.seller) AS seller, count(DISTINCT auction.seller) AS sellers \
+         max(auction.seller) AS seller, count(DISTINCT auction.seller) AS sellers, \
+         count(*) FILTER (WHERE auction.reserve > 10000) AS dear, sum(auction.initial_bid) FILTER (WHERE auction.seller % 2 = 0) AS even \
          FROM nexmark WHERE event_type = 1 \
          GROUP BY tumble(date_time, INTERVAL '100' MILLISECOND), auction.category",
     )
@@ -168,6 +169,18 @@ async fn updating_aggregates_leave_the_batch_answer() {
     ))
     .await;
     assert!(rows.len() > 3, "{rows:?}");
+    // FILTER (WHERE ...), on append-only rows and on a changelog (Nexmark q15's rank counts).
+    let (rows, _) = same_as_batch(&format!(
+        "SELECT bidder, count(*) FILTER (WHERE price < 10000) AS low, count(DISTINCT auction) FILTER (WHERE price >= 1000000) AS high, \
+                max(price) FILTER (WHERE auction % 2 = 0) AS top_even FROM {BIDS} GROUP BY bidder"
+    ))
+    .await;
+    assert!(rows.len() > 100, "{}", rows.len());
+    same_as_batch(&format!(
+        "SELECT count(*) FILTER (WHERE bids > 10), sum(top) FILTER (WHERE bids <= 10), min(top) FILTER (WHERE bids > 2) \
+         FROM (SELECT auction, count(*) AS bids, max(price) AS top FROM {BIDS} GROUP BY auction)"
+    ))
+    .await;
     // min and max over a changelog: any earlier value may be taken back (the top price of an
     // auction rises; its old value leaves the group of its old bid count).
     let (rows, _) = same_as_batch(&format!(

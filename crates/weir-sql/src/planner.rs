@@ -22,7 +22,7 @@ use datafusion::logical_expr::{
     utils::split_conjunction,
 };
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_expr::aggregate::{AggregateFunctionExpr, LoweredAggregateBuilder};
+use datafusion::physical_expr::aggregate::LoweredAggregateBuilder;
 use datafusion::physical_expr::expressions::{Column as PhysicalColumn, Literal};
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::unnest::{ListUnnest, UnnestExec};
@@ -31,8 +31,8 @@ use weir_connectors::kafka::{KafkaSink, KafkaSource};
 use weir_connectors::nexmark::{NexmarkConfig, NexmarkSource};
 use weir_engine::changelog::{Change, changelog_schema};
 use weir_engine::operators::{
-    ALL_IN_ONE, Blackhole, Expiry, JoinKind, JoinSide, PreviewBuffer, PreviewSink, Stateless, Step, StreamingJoin,
-    UpdatingAggregate, WatermarkAssigner, WindowAggregate, WindowKind, WindowRank, join_key_column,
+    ALL_IN_ONE, AggregateCall, Blackhole, Expiry, JoinKind, JoinSide, PreviewBuffer, PreviewSink, Stateless, Step,
+    StreamingJoin, UpdatingAggregate, WatermarkAssigner, WindowAggregate, WindowKind, WindowRank, join_key_column,
 };
 use weir_engine::{Graph, NodeId, Partitioning};
 
@@ -578,7 +578,7 @@ impl Planner<'_> {
     }
 
     /// The aggregate functions `exprs` of `aggregate`, lowered to physical accumulators' plans.
-    fn aggregates(&self, aggregate: &Aggregate, exprs: &[&Expr]) -> Result<Vec<Arc<AggregateFunctionExpr>>> {
+    fn aggregates(&self, aggregate: &Aggregate, exprs: &[&Expr]) -> Result<Vec<AggregateCall>> {
         let input = aggregate.input.schema();
         let input_arrow = input.as_arrow().clone();
         let mut aggregates = Vec::new();
@@ -590,10 +590,10 @@ impl Planner<'_> {
             let lowered =
                 LoweredAggregateBuilder::new(expr, input, &input_arrow, self.state.execution_props(), &planning)
                     .build()?;
-            if lowered.filter.is_some() || !lowered.order_bys.is_empty() {
-                plan_err!("{expr}: FILTER and ORDER BY inside an aggregate are not supported yet");
+            if !lowered.order_bys.is_empty() {
+                plan_err!("{expr}: ORDER BY inside an aggregate is not supported yet");
             }
-            aggregates.push(lowered.aggregate);
+            aggregates.push(AggregateCall { function: lowered.aggregate, filter: lowered.filter });
         }
         Ok(aggregates)
     }
@@ -740,10 +740,10 @@ impl Planner<'_> {
         let aggregates = self.aggregates(aggregate, &aggregate.aggr_expr.iter().collect::<Vec<_>>())?;
         if input.updating {
             for a in &aggregates {
-                if !UpdatingAggregate::can_retract(a)? {
+                if !UpdatingAggregate::can_retract(&a.function)? {
                     plan_err!(
                         "{} cannot take back rows, so it cannot aggregate an updating (changelog) input: use it over a window, or over append-only rows",
-                        a.name()
+                        a.function.name()
                     );
                 }
             }

@@ -1,40 +1,81 @@
 //! What the aggregating operators (windows, updating aggregates) share about DataFusion
-//! accumulators: evaluating the aggregates' arguments over a batch, feeding a group's rows to
-//! its accumulators, and turning rows of scalar values (groups' outputs or states) back into
-//! typed columns.
+//! accumulators: the aggregate calls, evaluating their arguments (and FILTER clauses) over a
+//! batch, feeding a group's rows to its accumulators, and turning rows of scalar values
+//! (groups' outputs or states) back into typed columns.
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, UInt32Array};
+use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, UInt32Array};
 use datafusion::arrow::compute::{cast, take};
 use datafusion::arrow::datatypes::FieldRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Accumulator;
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
-/// Each aggregate's arguments over `batch`.
-pub(crate) fn arguments(aggregates: &[Arc<AggregateFunctionExpr>], batch: &RecordBatch) -> Result<Vec<Vec<ArrayRef>>> {
-    Ok(aggregates
-        .iter()
-        .map(|a| {
-            a.expressions().iter().map(|e| e.evaluate(batch).and_then(|v| v.into_array(batch.num_rows()))).collect()
-        })
-        .collect::<datafusion::error::Result<_>>()?)
+/// One aggregate of a GROUP BY: DataFusion's plan of the function (its accumulators and
+/// argument expressions) and its `FILTER (WHERE ...)` clause, if any.
+#[derive(Debug, Clone)]
+pub struct AggregateCall {
+    pub function: Arc<AggregateFunctionExpr>,
+    pub filter: Option<Arc<dyn PhysicalExpr>>,
 }
 
-/// Feeds rows `indices` of `arguments` into `accumulators`, or takes them back (`retract`).
+/// One aggregate's arguments over a batch, and which rows its FILTER lets in.
+pub(crate) struct Arguments {
+    values: Vec<ArrayRef>,
+    filter: Option<BooleanArray>,
+}
+
+/// Each aggregate's arguments over `batch`.
+pub(crate) fn arguments(aggregates: &[AggregateCall], batch: &RecordBatch) -> Result<Vec<Arguments>> {
+    let evaluate = |e: &Arc<dyn PhysicalExpr>| e.evaluate(batch).and_then(|v| v.into_array(batch.num_rows()));
+    aggregates
+        .iter()
+        .map(|a| {
+            let values = a.function.expressions().iter().map(evaluate).collect::<datafusion::error::Result<_>>()?;
+            let filter = match &a.filter {
+                Some(filter) => {
+                    let mask = evaluate(filter)?;
+                    match mask.as_any().downcast_ref::<BooleanArray>() {
+                        Some(mask) => Some(mask.clone()),
+                        None => {
+                            return Err(Error::Graph(format!(
+                                "a FILTER gave {} values, not booleans",
+                                mask.data_type()
+                            )));
+                        }
+                    }
+                }
+                None => None,
+            };
+            Ok(Arguments { values, filter })
+        })
+        .collect()
+}
+
+/// Feeds rows `indices` of `arguments` into `accumulators`, or takes them back (`retract`);
+/// an aggregate with a FILTER gets only the rows it lets in.
 pub(crate) fn feed(
     accumulators: &mut [Box<dyn Accumulator>],
-    arguments: &[Vec<ArrayRef>],
+    arguments: &[Arguments],
     indices: &[u32],
     retract: bool,
 ) -> Result<()> {
-    let indices = UInt32Array::from(indices.to_vec());
     for (accumulator, args) in accumulators.iter_mut().zip(arguments) {
-        let taken = args.iter().map(|a| take(a, &indices, None)).collect::<std::result::Result<Vec<_>, _>>()?;
+        let indices = match &args.filter {
+            None => UInt32Array::from(indices.to_vec()),
+            Some(mask) => {
+                indices.iter().copied().filter(|&i| mask.is_valid(i as usize) && mask.value(i as usize)).collect()
+            }
+        };
+        if indices.is_empty() {
+            continue;
+        }
+        let taken = args.values.iter().map(|a| take(a, &indices, None)).collect::<std::result::Result<Vec<_>, _>>()?;
         if retract { accumulator.retract_batch(&taken)? } else { accumulator.update_batch(&taken)? }
     }
     Ok(())

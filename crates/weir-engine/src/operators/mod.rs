@@ -11,6 +11,7 @@ pub mod watermark;
 pub mod window_aggregate;
 pub mod window_rank;
 
+pub use accumulators::AggregateCall;
 pub use join::{Expiry, JoinKind, JoinSide, StreamingJoin, join_key_column};
 pub use sinks::{Blackhole, PreviewBuffer, PreviewSink};
 pub use stateless::{Stateless, Step};

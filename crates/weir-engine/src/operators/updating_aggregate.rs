@@ -26,7 +26,7 @@ use weir_state::KEY_HASH_COLUMN;
 use crate::changelog::{Change, change_array, changes};
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
-use crate::operators::accumulators;
+use crate::operators::accumulators::{self, AggregateCall};
 use crate::operators::min_max_retract::{Extreme, MinMaxRetract};
 use crate::operators::state_ttl::{StateTtl, now_ms};
 use crate::operators::window_aggregate::ALL_IN_ONE;
@@ -58,7 +58,7 @@ struct Group {
 pub struct UpdatingAggregate {
     /// The group columns' names in the input (none for a global aggregate).
     group_columns: Vec<String>,
-    aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    aggregates: Vec<AggregateCall>,
     /// Group columns, aggregates, then the change column.
     output: SchemaRef,
     ttl: StateTtl,
@@ -83,7 +83,7 @@ impl Clone for UpdatingAggregate {
 impl UpdatingAggregate {
     pub fn new(
         group_columns: Vec<String>,
-        aggregates: Vec<Arc<AggregateFunctionExpr>>,
+        aggregates: Vec<AggregateCall>,
         output: SchemaRef,
         ttl: Option<Duration>,
         retracting: bool,
@@ -112,11 +112,14 @@ impl UpdatingAggregate {
     }
 
     fn accumulators(&self) -> Result<Vec<Box<dyn Accumulator>>> {
-        let create = |a: &Arc<AggregateFunctionExpr>| -> datafusion::error::Result<Box<dyn Accumulator>> {
-            match (self.retracting, extreme_of(a)) {
-                (true, Some(extreme)) => Ok(Box::new(MinMaxRetract::new(extreme, a.field().data_type().clone())?)),
-                (true, None) => a.create_sliding_accumulator(),
-                (false, _) => a.create_accumulator(),
+        let create = |a: &AggregateCall| -> datafusion::error::Result<Box<dyn Accumulator>> {
+            let function = &a.function;
+            match (self.retracting, extreme_of(function)) {
+                (true, Some(extreme)) => {
+                    Ok(Box::new(MinMaxRetract::new(extreme, function.field().data_type().clone())?))
+                }
+                (true, None) => function.create_sliding_accumulator(),
+                (false, _) => function.create_accumulator(),
             }
         };
         Ok(self.aggregates.iter().map(create).collect::<datafusion::error::Result<_>>()?)
@@ -354,7 +357,8 @@ mod tests {
             .unwrap();
         let output =
             Schema::new(vec![Field::new("k", DataType::Utf8, true), Field::new("total", DataType::Int64, true)]);
-        UpdatingAggregate::new(vec!["k".into()], vec![Arc::new(sum)], changelog_schema(&output), ttl, true)
+        let sum = AggregateCall { function: Arc::new(sum), filter: None };
+        UpdatingAggregate::new(vec!["k".into()], vec![sum], changelog_schema(&output), ttl, true)
     }
 
     /// The changes as "kind key value" lines.

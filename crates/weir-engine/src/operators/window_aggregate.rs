@@ -19,12 +19,11 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit}
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Accumulator;
-use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use weir_state::KEY_HASH_COLUMN;
 
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
-use crate::operators::accumulators;
+use crate::operators::accumulators::{self, AggregateCall};
 use crate::partition::key_hashes;
 
 const WINDOWS: &str = "windows";
@@ -64,7 +63,7 @@ pub struct WindowAggregate {
     group_columns: Vec<String>,
     /// The columns the input is partitioned by (state is keyed by their hash).
     partition: Vec<String>,
-    aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    aggregates: Vec<AggregateCall>,
     /// Positions among the output's aggregate columns that hold the window's end
     /// (`hop_end(...)` and the like) rather than an accumulator's value.
     window_ends: Vec<usize>,
@@ -123,7 +122,7 @@ impl WindowAggregate {
         kind: WindowKind,
         group_columns: Vec<String>,
         partition: Vec<String>,
-        aggregates: Vec<Arc<AggregateFunctionExpr>>,
+        aggregates: Vec<AggregateCall>,
         window_ends: Vec<usize>,
         output: SchemaRef,
     ) -> Self {
@@ -141,7 +140,7 @@ impl WindowAggregate {
     }
 
     fn accumulators(&self) -> Result<Accumulators> {
-        Ok(self.aggregates.iter().map(|a| a.create_accumulator()).collect::<datafusion::error::Result<_>>()?)
+        Ok(self.aggregates.iter().map(|a| a.function.create_accumulator()).collect::<datafusion::error::Result<_>>()?)
     }
 
     /// The (start, end) of every tumbling or hopping window holding time `t`.
@@ -248,7 +247,7 @@ impl Operator for WindowAggregate {
                 let mut accumulators = self.accumulators()?;
                 let mut column = first_key + keys;
                 for (accumulator, aggregate) in accumulators.iter_mut().zip(&self.aggregates) {
-                    let fields = aggregate.state_fields()?.len();
+                    let fields = aggregate.function.state_fields()?.len();
                     let states: Vec<ArrayRef> =
                         (column..column + fields).map(|c| batch.column(c).slice(row, 1)).collect();
                     accumulator.merge_batch(&states)?;
@@ -350,7 +349,7 @@ impl Operator for WindowAggregate {
             fields.push(Field::new(name, self.output.field(i).data_type().clone(), true));
         }
         for aggregate in &self.aggregates {
-            for field in aggregate.state_fields()? {
+            for field in aggregate.function.state_fields()? {
                 fields.push(Field::new(format!("{}_{}", fields.len(), field.name()), field.data_type().clone(), true));
             }
         }
