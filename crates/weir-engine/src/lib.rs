@@ -28,7 +28,7 @@ pub mod testkit;
 pub use checkpoint::{CheckpointConfig, CheckpointKind, CheckpointMode, CheckpointReport, CheckpointStatus};
 pub use error::{Error, Result};
 pub use failure::{FailureInjector, FailurePoint, Step};
-pub use graph::{Graph, NodeId};
+pub use graph::{Graph, NodeId, OperatorFactory};
 pub use message::{Barrier, BarrierKind, Message};
 pub use operator::{Collector, Operator, RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
 pub use partition::Partitioning;

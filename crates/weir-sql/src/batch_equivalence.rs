@@ -383,6 +383,36 @@ async fn top_n_per_window_equals_the_batch_answer() {
     assert!(description.contains("rank"), "{description}");
 }
 
+/// Top-N without a window (`WHERE rn <= N`): Nexmark q19's highest bids per auction and q18's
+/// latest bid per bidder and auction, then the bidders with the fewest bids over a changelog
+/// (a count that grows leaves the top, and the next one must come up). The
+/// ORDER BY covers every column, so ties are identical rows and the batch answer is unique.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_n_without_a_window_leaves_the_batch_answer() {
+    let (rows, description) = same_as_batch(&format!(
+        "SELECT auction, bidder, price, date_time, rn FROM ( \
+           SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC, bidder, date_time) AS rn FROM {BIDS}) \
+         WHERE rn <= 3"
+    ))
+    .await;
+    assert!(rows.len() > 300, "{}", rows.len());
+    assert!(description.contains("top_n"), "{description}");
+    same_as_batch(&format!(
+        "SELECT bidder, auction, price, date_time FROM ( \
+           SELECT *, ROW_NUMBER() OVER (PARTITION BY bidder, auction ORDER BY date_time DESC, price) AS rn FROM {BIDS}) \
+         WHERE rn = 1"
+    ))
+    .await;
+    let (rows, _) = same_as_batch(&format!(
+        "SELECT bidder, bids, rn FROM ( \
+           SELECT bidder, bids, ROW_NUMBER() OVER (ORDER BY bids, bidder) AS rn FROM \
+             (SELECT bidder, count(*) AS bids FROM {BIDS} GROUP BY bidder)) \
+         WHERE rn < 6"
+    ))
+    .await;
+    assert_eq!(rows.len(), 5, "{rows:?}");
+}
+
 /// UNNEST of lists built per row (a NULL list where the row is not a bid), and of structs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unnest_equals_the_batch_answer() {

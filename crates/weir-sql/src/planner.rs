@@ -32,7 +32,8 @@ use weir_connectors::nexmark::{NexmarkConfig, NexmarkSource};
 use weir_engine::changelog::{Change, changelog_schema};
 use weir_engine::operators::{
     ALL_IN_ONE, AggregateCall, Blackhole, Expiry, JoinKind, JoinSide, PreviewBuffer, PreviewSink, Stateless, Step,
-    StreamingJoin, UpdatingAggregate, WatermarkAssigner, WindowAggregate, WindowKind, WindowRank, join_key_column,
+    StreamingJoin, TopN, UpdatingAggregate, WatermarkAssigner, WindowAggregate, WindowKind, WindowRank,
+    join_key_column,
 };
 use weir_engine::{Graph, NodeId, Partitioning};
 
@@ -95,6 +96,9 @@ struct Planner<'a> {
     sources: HashMap<String, NodeId>,
     used_names: HashMap<String, usize>,
     transaction_timeouts: Vec<TransactionTimeout>,
+    /// Limits on ROW_NUMBER() set by a filter above its window node (by the node's address in
+    /// the plan being planned): `WHERE rn <= N` makes a top-N.
+    rank_limits: HashMap<usize, u64>,
 }
 
 /// A planned pipeline's graph, and what only the brokers can confirm.
@@ -125,6 +129,52 @@ fn window_call(expr: &Expr) -> Option<&ScalarFunction> {
 fn window_end_call(expr: &Expr) -> Option<(&str, &'static str)> {
     match unaliased(expr) {
         Expr::AggregateFunction(f) => window_of_end(f.func.name()).map(|window| (f.func.name(), window)),
+        _ => None,
+    }
+}
+
+/// The limit a filter sets on the ROW_NUMBER() of a window node below it (`rn <= N`, `rn < N`,
+/// `rn = 1`), with that node.
+fn rank_limit(filter: &datafusion::logical_expr::Filter) -> Option<(&datafusion::logical_expr::Window, u64)> {
+    for conjunct in split_conjunction(&filter.predicate) {
+        let Expr::BinaryExpr(BinaryExpr { left, op, right }) = conjunct else { continue };
+        let (column, op, value) = match (unaliased(left), unaliased(right)) {
+            (Expr::Column(column), Expr::Literal(value, _)) => (column, *op, value),
+            (Expr::Literal(value, _), Expr::Column(column)) => match op.swap() {
+                Some(op) => (column, op, value),
+                None => continue,
+            },
+            _ => continue,
+        };
+        let Ok(ScalarValue::UInt64(Some(n))) = value.cast_to(&DataType::UInt64) else { continue };
+        let limit = match op {
+            BinaryOperator::LtEq => n,
+            BinaryOperator::Lt => n.saturating_sub(1),
+            BinaryOperator::Eq if n == 1 => 1,
+            _ => continue,
+        };
+        if let Some(window) = window_column_of(&filter.input, column) {
+            return Some((window, limit));
+        }
+    }
+    None
+}
+
+/// The window node whose OVER (...) result `column` of `plan` is, seen through projections,
+/// aliases and filters.
+fn window_column_of<'a>(plan: &'a LogicalPlan, column: &Column) -> Option<&'a datafusion::logical_expr::Window> {
+    let index = plan.schema().index_of_column(column).ok()?;
+    match plan {
+        LogicalPlan::Projection(projection) => match unaliased(projection.expr.get(index)?) {
+            Expr::Column(source) => window_column_of(&projection.input, source),
+            _ => None,
+        },
+        LogicalPlan::SubqueryAlias(alias) => {
+            let (qualifier, field) = alias.input.schema().qualified_field(index);
+            window_column_of(&alias.input, &Column::new(qualifier.cloned(), field.name()))
+        }
+        LogicalPlan::Filter(filter) => window_column_of(&filter.input, column),
+        LogicalPlan::Window(window) => (index >= window.input.schema().fields().len()).then_some(window),
         _ => None,
     }
 }
@@ -374,6 +424,9 @@ impl Planner<'_> {
                 Ok(Stream { node, steps, times, updating })
             }
             LogicalPlan::Filter(filter) => {
+                if let Some((window, limit)) = rank_limit(filter) {
+                    self.rank_limits.insert(std::ptr::from_ref(window) as usize, limit);
+                }
                 let mut stream = self.plan(&filter.input)?;
                 stream.steps.push(Step::Filter(self.physical(&filter.predicate, filter.input.schema())?));
                 Ok(stream)
@@ -516,11 +569,13 @@ impl Planner<'_> {
         Ok(Stream { node, steps: Vec::new(), times, updating })
     }
 
-    /// `ROW_NUMBER() OVER (PARTITION BY window_start, ... ORDER BY ...)` over a window's output:
-    /// a [`WindowRank`] numbering each window's rows once the window is complete (top-N per
-    /// window with a filter on the number after it).
+    /// `ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...)`. With a window start among the
+    /// partition columns, over a windowed result: a [`WindowRank`] numbering each window's rows
+    /// once the window is complete (top-N per window, the filter on the number after it).
+    /// Without one, the filter above must limit the number (`WHERE rn <= N`): a [`TopN`]
+    /// keeping each partition's top N as a changelog.
     fn window_rank(&mut self, window: &datafusion::logical_expr::Window) -> Result<Stream> {
-        const SUPPORTED: &str = "weir supports ROW_NUMBER() OVER (PARTITION BY <a window start>, ... ORDER BY ...) over a windowed result (top-N per window)";
+        const SUPPORTED: &str = "weir supports ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) with WHERE rn <= N (top-N), or with a window start among the PARTITION BY columns (top-N per window)";
         let [expr] = window.window_expr.as_slice() else {
             plan_err!("several OVER (...) functions in one SELECT are not supported: {SUPPORTED}")
         };
@@ -530,9 +585,6 @@ impl Planner<'_> {
         }
         let mut input = self.plan(&window.input)?;
         let schema = window.input.schema();
-        if input.updating {
-            plan_err!("ROW_NUMBER() over an updating (changelog) input is not supported: {SUPPORTED}");
-        }
         let params = &function.params;
         let window_start = params.partition_by.iter().find_map(|e| match unaliased(e) {
             Expr::Column(column) => schema.index_of_column(column).ok().and_then(|i| match input.times.get(&i) {
@@ -541,17 +593,26 @@ impl Planner<'_> {
             }),
             _ => None,
         });
-        let Some((window_column, size_ms)) = window_start else {
+        let limit = self.rank_limits.get(&(std::ptr::from_ref(window) as usize)).copied();
+        if window_start.is_none() && limit.is_none() {
             plan_err!(
-                "ROW_NUMBER() needs the window start among its PARTITION BY columns: a stream has no end, so rows can only be numbered once their window is complete; {SUPPORTED}"
+                "ROW_NUMBER() over a stream needs a limit on the number, as in WHERE rn <= 10 (top-N), or a window start among its PARTITION BY columns: a stream has no end, so all its rows can never be numbered; {SUPPORTED}"
             )
-        };
+        }
+        if window_start.is_some() && input.updating {
+            plan_err!("ROW_NUMBER() per window over an updating (changelog) input is not supported: {SUPPORTED}");
+        }
         let mut extra = Vec::new();
         let mut partition = Vec::new();
         for (i, expr) in params.partition_by.iter().enumerate() {
             let name = format!("__partition_{i}");
             extra.push((name.clone(), self.physical(expr, schema)?, expr.get_type(schema)?));
             partition.push(name);
+        }
+        if partition.is_empty() {
+            let all: Arc<dyn PhysicalExpr> = Arc::new(Literal::new(ScalarValue::Int64(Some(0))));
+            extra.push((ALL_IN_ONE.to_string(), all, DataType::Int64));
+            partition.push(ALL_IN_ONE.to_string());
         }
         let order = params
             .order_by
@@ -562,19 +623,42 @@ impl Planner<'_> {
                 Ok((self.physical(&sort.expr, schema)?, options))
             })
             .collect::<Result<Vec<_>>>()?;
-        let step = self.appending(schema, extra, false);
+        let step = self.appending(schema, extra, input.updating);
         let Step::Project { schema: input_schema, .. } = &step else { plan_err!("the rank's input lost its shape") };
-        let input_schema = input_schema.clone();
+        // The rows the operator keeps: the input's columns and the partition columns.
+        let width = input_schema.fields().len() - usize::from(input.updating);
+        let input_schema = Arc::new(Schema::new(input_schema.fields()[..width].to_vec()));
+        let updating = input.updating;
         input.steps.push(step);
         let times = input.times.clone();
         let node = self.materialize(input, "select");
-        let output = Arc::new(window.schema.as_arrow().clone());
-        let operator = WindowRank::new(window_column, size_ms, partition.clone(), order, input_schema, output);
-        let name = self.name("rank");
-        let rank =
-            self.graph.add_operator(&name, self.parallelism(), 1, Arc::new(move |_| Ok(Box::new(operator.clone()))));
+        let output = window.schema.as_arrow();
+        let (name, factory): (String, weir_engine::OperatorFactory) = match (window_start, limit) {
+            (Some((window_column, size_ms)), _) => {
+                let operator = WindowRank::new(
+                    window_column,
+                    size_ms,
+                    partition.clone(),
+                    order,
+                    input_schema,
+                    Arc::new(output.clone()),
+                );
+                (self.name("rank"), Arc::new(move |_| Ok(Box::new(operator.clone()))))
+            }
+            (None, Some(limit)) => {
+                let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+                let operator =
+                    TopN::new(partition.clone(), order, limit, updating, input_schema, changelog_schema(output))?;
+                (self.name("top_n"), Arc::new(move |_| Ok(Box::new(operator.clone()))))
+            }
+            (None, None) => plan_err!("ROW_NUMBER() lost its limit"),
+        };
+        let rank = self.graph.add_operator(&name, self.parallelism(), 1, factory);
         self.graph.connect(node, rank, 0, Partitioning::Hash(partition));
-        Ok(Stream { node: rank, steps: Vec::new(), times, updating: false })
+        match window_start {
+            Some(_) => Ok(Stream { node: rank, steps: Vec::new(), times, updating: false }),
+            None => Ok(Stream { node: rank, steps: Vec::new(), times: HashMap::new(), updating: true }),
+        }
     }
 
     /// The aggregate functions `exprs` of `aggregate`, lowered to physical accumulators' plans.
@@ -1000,6 +1084,7 @@ pub fn build_graph(
         sources: HashMap::new(),
         used_names: HashMap::new(),
         transaction_timeouts: Vec::new(),
+        rank_limits: HashMap::new(),
     };
     for (plan, sink) in queries {
         let stream = planner.plan(plan)?;

@@ -1,0 +1,385 @@
+//! Top-N without a window: `ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...)` with a rank
+//! limit (`WHERE rn <= N`) over a stream that never ends, as Flink's Top-N (Nexmark q18's
+//! dedup, q19's ten highest bids). The output is a changelog of each partition's top N by rank:
+//! when a row enters, leaves or moves, every rank whose row changed is updated (`-U` the old
+//! row, `+U` the new one), a rank that appears is inserted (`+I`) and one that vanishes deleted
+//! (`-D`). Ties in ORDER BY are broken by the whole row, so the ranks do not depend on arrival
+//! order and a restore at another parallelism numbers them alike.
+//!
+//! An append-only input keeps only the top N rows of a partition (a row below them can never
+//! rise); a changelog keeps every row, since taking back a top row brings the next one up.
+//! The snapshot is the kept rows with their number of copies, keyed by the hash of the
+//! partition columns; after a restore the emitted ranks are the restored top N, since every
+//! batch's changes are emitted before any snapshot.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, Int64Array, UInt64Array};
+use datafusion::arrow::compute::{SortOptions, cast};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
+use datafusion::physical_expr::PhysicalExpr;
+use weir_state::KEY_HASH_COLUMN;
+
+use crate::changelog::{Change, change_array, changes};
+use crate::error::{Error, Result};
+use crate::operator::{Collector, Operator, RestoredState, StateTable};
+use crate::partition::key_hashes;
+
+const ROWS: &str = "rows";
+const COPIES: &str = "__copies";
+
+/// The top N rows of each partition, kept up to date as a changelog.
+pub struct TopN {
+    /// The partition columns (appended to the input, routed by).
+    partition: Vec<String>,
+    /// ORDER BY, over the input.
+    order: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
+    order_types: Vec<DataType>,
+    limit: usize,
+    /// The input is a changelog: keep every row, not only the top N.
+    retracting: bool,
+    /// The input's rows: the row columns, then the partition columns (no change column).
+    input: SchemaRef,
+    /// The row columns, the row number, then the change column.
+    output: SchemaRef,
+    converters: Option<Converters>,
+    partitions: HashMap<OwnedRow, Ranked>,
+}
+
+struct Converters {
+    partition: RowConverter,
+    order: RowConverter,
+    rows: RowConverter,
+}
+
+#[derive(Default)]
+struct Ranked {
+    /// (ORDER BY key, whole row) -> copies, in rank order.
+    rows: BTreeMap<(OwnedRow, OwnedRow), usize>,
+    /// The rows last emitted, by rank.
+    emitted: Vec<OwnedRow>,
+}
+
+impl Ranked {
+    /// The top `limit` rows, by rank.
+    fn top(&self, limit: usize) -> Vec<OwnedRow> {
+        self.rows.iter().flat_map(|((_, row), copies)| std::iter::repeat_n(row, *copies)).take(limit).cloned().collect()
+    }
+
+    /// Drops the rows below the top `limit`.
+    fn trim(&mut self, limit: usize) {
+        let mut kept: usize = self.rows.values().sum();
+        while kept > limit {
+            let Some(mut last) = self.rows.last_entry() else { break };
+            let excess = (kept - limit).min(*last.get());
+            *last.get_mut() -= excess;
+            kept -= excess;
+            if *last.get() == 0 {
+                last.remove();
+            }
+        }
+    }
+}
+
+impl Clone for TopN {
+    /// A fresh instance with the same plan.
+    fn clone(&self) -> Self {
+        Self {
+            partition: self.partition.clone(),
+            order: self.order.clone(),
+            order_types: self.order_types.clone(),
+            limit: self.limit,
+            retracting: self.retracting,
+            input: self.input.clone(),
+            output: self.output.clone(),
+            converters: None,
+            partitions: HashMap::new(),
+        }
+    }
+}
+
+impl TopN {
+    pub fn new(
+        partition: Vec<String>,
+        order: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
+        limit: usize,
+        retracting: bool,
+        input: SchemaRef,
+        output: SchemaRef,
+    ) -> Result<Self> {
+        let order_types = order.iter().map(|(e, _)| e.data_type(&input)).collect::<datafusion::error::Result<_>>()?;
+        Ok(Self {
+            partition,
+            order,
+            order_types,
+            limit,
+            retracting,
+            input,
+            output,
+            converters: None,
+            partitions: HashMap::new(),
+        })
+    }
+
+    fn converters(&mut self) -> Result<&Converters> {
+        if self.converters.is_none() {
+            let types = |names: &[String]| -> Result<Vec<SortField>> {
+                names.iter().map(|n| Ok(SortField::new(self.input.field_with_name(n)?.data_type().clone()))).collect()
+            };
+            let order = self
+                .order
+                .iter()
+                .zip(&self.order_types)
+                .map(|((_, options), data_type)| SortField::new_with_options(data_type.clone(), *options))
+                .collect();
+            let rows = self.input.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+            self.converters = Some(Converters {
+                partition: RowConverter::new(types(&self.partition)?)?,
+                order: RowConverter::new(order)?,
+                rows: RowConverter::new(rows)?,
+            });
+        }
+        self.converters.as_ref().ok_or_else(|| Error::Graph("top-N row converters missing".into()))
+    }
+
+    /// Adds `copies[r]` of each row r of `batch` (negative: takes them back) and returns the
+    /// changed ranks of the partitions it touched: (row, rank, change).
+    fn apply(&mut self, batch: &RecordBatch, copies: &[i64]) -> Result<Vec<(OwnedRow, u64, Change)>> {
+        let partition: Vec<ArrayRef> = self
+            .partition
+            .iter()
+            .map(|name| batch.column_by_name(name).cloned().ok_or_else(|| Error::Graph(format!("'{name}' is missing"))))
+            .collect::<Result<_>>()?;
+        let order: Vec<ArrayRef> = self
+            .order
+            .iter()
+            .map(|(e, _)| e.evaluate(batch).and_then(|v| v.into_array(batch.num_rows())))
+            .collect::<datafusion::error::Result<_>>()?;
+        let converters = self.converters()?;
+        let keys = converters.partition.convert_columns(&partition)?;
+        let orders = converters.order.convert_columns(&order)?;
+        let rows = converters.rows.convert_columns(batch.columns())?;
+        let mut touched = Vec::new();
+        let mut seen = HashSet::new();
+        for (row, &n) in copies.iter().enumerate() {
+            let key = keys.row(row).owned();
+            if seen.insert(key.clone()) {
+                touched.push(key.clone());
+            }
+            let ranked = self.partitions.entry(key).or_default();
+            let entry = (orders.row(row).owned(), rows.row(row).owned());
+            if n > 0 {
+                *ranked.rows.entry(entry).or_insert(0) += n as usize;
+            } else if let Some(kept) = ranked.rows.get_mut(&entry) {
+                // A row not kept (below an append-only top N, or never seen) takes nothing back.
+                *kept = kept.saturating_sub(n.unsigned_abs() as usize);
+                if *kept == 0 {
+                    ranked.rows.remove(&entry);
+                }
+            }
+            if !self.retracting {
+                ranked.trim(self.limit);
+            }
+        }
+        let mut changed = Vec::new();
+        for key in touched {
+            let Some(ranked) = self.partitions.get_mut(&key) else { continue };
+            let top = ranked.top(self.limit);
+            for rank in 0..top.len().max(ranked.emitted.len()) {
+                let number = rank as u64 + 1;
+                match (ranked.emitted.get(rank), top.get(rank)) {
+                    (Some(old), Some(new)) if old != new => {
+                        changed.push((old.clone(), number, Change::UpdateBefore));
+                        changed.push((new.clone(), number, Change::UpdateAfter));
+                    }
+                    (None, Some(new)) => changed.push((new.clone(), number, Change::Insert)),
+                    (Some(old), None) => changed.push((old.clone(), number, Change::Delete)),
+                    _ => {}
+                }
+            }
+            ranked.emitted = top;
+            if ranked.rows.is_empty() {
+                self.partitions.remove(&key);
+            }
+        }
+        Ok(changed)
+    }
+
+    fn emit(&mut self, changed: Vec<(OwnedRow, u64, Change)>, out: &mut Collector) -> Result<()> {
+        if changed.is_empty() {
+            return Ok(());
+        }
+        let converter = &self.converters()?.rows;
+        let columns = converter.convert_rows(changed.iter().map(|(row, _, _)| row.row()))?;
+        let width = self.output.fields().len() - 2;
+        let mut output: Vec<ArrayRef> = columns.into_iter().take(width).collect();
+        let numbers: ArrayRef = Arc::new(UInt64Array::from_iter_values(changed.iter().map(|(_, n, _)| *n)));
+        output.push(cast(&numbers, self.output.field(width).data_type())?);
+        output.push(change_array(&changed.iter().map(|(_, _, c)| *c).collect::<Vec<_>>()));
+        out.emit(RecordBatch::try_new(self.output.clone(), output)?);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Operator for TopN {
+    async fn open(&mut self, _info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
+        let width = self.input.fields().len();
+        for batch in restored.table(ROWS) {
+            let rows = RecordBatch::try_new(self.input.clone(), batch.columns()[1..=width].to_vec())?;
+            let copies = batch
+                .column_by_name(COPIES)
+                .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
+                .ok_or_else(|| Error::Graph(format!("top-N state has no Int64 '{COPIES}'")))?;
+            self.apply(&rows, copies.values())?;
+        }
+        Ok(())
+    }
+
+    async fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Collector) -> Result<()> {
+        let copies: Vec<i64> = changes(&batch)?.iter().map(|c| if c.is_retraction() { -1 } else { 1 }).collect();
+        let width = self.input.fields().len();
+        let rows = RecordBatch::try_new(self.input.clone(), batch.columns()[..width].to_vec())?;
+        let changed = self.apply(&rows, &copies)?;
+        self.emit(changed, out)
+    }
+
+    async fn process_watermark(&mut self, _watermark: i64, _out: &mut Collector) -> Result<()> {
+        // Updating results carry no event time on.
+        Ok(())
+    }
+
+    async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
+        let mut fields = vec![Arc::new(Field::new(KEY_HASH_COLUMN, DataType::UInt64, false))];
+        fields.extend(self.input.fields().iter().cloned());
+        fields.push(Arc::new(Field::new(COPIES, DataType::Int64, false)));
+        let schema = Arc::new(Schema::new(fields));
+        let kept: Vec<(&OwnedRow, usize)> = self
+            .partitions
+            .values()
+            .flat_map(|ranked| ranked.rows.iter().map(|((_, row), copies)| (row, *copies)))
+            .collect();
+        if kept.is_empty() {
+            return Ok(vec![StateTable {
+                name: ROWS.into(),
+                schema: schema.clone(),
+                batches: vec![RecordBatch::new_empty(schema)],
+            }]);
+        }
+        let copies = Int64Array::from_iter_values(kept.iter().map(|(_, n)| *n as i64));
+        let rows: Vec<OwnedRow> = kept.into_iter().map(|(row, _)| row.clone()).collect();
+        let columns = self.converters()?.rows.convert_rows(rows.iter().map(|r| r.row()))?;
+        let batch = RecordBatch::try_new(self.input.clone(), columns)?;
+        let mut all: Vec<ArrayRef> = vec![Arc::new(key_hashes(&batch, &self.partition)?)];
+        all.extend(batch.columns().iter().cloned());
+        all.push(Arc::new(copies));
+        Ok(vec![StateTable {
+            name: ROWS.into(),
+            schema: schema.clone(),
+            batches: vec![RecordBatch::try_new(schema, all)?],
+        }])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::physical_expr::expressions::col;
+
+    use super::*;
+    use crate::SubtaskInfo;
+    use crate::changelog::CHANGE_COLUMN;
+
+    fn input() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("price", DataType::Int64, false),
+            Field::new("__partition_0", DataType::Int64, false),
+        ]))
+    }
+
+    /// Rows (partition, id, price), as a changelog when `kinds` are given.
+    fn batch(rows: &[(i64, i64, i64)], kinds: Option<&[Change]>) -> RecordBatch {
+        let mut fields: Vec<Field> = input().fields().iter().map(|f| f.as_ref().clone()).collect();
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+        ];
+        if let Some(kinds) = kinds {
+            fields.push(Field::new(CHANGE_COLUMN, DataType::Utf8, false));
+            columns.push(change_array(kinds));
+        }
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+    }
+
+    /// The two highest prices per partition.
+    fn top_two(retracting: bool) -> TopN {
+        let order = vec![(col("price", &input()).unwrap(), SortOptions { descending: true, nulls_first: false })];
+        let output = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("price", DataType::Int64, false),
+            Field::new("rn", DataType::UInt64, false),
+            Field::new(CHANGE_COLUMN, DataType::Utf8, false),
+        ]));
+        TopN::new(vec!["__partition_0".into()], order, 2, retracting, input(), output).unwrap()
+    }
+
+    async fn feed(top: &mut TopN, batch: RecordBatch) -> Vec<String> {
+        let mut out = Collector::default();
+        top.process_batch(0, batch, &mut out).await.unwrap();
+        let mut lines = Vec::new();
+        for batch in &out.batches {
+            let int = |c: usize| batch.column(c).as_any().downcast_ref::<Int64Array>().unwrap().clone();
+            let rn = batch.column(2).as_any().downcast_ref::<UInt64Array>().unwrap().clone();
+            for (row, kind) in changes(batch).unwrap().into_iter().enumerate() {
+                lines.push(format!(
+                    "{} #{} id {} {}",
+                    kind.code(),
+                    rn.value(row),
+                    int(0).value(row),
+                    int(1).value(row)
+                ));
+            }
+        }
+        lines
+    }
+
+    #[tokio::test]
+    async fn ranks_move_as_rows_enter_the_top() {
+        let mut top = top_two(false);
+        assert_eq!(feed(&mut top, batch(&[(1, 10, 5), (1, 11, 7)], None)).await, ["+I #1 id 11 7", "+I #2 id 10 5"]);
+        // A new best pushes both down; the old second leaves.
+        assert_eq!(
+            feed(&mut top, batch(&[(1, 12, 9)], None)).await,
+            ["-U #1 id 11 7", "+U #1 id 12 9", "-U #2 id 10 5", "+U #2 id 11 7"]
+        );
+        assert!(
+            feed(&mut top, batch(&[(1, 13, 1), (2, 20, 1)], None)).await == ["+I #1 id 20 1"],
+            "13 is not in the top"
+        );
+        assert_eq!(top.partitions.values().map(|r| r.rows.len()).sum::<usize>(), 3, "append-only keeps the top 2 only");
+    }
+
+    #[tokio::test]
+    async fn a_taken_back_top_row_brings_the_next_one_up_and_survives_a_restore() {
+        let mut top = top_two(true);
+        feed(&mut top, batch(&[(1, 10, 5), (1, 11, 7), (1, 12, 9)], None)).await;
+        let tables = top.snapshot(1).await.unwrap();
+        let mut restored = top_two(true);
+        let state =
+            RestoredState { checkpoint_id: Some(1), tables: tables.into_iter().map(|t| (t.name, t.batches)).collect() };
+        restored.open(&SubtaskInfo::new("top", 0, 1), state).await.unwrap();
+        let taken_back = batch(&[(1, 12, 9)], Some(&[Change::Delete]));
+        assert_eq!(
+            feed(&mut restored, taken_back).await,
+            ["-U #1 id 12 9", "+U #1 id 11 7", "-U #2 id 11 7", "+U #2 id 10 5"]
+        );
+        let all_gone = batch(&[(1, 11, 7), (1, 10, 5)], Some(&[Change::Delete, Change::Delete]));
+        assert_eq!(feed(&mut restored, all_gone).await, ["-D #1 id 11 7", "-D #2 id 10 5"]);
+        assert!(restored.partitions.is_empty());
+    }
+}
