@@ -413,6 +413,44 @@ async fn top_n_without_a_window_leaves_the_batch_answer() {
     assert_eq!(rows.len(), 5, "{rows:?}");
 }
 
+/// OVER aggregates over event time: every row with the aggregates of its frame. ROWS frames
+/// over persons (whose times are unique within a state, so the batch order is the stream's),
+/// RANGE frames over bids (rows of equal time are peers either way), bounded and unbounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_aggregates_equal_the_batch_answer() {
+    let (rows, description) = same_as_batch(&format!(
+        "SELECT id, state, date_time, \
+                count(*) OVER (PARTITION BY state ORDER BY date_time ROWS BETWEEN 2 PRECEDING AND CURRENT ROW), \
+                sum(id) OVER (PARTITION BY state ORDER BY date_time ROWS BETWEEN 2 PRECEDING AND CURRENT ROW), \
+                max(name) OVER (PARTITION BY state ORDER BY date_time ROWS BETWEEN 2 PRECEDING AND CURRENT ROW), \
+                min(id) OVER (PARTITION BY state ORDER BY date_time ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) \
+         FROM {PERSONS}"
+    ))
+    .await;
+    assert_eq!(rows.len(), 400, "every person once");
+    assert!(description.contains("over"), "{description}");
+    let (rows, _) = same_as_batch(&format!(
+        "SELECT auction, bidder, price, date_time, \
+                avg(price) OVER (PARTITION BY auction ORDER BY date_time RANGE BETWEEN INTERVAL '50' MILLISECOND PRECEDING AND CURRENT ROW), \
+                max(price) OVER (PARTITION BY auction ORDER BY date_time RANGE BETWEEN INTERVAL '50' MILLISECOND PRECEDING AND CURRENT ROW), \
+                count(DISTINCT bidder) OVER (PARTITION BY auction ORDER BY date_time RANGE BETWEEN INTERVAL '50' MILLISECOND PRECEDING AND CURRENT ROW) \
+         FROM {BIDS}"
+    ))
+    .await;
+    assert_eq!(rows.len(), 18_400, "every bid once");
+    same_as_batch(&format!(
+        "SELECT bidder, price, date_time, sum(price) OVER (PARTITION BY bidder ORDER BY date_time), \
+                count(*) FILTER (WHERE price > 1000000) OVER (PARTITION BY bidder ORDER BY date_time) \
+         FROM {BIDS}"
+    ))
+    .await;
+    same_as_batch(&format!(
+        "SELECT id, count(*) OVER (ORDER BY date_time ROWS UNBOUNDED PRECEDING), \
+                max(id) OVER (ORDER BY date_time ROWS UNBOUNDED PRECEDING) FROM {PERSONS}"
+    ))
+    .await;
+}
+
 /// UNNEST of lists built per row (a NULL list where the row is not a bid), and of structs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unnest_equals_the_batch_answer() {

@@ -19,10 +19,10 @@ use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{
     Aggregate, BinaryExpr, Expr, ExprSchemable, Join, JoinType, LogicalPlan, Operator as BinaryOperator, Union,
-    utils::split_conjunction,
+    WindowFrameBound, WindowFrameUnits, WindowFunctionDefinition, utils::split_conjunction,
 };
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_expr::aggregate::LoweredAggregateBuilder;
+use datafusion::physical_expr::aggregate::{AggregateExprBuilder, LoweredAggregateBuilder};
 use datafusion::physical_expr::expressions::{Column as PhysicalColumn, Literal};
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::unnest::{ListUnnest, UnnestExec};
@@ -31,9 +31,9 @@ use weir_connectors::kafka::{KafkaSink, KafkaSource};
 use weir_connectors::nexmark::{NexmarkConfig, NexmarkSource};
 use weir_engine::changelog::{Change, changelog_schema};
 use weir_engine::operators::{
-    ALL_IN_ONE, AggregateCall, Blackhole, Expiry, JoinKind, JoinSide, PreviewBuffer, PreviewSink, Stateless, Step,
-    StreamingJoin, TopN, UpdatingAggregate, WatermarkAssigner, WindowAggregate, WindowKind, WindowRank,
-    join_key_column,
+    ALL_IN_ONE, AggregateCall, Blackhole, Expiry, Frame, JoinKind, JoinSide, OverAggregate, PreviewBuffer, PreviewSink,
+    Stateless, Step, StreamingJoin, TopN, UpdatingAggregate, WatermarkAssigner, WindowAggregate, WindowKind,
+    WindowRank, join_key_column,
 };
 use weir_engine::{Graph, NodeId, Partitioning};
 
@@ -516,7 +516,12 @@ impl Planner<'_> {
                 stream.times = times;
                 Ok(stream)
             }
-            LogicalPlan::Window(window) => self.window_rank(window),
+            LogicalPlan::Window(window) => {
+                let aggregates = window.window_expr.iter().all(|e| {
+                    matches!(unaliased(e), Expr::WindowFunction(f) if matches!(f.fun, WindowFunctionDefinition::AggregateUDF(_)))
+                });
+                if aggregates { self.over_aggregate(window) } else { self.window_rank(window) }
+            }
             LogicalPlan::Sort(_) | LogicalPlan::Limit(_) => plan_err!(
                 "ORDER BY and LIMIT over an unbounded stream are not supported: a stream has no last row to sort or stop at (the preview keeps the latest rows)"
             ),
@@ -567,6 +572,130 @@ impl Planner<'_> {
             self.graph.connect(input, node, index, Partitioning::Forward);
         }
         Ok(Stream { node, steps: Vec::new(), times, updating })
+    }
+
+    /// Aggregates `OVER (PARTITION BY ... ORDER BY <event time> ROWS|RANGE BETWEEN ... PRECEDING
+    /// AND CURRENT ROW)`: an [`OverAggregate`] emitting each row with its frame's aggregates
+    /// once the watermark passes it. All the functions of one window node share its window.
+    fn over_aggregate(&mut self, window: &datafusion::logical_expr::Window) -> Result<Stream> {
+        const SUPPORTED: &str = "weir supports aggregates OVER (PARTITION BY ... ORDER BY <event time> [ROWS|RANGE BETWEEN ... PRECEDING AND CURRENT ROW]), all with the same window";
+        let mut functions = Vec::new();
+        for expr in &window.window_expr {
+            let Expr::WindowFunction(function) = unaliased(expr) else {
+                plan_err!("{expr} is not supported: {SUPPORTED}")
+            };
+            functions.push(function.as_ref());
+        }
+        let Some(first) = functions.first().map(|f| &f.params) else { plan_err!("an OVER (...) without a function") };
+        if functions.iter().any(|f| {
+            f.params.partition_by != first.partition_by
+                || f.params.order_by != first.order_by
+                || f.params.window_frame != first.window_frame
+        }) {
+            plan_err!("OVER (...) aggregates with different windows in one SELECT are not supported: {SUPPORTED}");
+        }
+        let mut input = self.plan(&window.input)?;
+        if input.updating {
+            plan_err!(
+                "an OVER aggregate of an updating (changelog) input is not supported: a row taken back would change every later row's result; {SUPPORTED}"
+            );
+        }
+        let schema = window.input.schema();
+        let time_column = match first.order_by.as_slice() {
+            [sort] if sort.asc => match unaliased(&sort.expr) {
+                Expr::Column(column) => {
+                    schema.index_of_column(column).ok().filter(|i| input.times.get(i) == Some(&TimeAttr::EventTime))
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(time_column) = time_column else {
+            plan_err!(
+                "an OVER aggregate must be ordered by the event time alone, ascending (a stream is only in order up to the watermark): {SUPPORTED}"
+            )
+        };
+        let frame = &first.window_frame;
+        if frame.end_bound != WindowFrameBound::CurrentRow {
+            plan_err!("an OVER frame must end at the CURRENT ROW (later rows have not arrived yet): {SUPPORTED}");
+        }
+        let frame = match (&frame.units, &frame.start_bound) {
+            (_, WindowFrameBound::Preceding(bound)) if bound.is_null() => match frame.units {
+                WindowFrameUnits::Rows => Frame::Rows { preceding: None },
+                _ => Frame::Range { preceding_ms: None },
+            },
+            (WindowFrameUnits::Rows, WindowFrameBound::CurrentRow) => Frame::Rows { preceding: Some(0) },
+            (WindowFrameUnits::Rows, WindowFrameBound::Preceding(bound)) => match bound.cast_to(&DataType::UInt64) {
+                Ok(ScalarValue::UInt64(Some(n))) => {
+                    Frame::Rows { preceding: Some(usize::try_from(n).unwrap_or(usize::MAX)) }
+                }
+                _ => plan_err!("ROWS {bound} PRECEDING: the bound must be a whole number of rows"),
+            },
+            (WindowFrameUnits::Range, WindowFrameBound::CurrentRow) => Frame::Range { preceding_ms: Some(0) },
+            (WindowFrameUnits::Range, WindowFrameBound::Preceding(bound)) => match interval_ms(bound) {
+                Some(ms) => Frame::Range { preceding_ms: Some(ms) },
+                None => plan_err!(
+                    "RANGE {bound} PRECEDING: over event time the bound must be a fixed interval, such as INTERVAL '10' SECOND"
+                ),
+            },
+            _ => plan_err!("this OVER frame is not supported: {SUPPORTED}"),
+        };
+        let input_arrow = Arc::new(schema.as_arrow().clone());
+        let input_width = input_arrow.fields().len();
+        let mut aggregates = Vec::new();
+        for (i, function) in functions.iter().enumerate() {
+            let WindowFunctionDefinition::AggregateUDF(udaf) = &function.fun else {
+                plan_err!("{}() OVER (...) is not an aggregate: {SUPPORTED}", function.fun.name())
+            };
+            let params = &function.params;
+            let args = params.args.iter().map(|a| self.physical(a, schema)).collect::<Result<Vec<_>>>()?;
+            let built = AggregateExprBuilder::new(udaf.clone(), args)
+                .schema(input_arrow.clone())
+                .alias(window.schema.field(input_width + i).name())
+                .with_distinct(params.distinct)
+                .with_ignore_nulls(
+                    params.null_treatment == Some(datafusion::logical_expr::expr::NullTreatment::IgnoreNulls),
+                )
+                .build()?;
+            if matches!(frame, Frame::Rows { preceding: Some(_) } | Frame::Range { preceding_ms: Some(_) })
+                && !built.create_sliding_accumulator()?.supports_retract_batch()
+            {
+                plan_err!(
+                    "{}() cannot take rows out of a bounded OVER frame: use it with UNBOUNDED PRECEDING",
+                    function.fun.name()
+                );
+            }
+            let filter = match &params.filter {
+                Some(filter) => Some(self.physical(filter, schema)?),
+                None => None,
+            };
+            aggregates.push(AggregateCall { function: Arc::new(built), filter });
+        }
+        let mut extra = Vec::new();
+        let mut partition = Vec::new();
+        for (i, expr) in first.partition_by.iter().enumerate() {
+            let name = format!("__partition_{i}");
+            extra.push((name.clone(), self.physical(expr, schema)?, expr.get_type(schema)?));
+            partition.push(name);
+        }
+        if partition.is_empty() {
+            let all: Arc<dyn PhysicalExpr> = Arc::new(Literal::new(ScalarValue::Int64(Some(0))));
+            extra.push((ALL_IN_ONE.to_string(), all, DataType::Int64));
+            partition.push(ALL_IN_ONE.to_string());
+        }
+        let step = self.appending(schema, extra, false);
+        let Step::Project { schema: operator_input, .. } = &step else { plan_err!("the OVER input lost its shape") };
+        let operator_input = operator_input.clone();
+        input.steps.push(step);
+        let times = input.times.clone();
+        let node = self.materialize(input, "select");
+        let output = Arc::new(window.schema.as_arrow().clone());
+        let operator = OverAggregate::new(partition.clone(), time_column, frame, aggregates, operator_input, output);
+        let name = self.name("over");
+        let over =
+            self.graph.add_operator(&name, self.parallelism(), 1, Arc::new(move |_| Ok(Box::new(operator.clone()))));
+        self.graph.connect(node, over, 0, Partitioning::Hash(partition));
+        Ok(Stream { node: over, steps: Vec::new(), times, updating: false })
     }
 
     /// `ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...)`. With a window start among the

@@ -30,6 +30,16 @@ pub(crate) struct Arguments {
     filter: Option<BooleanArray>,
 }
 
+impl Arguments {
+    /// Rows `offset..offset + len` of these arguments (no copy).
+    pub(crate) fn slice(&self, offset: usize, len: usize) -> Arguments {
+        Arguments {
+            values: self.values.iter().map(|v| v.slice(offset, len)).collect(),
+            filter: self.filter.as_ref().map(|f| f.slice(offset, len)),
+        }
+    }
+}
+
 /// Each aggregate's arguments over `batch`.
 pub(crate) fn arguments(aggregates: &[AggregateCall], batch: &RecordBatch) -> Result<Vec<Arguments>> {
     let evaluate = |e: &Arc<dyn PhysicalExpr>| e.evaluate(batch).and_then(|v| v.into_array(batch.num_rows()));
