@@ -20,6 +20,7 @@ pub mod operator;
 pub mod operators;
 pub mod partition;
 pub mod pipeline;
+pub mod processing_time;
 mod restore;
 mod task;
 #[cfg(feature = "testkit")]
@@ -33,3 +34,4 @@ pub use message::{Barrier, BarrierKind, Message};
 pub use operator::{Collector, Operator, RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
 pub use partition::Partitioning;
 pub use pipeline::{PipelineConfig, PipelineHandle, PipelineState, PipelineStatus, RestartPolicy, start};
+pub use processing_time::ProcessingTime;

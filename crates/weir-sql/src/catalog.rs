@@ -13,8 +13,28 @@ pub struct TableDef {
     pub name: String,
     pub schema: SchemaRef,
     pub connector: ConnectorOptions,
-    /// The event-time column and its bounded out-of-orderness; `None`: processing time.
+    /// The event-time column and its bounded out-of-orderness.
     pub event_time: Option<(String, Duration)>,
+    /// The processing-time column (`pt AS PROCTIME()`): the last column of `schema`, filled in
+    /// as records are read, not by the connector.
+    pub proctime: Option<String>,
+}
+
+impl TableDef {
+    /// The table as its connector sees it: without the processing-time column.
+    pub fn connector_view(&self) -> TableDef {
+        match &self.proctime {
+            None => self.clone(),
+            Some(column) => {
+                let fields = self.schema.fields().iter().filter(|f| f.name() != column).cloned().collect::<Vec<_>>();
+                TableDef {
+                    schema: std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(fields)),
+                    proctime: None,
+                    ..self.clone()
+                }
+            }
+        }
+    }
 }
 
 /// A view: a named query, planned where it is used.

@@ -322,6 +322,44 @@ async fn new_partitions_are_read_and_offsets_reach_the_group() {
     assert_eq!(committed, vec![rdkafka::Offset::Offset(1), rdkafka::Offset::Offset(1)]);
 }
 
+/// Processing-time windows close with the clock: a topic gets three records and then nothing,
+/// and the window holding them is emitted while the unbounded source sits idle.
+#[tokio::test]
+async fn a_processing_time_window_closes_while_the_source_is_idle() {
+    let input = topic("clock", 1).await;
+    let records = [br#"{"id":1}"#.as_slice(), br#"{"id":2}"#, br#"{"id":3}"#];
+    broker().produce(&input, records.iter().map(|r| (0, None, *r))).unwrap();
+    let mut session = Session::new();
+    session
+        .execute(&format!(
+            "SET checkpoint.interval = '100 ms';
+             CREATE TABLE input (id BIGINT, pt AS PROCTIME()) WITH ({}, format = 'json')",
+            kafka(&input, "")
+        ))
+        .await
+        .unwrap();
+    let planned =
+        pipeline(&mut session, "SELECT count(*), sum(id) FROM input GROUP BY tumble(pt, INTERVAL '200' MILLISECOND)")
+            .await
+            .unwrap();
+    let preview = planned.preview.clone().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = weir_state::StateStore::local(dir.path()).unwrap();
+    let handle = weir_engine::start(planned.graph, planned.config, store, None).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let total =
+        |rows: &[Vec<String>], column: usize| rows.iter().map(|r| r[column].parse::<i64>().unwrap_or(0)).sum::<i64>();
+    let rows = loop {
+        let rows = final_rows(&preview.batches()).unwrap();
+        if total(&rows, 0) >= 3 || tokio::time::Instant::now() > deadline {
+            break rows;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    handle.kill().await;
+    assert_eq!((total(&rows, 0), total(&rows, 1)), (3, 6), "{rows:?}");
+}
+
 /// Debezium change events read as a changelog: the rows they leave, and an aggregate over them
 /// that takes back what updates and deletes replace.
 #[tokio::test]

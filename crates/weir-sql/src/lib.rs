@@ -17,7 +17,7 @@ pub mod planner;
 pub mod session;
 #[cfg(test)]
 mod slt;
-pub mod watermark_clause;
+pub mod time_clauses;
 pub mod window_functions;
 
 pub use error::{Error, Result};

@@ -36,8 +36,10 @@ const fn required(name: &'static str, kind: Kind) -> OptionSpec {
 const ANY_COUNT: Kind = Kind::Integer { min: 0, max: u64::MAX };
 
 /// Options every table accepts: which column is the event time, and how late its records may
-/// be (the watermark is the largest event time seen minus this delay).
-const EVENT_TIME: [OptionSpec; 2] = [option("event_time", Kind::Text), option("watermark_delay", Kind::Duration)];
+/// be (the watermark is the largest event time seen minus this delay); or the name of a
+/// processing-time column to add.
+const TIME: [OptionSpec; 3] =
+    [option("event_time", Kind::Text), option("watermark_delay", Kind::Duration), option("proctime", Kind::Text)];
 
 const NEXMARK: &[OptionSpec] = &[
     option("seed", ANY_COUNT),
@@ -178,8 +180,8 @@ pub fn validate(options: BTreeMap<String, String>) -> Result<ConnectorOptions, S
         if connector == "kafka" && name.starts_with("kafka.") {
             continue; // passed to librdkafka as it is
         }
-        let Some(spec) = specs.iter().chain(EVENT_TIME.iter()).find(|s| s.name == name) else {
-            let known: Vec<&str> = specs.iter().chain(EVENT_TIME.iter()).map(|s| s.name).collect();
+        let Some(spec) = specs.iter().chain(TIME.iter()).find(|s| s.name == name) else {
+            let known: Vec<&str> = specs.iter().chain(TIME.iter()).map(|s| s.name).collect();
             let extra = if connector == "kafka" { ", or 'kafka.<librdkafka property>'" } else { "" };
             return Err(format!(
                 "option '{name}' is unknown for connector '{connector}': expected {}{extra}",

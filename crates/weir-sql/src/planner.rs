@@ -30,12 +30,13 @@ use weir_connectors::filesystem::{FileFormat, FileSink, FileSource};
 use weir_connectors::kafka::{KafkaSink, KafkaSource};
 use weir_connectors::nexmark::{NexmarkConfig, NexmarkSource};
 use weir_engine::changelog::{Change, changelog_schema};
+use weir_engine::graph::SourceFactory;
 use weir_engine::operators::{
     ALL_IN_ONE, AggregateCall, Blackhole, Expiry, Frame, JoinKind, JoinSide, OverAggregate, PreviewBuffer, PreviewSink,
     Stateless, Step, StreamingJoin, TopN, UpdatingAggregate, WatermarkAssigner, WindowAggregate, WindowKind,
     WindowRank, join_key_column,
 };
-use weir_engine::{Graph, NodeId, Partitioning};
+use weir_engine::{Graph, NodeId, Partitioning, ProcessingTime};
 
 use crate::catalog::TableDef;
 use crate::error::Result;
@@ -307,13 +308,15 @@ impl Planner<'_> {
         Step::Project { exprs, schema }
     }
 
-    fn source(&mut self, table: &TableDef) -> Result<NodeId> {
-        if let Some(node) = self.sources.get(&table.name) {
+    fn source(&mut self, definition: &TableDef) -> Result<NodeId> {
+        if let Some(node) = self.sources.get(&definition.name) {
             return Ok(*node);
         }
         let parallelism = self.parallelism();
+        // The connector reads the declared columns; a processing-time column is added after.
+        let table = &definition.connector_view();
         let name = &table.name;
-        let node = match table.connector.connector.as_str() {
+        let (node_name, factory): (String, SourceFactory) = match table.connector.connector.as_str() {
             "nexmark" => {
                 let options = &table.connector;
                 let defaults = NexmarkConfig::default();
@@ -335,19 +338,13 @@ impl Planner<'_> {
                         config.splits
                     );
                 }
-                let node_name = self.name(name);
-                self.graph.add_source(
-                    &node_name,
-                    parallelism,
-                    Arc::new(move |_| Ok(Box::new(NexmarkSource::new(config.clone())))),
-                )
+                (self.name(name), Arc::new(move |_| Ok(Box::new(NexmarkSource::new(config.clone())))))
             }
             "filesystem" => {
                 let (path, format) = filesystem_options(table)?;
-                let (schema, node_name) = (table.schema.clone(), self.name(name));
-                self.graph.add_source(
-                    &node_name,
-                    parallelism,
+                let schema = table.schema.clone();
+                (
+                    self.name(name),
                     Arc::new(move |_| Ok(Box::new(FileSource::new(path.clone(), format, schema.clone(), 8192)))),
                 )
             }
@@ -355,16 +352,22 @@ impl Planner<'_> {
                 let node_name = self.name(name);
                 let (config, check) = kafka_tables::source_config(table, self.options, &node_name)?;
                 self.transaction_timeouts.extend(check);
-                self.graph.add_source(
-                    &node_name,
-                    parallelism,
-                    Arc::new(move |_| Ok(Box::new(KafkaSource::new(config.clone())))),
-                )
+                (node_name, Arc::new(move |_| Ok(Box::new(KafkaSource::new(config.clone())))))
             }
             other => plan_err!(
                 "table '{name}': reading from a '{other}' table is not supported (nexmark, kafka and filesystem are)"
             ),
         };
+        // Processing time: the source is wrapped to stamp each batch as it is read and follow
+        // it with a watermark.
+        let factory: SourceFactory = match &definition.proctime {
+            Some(_) => {
+                let schema = definition.schema.clone();
+                Arc::new(move |info| Ok(Box::new(ProcessingTime::new(factory(info)?, schema.clone()))))
+            }
+            None => factory,
+        };
+        let node = self.graph.add_source(&node_name, parallelism, factory);
         // Event time starts right after the source: the watermark is the largest event time
         // seen less the table's allowed lateness. A Kafka source tracks it per partition
         // itself.
@@ -380,7 +383,7 @@ impl Planner<'_> {
             }
             None => node,
         };
-        self.sources.insert(table.name.clone(), node);
+        self.sources.insert(definition.name.clone(), node);
         Ok(node)
     }
 
@@ -394,8 +397,11 @@ impl Planner<'_> {
                 let Some(definition) = (self.table_of)(&table) else { plan_err!("there is no table named '{table}'") };
                 let node = self.source(&definition)?;
                 let updating = kafka_tables::is_changelog_source(&definition);
-                let event_time =
-                    definition.event_time.as_ref().and_then(|(column, _)| definition.schema.index_of(column).ok());
+                // Event time and processing time are both time attributes (a processing-time
+                // watermark follows the clock).
+                let time_column =
+                    definition.event_time.as_ref().map(|(column, _)| column).or(definition.proctime.as_ref());
+                let event_time = time_column.and_then(|column| definition.schema.index_of(column).ok());
                 let mut times = HashMap::new();
                 let mut steps = Vec::new();
                 match &scan.projection {

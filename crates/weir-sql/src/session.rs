@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use datafusion::arrow::datatypes::{DataType, Schema};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::catalog::view::ViewTable;
 use datafusion::datasource::empty::EmptyTable;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
@@ -27,7 +27,7 @@ use crate::kafka_tables;
 use crate::options::{self, ConnectorOptions, parse_duration};
 use crate::plan_err;
 use crate::planner::{PlanOptions, Planned, SinkTarget, build_graph};
-use crate::watermark_clause::{self, WatermarkClause};
+use crate::time_clauses::{self, ClauseKind, TimeClause};
 
 /// What a statement returns.
 #[derive(Debug, Clone)]
@@ -195,9 +195,9 @@ impl Session {
 
     /// Parses `sql` (one or more statements) and runs each in turn; stops at the first error.
     pub async fn execute(&mut self, sql: &str) -> Result<Vec<Output>> {
-        let (text, clauses) = watermark_clause::extract(sql)?;
+        let (text, clauses) = time_clauses::extract(sql)?;
         let mut statements = Parser::parse_sql(&GenericDialect {}, &text).map_err(syntax_error)?;
-        attach_watermarks(&mut statements, clauses)?;
+        attach_time_clauses(&mut statements, clauses)?;
         let mut outputs = Vec::new();
         // Consecutive INSERTs make one pipeline, sharing the sources they read.
         let mut inserts: Vec<Insert> = Vec::new();
@@ -358,7 +358,24 @@ impl Session {
             }
         };
         let event_time = event_time_of(&name, &schema, &connector)?;
-        let table = TableDef { name: name.clone(), schema, connector, event_time };
+        let proctime = connector.get("proctime").map(str::to_string);
+        let schema = match &proctime {
+            Some(column) => {
+                if event_time.is_some() {
+                    plan_err!(
+                        "table '{name}': give it an event time (WATERMARK FOR) or a processing time ({column} AS PROCTIME()), not both"
+                    );
+                }
+                if schema.field_with_name(column).is_ok() {
+                    plan_err!("table '{name}': its processing-time column '{column}' is one of its columns already");
+                }
+                let mut fields = schema.fields().to_vec();
+                fields.push(Arc::new(Field::new(column, DataType::Timestamp(TimeUnit::Millisecond, None), false)));
+                Arc::new(Schema::new(fields))
+            }
+            None => schema,
+        };
+        let table = TableDef { name: name.clone(), schema, connector, event_time, proctime };
         self.catalog.tables.insert(name.clone(), table);
         Ok(Output::Done(format!("created table {name}")))
     }
@@ -376,11 +393,16 @@ impl Session {
             .iter()
             .map(|field| {
                 let event_time = table.event_time.as_ref().filter(|(column, _)| column == field.name());
+                let note = match event_time {
+                    Some((_, delay)) => format!("event time, watermark delay {delay:?}"),
+                    None if table.proctime.as_ref() == Some(field.name()) => "processing time".to_string(),
+                    None => String::new(),
+                };
                 vec![
                     field.name().clone(),
                     field.data_type().to_string(),
                     if field.is_nullable() { "YES" } else { "NO" }.to_string(),
-                    event_time.map(|(_, delay)| format!("event time, watermark delay {delay:?}")).unwrap_or_default(),
+                    note,
                 ]
             })
             .collect();
@@ -408,6 +430,11 @@ impl Session {
         let Some(table) = self.catalog.tables.get(target.trim_matches('"')).cloned() else {
             plan_err!("INSERT INTO {target}: there is no table named '{target}'");
         };
+        if let Some(column) = &table.proctime {
+            plan_err!(
+                "table '{target}' has a processing-time column ({column} AS PROCTIME()): it is filled in as the table is read, so the table cannot be written to"
+            );
+        }
         let Some(source) = insert.source else {
             plan_err!("INSERT INTO {target} needs a SELECT, as in INSERT INTO {target} SELECT ...")
         };
@@ -495,9 +522,10 @@ impl Session {
     }
 }
 
-/// Gives each WATERMARK FOR clause to the CREATE TABLE it was written in (the last statement
-/// starting before it), as `event_time` and `watermark_delay` options.
-fn attach_watermarks(statements: &mut [Statement], clauses: Vec<WatermarkClause>) -> Result<()> {
+/// Gives each time clause to the CREATE TABLE it was written in (the last statement starting
+/// before it): WATERMARK FOR as `event_time` and `watermark_delay` options, `pt AS PROCTIME()`
+/// as the `proctime` option.
+fn attach_time_clauses(statements: &mut [Statement], clauses: Vec<TimeClause>) -> Result<()> {
     for clause in clauses {
         let at = (clause.line, clause.col);
         // Statements without a known position (sqlparser leaves some spans empty) cannot own it.
@@ -513,25 +541,33 @@ fn attach_watermarks(statements: &mut [Statement], clauses: Vec<WatermarkClause>
             });
         let Some(Statement::CreateTable(create)) = owner else {
             return Err(Error::Syntax {
-                message: "WATERMARK FOR belongs in the column list of a CREATE TABLE".into(),
+                message: "WATERMARK FOR and PROCTIME() columns belong in the column list of a CREATE TABLE".into(),
                 line: clause.line,
                 column: clause.col,
             });
         };
-        let options =
-            [("event_time", clause.column.clone()), ("watermark_delay", format!("{} ms", clause.delay.as_millis()))];
-        let new = options.map(|(key, value)| SqlOption::KeyValue {
-            key: Ident::new(key),
-            value: Expr::Value(Value::SingleQuotedString(value).into()),
-        });
+        let options = match clause.kind {
+            ClauseKind::Watermark { column, delay } => {
+                vec![("event_time", column), ("watermark_delay", format!("{} ms", delay.as_millis()))]
+            }
+            ClauseKind::ProcessingTime { column } => vec![("proctime", column)],
+        };
+        let names: Vec<&str> = options.iter().map(|(key, _)| *key).collect();
+        let new: Vec<SqlOption> = options
+            .into_iter()
+            .map(|(key, value)| SqlOption::KeyValue {
+                key: Ident::new(key),
+                value: Expr::Value(Value::SingleQuotedString(value).into()),
+            })
+            .collect();
         match &mut create.table_options {
-            CreateTableOptions::None => create.table_options = CreateTableOptions::With(new.to_vec()),
+            CreateTableOptions::None => create.table_options = CreateTableOptions::With(new),
             CreateTableOptions::With(list) => {
                 let given =
                     |name: &str| list.iter().any(|o| matches!(o, SqlOption::KeyValue { key, .. } if key.value == name));
-                if given("event_time") || given("watermark_delay") {
+                if names.iter().any(|name| given(name)) {
                     plan_err!(
-                        "table '{}': give the event time as WATERMARK FOR or as options, not both",
+                        "table '{}': give its time as a clause (WATERMARK FOR, AS PROCTIME()) or as options, not both",
                         name_of(&create.name)
                     );
                 }

@@ -1,0 +1,160 @@
+//! Processing time: the time a record enters the pipeline, for tables without an event time
+//! (Flink's `PROCTIME()` column). A source wrapped in [`ProcessingTime`] appends a column with
+//! the wall-clock time each batch was read, and follows it with a watermark just behind that
+//! time, so windows, interval joins and OVER aggregates run on processing time exactly as on
+//! event time. While the source is idle the watermark keeps moving with the clock (every
+//! [`IDLE_WATERMARK_MS`]), so a processing-time window closes on time without new records.
+//! Times never go backwards, even if the wall clock does.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, TimestampMillisecondArray};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+
+use crate::error::Result;
+use crate::operator::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
+use crate::operators::state_ttl::now_ms;
+
+/// How often an idle source's watermark follows the clock.
+pub const IDLE_WATERMARK_MS: i64 = 100;
+
+pub struct ProcessingTime {
+    inner: Box<dyn Source>,
+    /// The inner source's columns and the processing-time column last.
+    schema: SchemaRef,
+    /// A watermark to emit before reading on.
+    pending_watermark: Option<i64>,
+    /// The latest time given to a batch.
+    last_time: i64,
+    last_watermark: i64,
+    clock: fn() -> i64,
+}
+
+impl ProcessingTime {
+    /// `schema`: the inner source's columns followed by the processing-time column.
+    pub fn new(inner: Box<dyn Source>, schema: SchemaRef) -> Self {
+        Self::with_clock(inner, schema, now_ms)
+    }
+
+    fn with_clock(inner: Box<dyn Source>, schema: SchemaRef, clock: fn() -> i64) -> Self {
+        Self { inner, schema, pending_watermark: None, last_time: i64::MIN, last_watermark: i64::MIN, clock }
+    }
+
+    /// The time now, never before the last one given.
+    fn now(&mut self) -> i64 {
+        self.last_time = self.last_time.max((self.clock)());
+        self.last_time
+    }
+
+    /// A watermark one millisecond behind `time`, if that moves it: records stamped `time` or
+    /// later are never behind it.
+    fn watermark_behind(&mut self, time: i64) -> Option<i64> {
+        let watermark = time.saturating_sub(1);
+        (watermark > self.last_watermark).then(|| {
+            self.last_watermark = watermark;
+            watermark
+        })
+    }
+}
+
+#[async_trait]
+impl Source for ProcessingTime {
+    async fn open(&mut self, info: &SubtaskInfo, restored: RestoredState) -> Result<()> {
+        self.inner.open(info, restored).await
+    }
+
+    async fn next(&mut self) -> Result<SourceEvent> {
+        if let Some(watermark) = self.pending_watermark.take() {
+            return Ok(SourceEvent::Watermark(watermark));
+        }
+        match self.inner.next().await? {
+            SourceEvent::Batch(batch) => {
+                let time = self.now();
+                let mut columns = batch.columns().to_vec();
+                let times: ArrayRef = Arc::new(TimestampMillisecondArray::from(vec![time; batch.num_rows()]));
+                columns.push(times);
+                self.pending_watermark = self.watermark_behind(time);
+                Ok(SourceEvent::Batch(RecordBatch::try_new(self.schema.clone(), columns)?))
+            }
+            // The inner source's own event time, if it has one, is not this table's time.
+            SourceEvent::Watermark(_) | SourceEvent::Idle => {
+                let now = self.now();
+                match now.saturating_sub(self.last_watermark) > IDLE_WATERMARK_MS {
+                    true => Ok(self.watermark_behind(now).map_or(SourceEvent::Idle, SourceEvent::Watermark)),
+                    false => Ok(SourceEvent::Idle),
+                }
+            }
+            SourceEvent::End => Ok(SourceEvent::End),
+        }
+    }
+
+    async fn snapshot(&mut self, checkpoint_id: u64) -> Result<Vec<StateTable>> {
+        self.inner.snapshot(checkpoint_id).await
+    }
+
+    async fn checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.inner.checkpoint_complete(checkpoint_id).await
+    }
+
+    async fn checkpoint_aborted(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.inner.checkpoint_aborted(checkpoint_id).await
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        self.inner.close().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    use datafusion::arrow::array::{Array, Int64Array};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+
+    use super::*;
+
+    static CLOCK: AtomicI64 = AtomicI64::new(1_000);
+
+    fn clock() -> i64 {
+        CLOCK.load(Ordering::SeqCst)
+    }
+
+    /// One batch of three rows, then nothing.
+    struct OneBatch(bool);
+
+    #[async_trait]
+    impl Source for OneBatch {
+        async fn next(&mut self) -> Result<SourceEvent> {
+            if std::mem::replace(&mut self.0, false) {
+                let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false)]));
+                return Ok(SourceEvent::Batch(RecordBatch::try_new(
+                    schema,
+                    vec![Arc::new(Int64Array::from(vec![1, 2, 3]))],
+                )?));
+            }
+            Ok(SourceEvent::Idle)
+        }
+    }
+
+    #[tokio::test]
+    async fn batches_get_the_time_they_were_read_and_the_watermark_follows_the_clock() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, false),
+            Field::new("pt", DataType::Timestamp(TimeUnit::Millisecond, None), false),
+        ]));
+        let mut source = ProcessingTime::with_clock(Box::new(OneBatch(true)), schema, clock);
+        let SourceEvent::Batch(batch) = source.next().await.unwrap() else { panic!("a batch first") };
+        let times = batch.column(1).as_any().downcast_ref::<TimestampMillisecondArray>().unwrap();
+        assert_eq!((times.len(), times.value(0), times.value(2)), (3, 1_000, 1_000));
+        assert!(matches!(source.next().await.unwrap(), SourceEvent::Watermark(999)), "just behind the batch");
+        CLOCK.store(1_050, Ordering::SeqCst);
+        assert!(matches!(source.next().await.unwrap(), SourceEvent::Idle), "not yet worth a watermark");
+        CLOCK.store(1_200, Ordering::SeqCst);
+        assert!(matches!(source.next().await.unwrap(), SourceEvent::Watermark(1_199)), "idle, the clock moves it");
+        CLOCK.store(500, Ordering::SeqCst);
+        assert!(matches!(source.next().await.unwrap(), SourceEvent::Idle), "a clock going back moves nothing");
+    }
+}
