@@ -143,7 +143,12 @@ impl Coordinator {
                         TaskEvent::SourceFinished => {
                             sources_finished += 1;
                             if sources_finished == sources {
-                                if checkpointing {
+                                if checkpointing && savepoint.is_some() {
+                                    // Stopping already: the savepoint ends the run (a finished
+                                    // source still takes its barrier, and another one if it
+                                    // fails). A final checkpoint beside it would leave its
+                                    // pre-committed transactions open at the shutdown.
+                                } else if checkpointing {
                                     final_id = Some(self.trigger(&mut in_flight, true));
                                 } else {
                                     self.broadcast(Control::EndOfInput, |t| t.is_source);

@@ -31,6 +31,8 @@ pub struct Node {
     pub name: String,
     pub parallelism: usize,
     pub kind: NodeKind,
+    /// What state the node keeps and when it lets it go, for EXPLAIN; none if stateless.
+    pub state: Option<String>,
 }
 
 impl std::fmt::Debug for Node {
@@ -84,11 +86,23 @@ impl Graph {
     }
 
     pub fn add_source(&mut self, name: &str, parallelism: usize, factory: SourceFactory) -> NodeId {
-        self.push(Node { name: name.to_string(), parallelism, kind: NodeKind::Source(factory) })
+        self.push(Node { name: name.to_string(), parallelism, kind: NodeKind::Source(factory), state: None })
     }
 
     pub fn add_operator(&mut self, name: &str, parallelism: usize, inputs: usize, factory: OperatorFactory) -> NodeId {
-        self.push(Node { name: name.to_string(), parallelism, kind: NodeKind::Operator { inputs, factory } })
+        self.push(Node {
+            name: name.to_string(),
+            parallelism,
+            kind: NodeKind::Operator { inputs, factory },
+            state: None,
+        })
+    }
+
+    /// Says what state `node` keeps (shown by [`Graph::describe`]).
+    pub fn describe_state(&mut self, node: NodeId, state: impl Into<String>) {
+        if let Some(node) = self.nodes.get_mut(node.0) {
+            node.state = Some(state.into());
+        }
     }
 
     fn push(&mut self, node: Node) -> NodeId {
@@ -252,6 +266,11 @@ impl Graph {
                 edge.input,
                 edge.partitioning
             );
+        }
+        for node in &self.nodes {
+            if let Some(state) = &node.state {
+                let _ = writeln!(text, "state {}: {state}", node.name);
+            }
         }
         text
     }

@@ -266,6 +266,14 @@ impl Planner<'_> {
         self.options.parallelism.max(1)
     }
 
+    /// When the state of an updating operator is let go, for EXPLAIN.
+    fn forgotten(&self) -> String {
+        match self.options.state_ttl {
+            Some(ttl) => format!("forgotten after {ttl:?} without a row (state.ttl)"),
+            None => "kept forever (SET state.ttl to bound it)".to_string(),
+        }
+    }
+
     /// Places the stream's pending steps in a node of their own; the node that produces the
     /// stream's rows as they are.
     fn materialize(&mut self, stream: Stream, name: &str) -> NodeId {
@@ -368,6 +376,12 @@ impl Planner<'_> {
             None => factory,
         };
         let node = self.graph.add_source(&node_name, parallelism, factory);
+        let position = match table.connector.connector.as_str() {
+            "nexmark" => "the next event number of each split",
+            "filesystem" => "the rows read of each file",
+            _ => "the next offset of each partition",
+        };
+        self.graph.describe_state(node, position);
         // Event time starts right after the source: the watermark is the largest event time
         // seen less the table's allowed lateness. A Kafka source tracks it per partition
         // itself.
@@ -701,6 +715,12 @@ impl Planner<'_> {
         let over =
             self.graph.add_operator(&name, self.parallelism(), 1, Arc::new(move |_| Ok(Box::new(operator.clone()))));
         self.graph.connect(node, over, 0, Partitioning::Hash(partition));
+        let kept = match frame {
+            Frame::Rows { preceding: Some(n) } => format!("the last {} rows of its frame", n + 1),
+            Frame::Range { preceding_ms: Some(ms) } => format!("the rows of its frame's last {ms} ms"),
+            _ => "its accumulators (an unbounded frame)".to_string(),
+        };
+        self.graph.describe_state(over, format!("rows waiting for the watermark; per partition, by key hash, {kept}"));
         Ok(Stream { node: over, steps: Vec::new(), times, updating: false })
     }
 
@@ -789,6 +809,14 @@ impl Planner<'_> {
             (None, None) => plan_err!("ROW_NUMBER() lost its limit"),
         };
         let rank = self.graph.add_operator(&name, self.parallelism(), 1, factory);
+        let state = match (window_start, updating) {
+            (Some(_), _) => "each open window's rows, until the watermark passes its end".to_string(),
+            (None, false) => format!("per partition its top {} rows and the ranks emitted", limit.unwrap_or_default()),
+            (None, true) => {
+                "per partition every row (a changelog may take back a top one) and the ranks emitted".to_string()
+            }
+        };
+        self.graph.describe_state(rank, state);
         self.graph.connect(node, rank, 0, Partitioning::Hash(partition));
         match window_start {
             Some(_) => Ok(Stream { node: rank, steps: Vec::new(), times, updating: false }),
@@ -933,6 +961,12 @@ impl Planner<'_> {
         let window_node =
             self.graph.add_operator(&name, self.parallelism(), 1, Arc::new(move |_| Ok(Box::new(operator.clone()))));
         self.graph.connect(node, window_node, 0, Partitioning::Hash(partition));
+        let windows = match kind {
+            WindowKind::Session { .. } => "per key its open sessions' accumulators",
+            _ => "accumulators per open window and key",
+        };
+        self.graph
+            .describe_state(window_node, format!("{windows}, each dropped when the watermark passes the window's end"));
         let mut steps = Vec::new();
         if window != 0 {
             // Back to the GROUP BY's order.
@@ -988,6 +1022,7 @@ impl Planner<'_> {
         let aggregate_node =
             self.graph.add_operator(&name, self.parallelism(), 1, Arc::new(move |_| Ok(Box::new(operator.clone()))));
         self.graph.connect(node, aggregate_node, 0, Partitioning::Hash(partition));
+        self.graph.describe_state(aggregate_node, format!("accumulators per group, {}", self.forgotten()));
         Ok(Stream { node: aggregate_node, steps: Vec::new(), times: HashMap::new(), updating: true })
     }
 
@@ -1107,6 +1142,14 @@ impl Planner<'_> {
             self.graph.add_operator(&name, self.parallelism(), 2, Arc::new(move |_| Ok(Box::new(operator.clone()))));
         self.graph.connect(left_node, node, 0, Partitioning::Hash(keys.clone()));
         self.graph.connect(right_node, node, 1, Partitioning::Hash(keys));
+        let kept = match expiry {
+            [Some(left), Some(right)] => format!(
+                "each dropped once the watermark passes its time column plus {} ms (left) or {} ms (right)",
+                left.after_ms, right.after_ms
+            ),
+            _ => self.forgotten(),
+        };
+        self.graph.describe_state(node, format!("both sides' rows by key, {kept}"));
         // An inner window or interval join keeps its inputs' time attributes: the watermark
         // it forwards is held back by its state's expiry, so its rows are never late.
         let mut times = HashMap::new();
@@ -1187,6 +1230,18 @@ impl Planner<'_> {
                 }
             }
         };
+        if let SinkTarget::Table(target) = sink {
+            let pending = match target.connector.connector.as_str() {
+                "filesystem" => Some("the files written for checkpoints not yet complete"),
+                "kafka" if target.connector.get("delivery").is_none_or(|d| d == "exactly_once") => {
+                    Some("the open transactions of checkpoints not yet complete (id, producer id, epoch)")
+                }
+                _ => None,
+            };
+            if let Some(pending) = pending {
+                self.graph.describe_state(sink_node, pending);
+            }
+        }
         self.graph.connect(node, sink_node, 0, Partitioning::Forward);
         Ok(())
     }
