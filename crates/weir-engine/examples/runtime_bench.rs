@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weir_engine::operators::Blackhole;
-use weir_engine::testkit::{KeyedCounter, ReplayableSource, SourceSpec, Throttle};
+use weir_engine::testkit::{KeyedCounter, ReplayableSource, SourceSpec, Throttle, cpu_seconds};
 use weir_engine::{CheckpointConfig, CheckpointMode, CheckpointStatus, Graph, Partitioning, PipelineConfig, start};
 use weir_state::StateStore;
 
@@ -46,18 +46,6 @@ fn config(interval: Option<Duration>, mode: CheckpointMode) -> PipelineConfig {
         checkpoint: CheckpointConfig { interval, mode, ..CheckpointConfig::default() },
         ..PipelineConfig::default()
     }
-}
-
-/// CPU seconds this process used so far (user + system), from /proc: on a shared machine the
-/// CPU a run costs is steadier than its wall-clock time.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which ends with ')'): utime and stime are the 12th and
-    // 13th, in clock ticks of 1/100 s on Linux.
-    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// Records/s of wall-clock time and records per CPU-second of one run.

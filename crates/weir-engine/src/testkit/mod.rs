@@ -9,7 +9,8 @@
 //! - [`TransactionalSink`] over a [`TxnLog`]: an in-memory two-phase-commit sink whose log
 //!   outlives pipeline attempts (as Kafka does) and exposes only committed output;
 //! - [`Throttle`]: a slow pass-through stage, to fill queues and create back-pressure;
-//! - [`rows`]: batches as sorted printable rows, to compare outputs record by record.
+//! - [`rows`]: batches as sorted printable rows, to compare outputs record by record;
+//! - [`cpu_seconds`]: the CPU this process used, for benchmarks.
 
 mod counter;
 mod recorder;
@@ -46,4 +47,16 @@ pub fn rows(batches: &[RecordBatch]) -> Vec<String> {
     }
     rows.sort();
     rows
+}
+
+/// CPU seconds this process used so far (user + system), from /proc: on a shared machine the
+/// CPU a run costs is steadier than its wall-clock time. 0 where /proc is missing.
+pub fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which ends with ')'): utime and stime are the 12th and
+    // 13th, in clock ticks of 1/100 s on Linux.
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
 }

@@ -33,8 +33,11 @@ fn random_failure(rng: &mut StdRng) -> FailurePoint {
 async fn one_run(mode: CheckpointMode, seed: u64, failures: Vec<FailurePoint>) -> bool {
     let mut a = spec("a", seed, 4, 250, 25);
     let b = spec("b", seed + 1000, 3, 300, 30);
-    // One slow subtask: barriers of its channels arrive late, so alignment matters.
-    a.delay_per_batch = vec![Duration::ZERO, Duration::from_micros(1500)];
+    // One slow subtask: barriers of its channels arrive late, so alignment matters. Its 20
+    // batches take 80 ms, five checkpoint intervals, so the failures set for checkpoints 1 to
+    // 3 meet them even on a loaded machine (at 1.5 ms a batch the run could end before
+    // checkpoint 2).
+    a.delay_per_batch = vec![Duration::ZERO, Duration::from_millis(4)];
     let log = TxnLog::new();
     let dir = tempfile::tempdir().unwrap();
     let store = StateStore::local(dir.path()).unwrap();
