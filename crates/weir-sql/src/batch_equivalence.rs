@@ -381,6 +381,16 @@ async fn top_n_per_window_equals_the_batch_answer() {
     let (rows, description) = same_as_batch(query).await;
     assert_eq!(rows.len(), 20 * 3, "3 for each of 20 windows");
     assert!(description.contains("rank"), "{description}");
+    // RANK and DENSE_RANK per window: ties share a number, so no tie-break is needed.
+    same_as_batch(
+        "SELECT auction, num, w, r, d FROM ( \
+           SELECT auction, num, w, RANK() OVER (PARTITION BY w ORDER BY num DESC) AS r, \
+                  DENSE_RANK() OVER (PARTITION BY w ORDER BY num DESC) AS d FROM ( \
+             SELECT bid.auction AS auction, count(*) AS num, tumble(date_time, INTERVAL '100' MILLISECOND) AS w \
+             FROM nexmark WHERE event_type = 2 GROUP BY bid.auction, tumble(date_time, INTERVAL '100' MILLISECOND))) \
+         WHERE d <= 3",
+    )
+    .await;
 }
 
 /// Top-N without a window (`WHERE rn <= N`): Nexmark q19's highest bids per auction and q18's
@@ -411,6 +421,22 @@ async fn top_n_without_a_window_leaves_the_batch_answer() {
     ))
     .await;
     assert_eq!(rows.len(), 5, "{rows:?}");
+    // RANK and DENSE_RANK keep every row numbered N or less, ties included: unique without a
+    // tie-break (bid counts tie a lot).
+    let (rows, _) = same_as_batch(&format!(
+        "SELECT bidder, bids, d FROM ( \
+           SELECT bidder, bids, DENSE_RANK() OVER (ORDER BY bids) AS d FROM \
+             (SELECT bidder, count(*) AS bids FROM {BIDS} GROUP BY bidder)) \
+         WHERE d <= 3"
+    ))
+    .await;
+    assert!(rows.len() > 3, "ties: {rows:?}");
+    same_as_batch(&format!(
+        "SELECT auction, price, r FROM ( \
+           SELECT auction, price, RANK() OVER (PARTITION BY auction ORDER BY price DESC) AS r FROM {BIDS}) \
+         WHERE r <= 3"
+    ))
+    .await;
 }
 
 /// OVER aggregates over event time: every row with the aggregates of its frame. ROWS frames

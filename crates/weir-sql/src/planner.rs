@@ -32,9 +32,9 @@ use weir_connectors::nexmark::{NexmarkConfig, NexmarkSource};
 use weir_engine::changelog::{Change, changelog_schema};
 use weir_engine::graph::SourceFactory;
 use weir_engine::operators::{
-    ALL_IN_ONE, AggregateCall, Blackhole, Expiry, Frame, JoinKind, JoinSide, OverAggregate, PreviewBuffer, PreviewSink,
-    Stateless, Step, StreamingJoin, TopN, UpdatingAggregate, WatermarkAssigner, WindowAggregate, WindowKind,
-    WindowRank, join_key_column,
+    ALL_IN_ONE, AggregateCall, Blackhole, Expiry, Frame, JoinKind, JoinSide, Numbering, OverAggregate, PreviewBuffer,
+    PreviewSink, Stateless, Step, StreamingJoin, TopN, UpdatingAggregate, WatermarkAssigner, WindowAggregate,
+    WindowKind, WindowRank, join_key_column,
 };
 use weir_engine::{Graph, NodeId, Partitioning, ProcessingTime};
 
@@ -730,14 +730,23 @@ impl Planner<'_> {
     /// Without one, the filter above must limit the number (`WHERE rn <= N`): a [`TopN`]
     /// keeping each partition's top N as a changelog.
     fn window_rank(&mut self, window: &datafusion::logical_expr::Window) -> Result<Stream> {
-        const SUPPORTED: &str = "weir supports ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) with WHERE rn <= N (top-N), or with a window start among the PARTITION BY columns (top-N per window)";
-        let [expr] = window.window_expr.as_slice() else {
-            plan_err!("several OVER (...) functions in one SELECT are not supported: {SUPPORTED}")
-        };
-        let Expr::WindowFunction(function) = unaliased(expr) else { plan_err!("{expr} is not supported: {SUPPORTED}") };
-        if function.fun.name() != "row_number" {
-            plan_err!("{}() OVER (...) is not supported yet: {SUPPORTED}", function.fun.name());
+        const SUPPORTED: &str = "weir supports ROW_NUMBER(), RANK() and DENSE_RANK() OVER (PARTITION BY ... ORDER BY ...) with WHERE rn <= N (top-N), or with a window start among the PARTITION BY columns (top-N per window)";
+        // The ranking functions of one window node share its PARTITION BY and ORDER BY.
+        let mut numberings = Vec::new();
+        let mut functions = Vec::new();
+        for expr in &window.window_expr {
+            let Expr::WindowFunction(function) = unaliased(expr) else {
+                plan_err!("{expr} is not supported: {SUPPORTED}")
+            };
+            numberings.push(match function.fun.name() {
+                "row_number" => Numbering::RowNumber,
+                "rank" => Numbering::Rank,
+                "dense_rank" => Numbering::DenseRank,
+                other => plan_err!("{other}() OVER (...) is not supported yet: {SUPPORTED}"),
+            });
+            functions.push(function);
         }
+        let Some(function) = functions.first() else { plan_err!("an OVER (...) without a function") };
         let mut input = self.plan(&window.input)?;
         let schema = window.input.schema();
         let params = &function.params;
@@ -751,11 +760,15 @@ impl Planner<'_> {
         let limit = self.rank_limits.get(&(std::ptr::from_ref(window) as usize)).copied();
         if window_start.is_none() && limit.is_none() {
             plan_err!(
-                "ROW_NUMBER() over a stream needs a limit on the number, as in WHERE rn <= 10 (top-N), or a window start among its PARTITION BY columns: a stream has no end, so all its rows can never be numbered; {SUPPORTED}"
+                "{}() over a stream needs a limit on the number, as in WHERE rn <= 10 (top-N), or a window start among its PARTITION BY columns: a stream has no end, so all its rows can never be numbered; {SUPPORTED}",
+                function.fun.name().to_uppercase()
             )
         }
         if window_start.is_some() && input.updating {
-            plan_err!("ROW_NUMBER() per window over an updating (changelog) input is not supported: {SUPPORTED}");
+            plan_err!(
+                "{}() per window over an updating (changelog) input is not supported: {SUPPORTED}",
+                function.fun.name().to_uppercase()
+            );
         }
         let mut extra = Vec::new();
         let mut partition = Vec::new();
@@ -795,15 +808,27 @@ impl Planner<'_> {
                     size_ms,
                     partition.clone(),
                     order,
+                    numberings,
                     input_schema,
                     Arc::new(output.clone()),
                 );
                 (self.name("rank"), Arc::new(move |_| Ok(Box::new(operator.clone()))))
             }
             (None, Some(limit)) => {
+                let [numbering] = numberings.as_slice() else {
+                    plan_err!("a top-N takes one ranking function, the one its WHERE limits: {SUPPORTED}")
+                };
+                let numbering = *numbering;
                 let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-                let operator =
-                    TopN::new(partition.clone(), order, limit, updating, input_schema, changelog_schema(output))?;
+                let operator = TopN::new(
+                    partition.clone(),
+                    order,
+                    numbering,
+                    limit,
+                    updating,
+                    input_schema,
+                    changelog_schema(output),
+                )?;
                 (self.name("top_n"), Arc::new(move |_| Ok(Box::new(operator.clone()))))
             }
             (None, None) => plan_err!("ROW_NUMBER() lost its limit"),

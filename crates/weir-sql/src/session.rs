@@ -754,6 +754,7 @@ mod tests {
                 vec!["task [nexmark -> select -> out] x2".to_string()],
                 vec!["edge nexmark -> select (input 0): forward".to_string()],
                 vec!["edge select -> out (input 0): forward".to_string()],
+                vec!["state nexmark: the next event number of each split".to_string()],
             ]
         );
         let unsupported = error(&mut session, "SELECT bid.price FROM nexmark ORDER BY bid.price").await;

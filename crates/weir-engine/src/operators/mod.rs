@@ -3,6 +3,7 @@
 mod accumulators;
 pub mod join;
 mod min_max_retract;
+pub mod numbering;
 pub mod over_aggregate;
 pub mod sinks;
 pub mod state_ttl;
@@ -15,6 +16,7 @@ pub mod window_rank;
 
 pub use accumulators::AggregateCall;
 pub use join::{Expiry, JoinKind, JoinSide, StreamingJoin, join_key_column};
+pub use numbering::Numbering;
 pub use over_aggregate::{Frame, OverAggregate};
 pub use sinks::{Blackhole, PreviewBuffer, PreviewSink};
 pub use stateless::{Stateless, Step};

@@ -1,6 +1,7 @@
-//! Top-N without a window: `ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...)` with a rank
-//! limit (`WHERE rn <= N`) over a stream that never ends, as Flink's Top-N (Nexmark q18's
-//! dedup, q19's ten highest bids). The output is a changelog of each partition's top N by rank:
+//! Top-N without a window: `ROW_NUMBER()`, `RANK()` or `DENSE_RANK()` `OVER (PARTITION BY ...
+//! ORDER BY ...)` with a limit on the number (`WHERE rn <= N`) over a stream that never ends,
+//! as Flink's Top-N (Nexmark q18's dedup, q19's ten highest bids). With RANK and DENSE_RANK the
+//! top holds every row numbered N or less, ties included. The output is a changelog of each partition's top N by rank:
 //! when a row enters, leaves or moves, every rank whose row changed is updated (`-U` the old
 //! row, `+U` the new one), a rank that appears is inserted (`+I`) and one that vanishes deleted
 //! (`-D`). Ties in ORDER BY are broken by the whole row, so the ranks do not depend on arrival
@@ -27,6 +28,7 @@ use weir_state::KEY_HASH_COLUMN;
 use crate::changelog::{Change, change_array, changes};
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
+use crate::operators::numbering::Numbering;
 use crate::partition::key_hashes;
 
 const ROWS: &str = "rows";
@@ -39,6 +41,7 @@ pub struct TopN {
     /// ORDER BY, over the input.
     order: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
     order_types: Vec<DataType>,
+    numbering: Numbering,
     limit: usize,
     /// The input is a changelog: keep every row, not only the top N.
     retracting: bool,
@@ -60,14 +63,27 @@ struct Converters {
 struct Ranked {
     /// (ORDER BY key, whole row) -> copies, in rank order.
     rows: BTreeMap<(OwnedRow, OwnedRow), usize>,
-    /// The rows last emitted, by rank.
-    emitted: Vec<OwnedRow>,
+    /// The rows last emitted with their numbers, in rank order.
+    emitted: Vec<(OwnedRow, u64)>,
 }
 
 impl Ranked {
-    /// The top `limit` rows, by rank.
-    fn top(&self, limit: usize) -> Vec<OwnedRow> {
-        self.rows.iter().flat_map(|((_, row), copies)| std::iter::repeat_n(row, *copies)).take(limit).cloned().collect()
+    /// The rows numbered `limit` or less, with their numbers, in rank order.
+    fn top(&self, numbering: Numbering, limit: usize) -> Vec<(OwnedRow, u64)> {
+        let mut top = Vec::new();
+        let mut previous: Option<((u64, u64), &OwnedRow)> = None;
+        for ((order, row), copies) in &self.rows {
+            for _ in 0..*copies {
+                let tie = previous.is_some_and(|(_, key)| key == order);
+                let next = numbering.next(previous.map(|(p, _)| p), tie);
+                if next.1 > limit as u64 {
+                    return top;
+                }
+                top.push((row.clone(), next.1));
+                previous = Some((next, order));
+            }
+        }
+        top
     }
 
     /// Drops the rows below the top `limit`.
@@ -92,6 +108,7 @@ impl Clone for TopN {
             partition: self.partition.clone(),
             order: self.order.clone(),
             order_types: self.order_types.clone(),
+            numbering: self.numbering,
             limit: self.limit,
             retracting: self.retracting,
             input: self.input.clone(),
@@ -106,6 +123,7 @@ impl TopN {
     pub fn new(
         partition: Vec<String>,
         order: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
+        numbering: Numbering,
         limit: usize,
         retracting: bool,
         input: SchemaRef,
@@ -116,6 +134,7 @@ impl TopN {
             partition,
             order,
             order_types,
+            numbering,
             limit,
             retracting,
             input,
@@ -182,22 +201,23 @@ impl TopN {
                 }
             }
             if !self.retracting {
-                ranked.trim(self.limit);
+                // Rows below the top can never rise: a new row only pushes others down.
+                let kept = ranked.top(self.numbering, self.limit).len();
+                ranked.trim(kept);
             }
         }
         let mut changed = Vec::new();
         for key in touched {
             let Some(ranked) = self.partitions.get_mut(&key) else { continue };
-            let top = ranked.top(self.limit);
-            for rank in 0..top.len().max(ranked.emitted.len()) {
-                let number = rank as u64 + 1;
-                match (ranked.emitted.get(rank), top.get(rank)) {
+            let top = ranked.top(self.numbering, self.limit);
+            for position in 0..top.len().max(ranked.emitted.len()) {
+                match (ranked.emitted.get(position), top.get(position)) {
                     (Some(old), Some(new)) if old != new => {
-                        changed.push((old.clone(), number, Change::UpdateBefore));
-                        changed.push((new.clone(), number, Change::UpdateAfter));
+                        changed.push((old.0.clone(), old.1, Change::UpdateBefore));
+                        changed.push((new.0.clone(), new.1, Change::UpdateAfter));
                     }
-                    (None, Some(new)) => changed.push((new.clone(), number, Change::Insert)),
-                    (Some(old), None) => changed.push((old.clone(), number, Change::Delete)),
+                    (None, Some(new)) => changed.push((new.0.clone(), new.1, Change::Insert)),
+                    (Some(old), None) => changed.push((old.0.clone(), old.1, Change::Delete)),
                     _ => {}
                 }
             }
@@ -325,7 +345,7 @@ mod tests {
             Field::new("rn", DataType::UInt64, false),
             Field::new(CHANGE_COLUMN, DataType::Utf8, false),
         ]));
-        TopN::new(vec!["__partition_0".into()], order, 2, retracting, input(), output).unwrap()
+        TopN::new(vec!["__partition_0".into()], order, Numbering::RowNumber, 2, retracting, input(), output).unwrap()
     }
 
     async fn feed(top: &mut TopN, batch: RecordBatch) -> Vec<String> {

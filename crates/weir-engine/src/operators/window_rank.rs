@@ -1,5 +1,5 @@
-//! `ROW_NUMBER() OVER (PARTITION BY window_start, ... ORDER BY ...)` over the output of a window:
-//! top-N per window (the `rn <= N` filter runs after it). The rows of a window are buffered
+//! `ROW_NUMBER()`, `RANK()` or `DENSE_RANK()` `OVER (PARTITION BY window_start, ... ORDER BY
+//! ...)` over the output of a window: top-N per window (the `rn <= N` filter runs after it). The rows of a window are buffered
 //! until the watermark passes the window's end, when no more can arrive; then they are sorted
 //! by partition and order, numbered within each partition, and emitted. The snapshot holds the
 //! buffered rows keyed by the hash of the partition columns the input is routed by.
@@ -18,6 +18,7 @@ use weir_state::KEY_HASH_COLUMN;
 
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
+use crate::operators::numbering::Numbering;
 use crate::partition::key_hashes;
 
 const ROWS: &str = "rows";
@@ -32,6 +33,8 @@ pub struct WindowRank {
     partition: Vec<String>,
     /// ORDER BY, over the input.
     order: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
+    /// One numbering per output number column.
+    numberings: Vec<Numbering>,
     /// The input: the row columns, then the partition columns.
     input: SchemaRef,
     /// The row columns and the row number.
@@ -46,10 +49,21 @@ impl WindowRank {
         size_ms: i64,
         partition: Vec<String>,
         order: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
+        numberings: Vec<Numbering>,
         input: SchemaRef,
         output: SchemaRef,
     ) -> Self {
-        Self { window_column, size_ms, partition, order, input, output, buffered: BTreeMap::new(), watermark: i64::MIN }
+        Self {
+            window_column,
+            size_ms,
+            partition,
+            order,
+            numberings,
+            input,
+            output,
+            buffered: BTreeMap::new(),
+            watermark: i64::MIN,
+        }
     }
 
     /// Buffers `batch`'s rows by window end, dropping the rows of windows already emitted.
@@ -85,25 +99,38 @@ impl WindowRank {
             .collect::<Result<_>>()?;
         let mut sort: Vec<SortColumn> =
             partition.iter().map(|values| SortColumn { values: values.clone(), options: None }).collect();
+        let mut order_fields = Vec::new();
         for (expr, options) in &self.order {
             let values = expr.evaluate(&batch)?.into_array(batch.num_rows())?;
+            order_fields.push(SortField::new_with_options(values.data_type().clone(), *options));
             sort.push(SortColumn { values, options: Some(*options) });
         }
         let indices = lexsort_to_indices(&sort, None)?;
-        let converter = RowConverter::new(partition.iter().map(|c| SortField::new(c.data_type().clone())).collect())?;
         let sorted: Vec<ArrayRef> =
-            partition.iter().map(|c| take(c, &indices, None)).collect::<std::result::Result<_, _>>()?;
-        let keys = converter.convert_columns(&sorted)?;
-        let mut numbers = Vec::with_capacity(batch.num_rows());
-        let mut n = 0u64;
+            sort.iter().map(|c| take(&c.values, &indices, None)).collect::<std::result::Result<_, _>>()?;
+        let (partition_sorted, order_sorted) = sorted.split_at(partition.len());
+        let converter = RowConverter::new(partition.iter().map(|c| SortField::new(c.data_type().clone())).collect())?;
+        let keys = converter.convert_columns(partition_sorted)?;
+        // Without ORDER BY every row of a partition ties.
+        let order_keys = match order_sorted.is_empty() {
+            true => None,
+            false => Some(RowConverter::new(order_fields)?.convert_columns(order_sorted)?),
+        };
+        let mut numbers = vec![Vec::with_capacity(batch.num_rows()); self.numberings.len()];
+        let mut previous = vec![None; self.numberings.len()];
         for row in 0..batch.num_rows() {
-            n = if row > 0 && keys.row(row) == keys.row(row - 1) { n + 1 } else { 1 };
-            numbers.push(n);
+            let same_partition = row > 0 && keys.row(row) == keys.row(row - 1);
+            let tie = same_partition && order_keys.as_ref().is_none_or(|k| k.row(row) == k.row(row - 1));
+            for (i, numbering) in self.numberings.iter().enumerate() {
+                let next = numbering.next(previous[i].filter(|_| same_partition), tie);
+                numbers[i].push(next.1);
+                previous[i] = Some(next);
+            }
         }
-        let width = self.output.fields().len() - 1;
+        let width = self.output.fields().len() - self.numberings.len();
         let mut columns: Vec<ArrayRef> =
             batch.columns()[..width].iter().map(|c| take(c, &indices, None)).collect::<std::result::Result<_, _>>()?;
-        columns.push(Arc::new(UInt64Array::from(numbers)));
+        columns.extend(numbers.into_iter().map(|n| Arc::new(UInt64Array::from(n)) as ArrayRef));
         Ok(RecordBatch::try_new(self.output.clone(), columns)?)
     }
 
