@@ -266,6 +266,27 @@ impl Planner<'_> {
         self.options.parallelism.max(1)
     }
 
+    /// The columns an OVER (...) partitions by, to append to its input: `__partition_<i>` for
+    /// each PARTITION BY expression, or one constant column when there is none (so all rows
+    /// meet in one subtask); with their names.
+    #[allow(clippy::type_complexity)]
+    fn partition_columns(
+        &self,
+        partition_by: &[Expr],
+        schema: &DFSchema,
+    ) -> Result<(Vec<(String, Arc<dyn PhysicalExpr>, DataType)>, Vec<String>)> {
+        let mut extra = Vec::new();
+        for (i, expr) in partition_by.iter().enumerate() {
+            extra.push((format!("__partition_{i}"), self.physical(expr, schema)?, expr.get_type(schema)?));
+        }
+        if extra.is_empty() {
+            let all: Arc<dyn PhysicalExpr> = Arc::new(Literal::new(ScalarValue::Int64(Some(0))));
+            extra.push((ALL_IN_ONE.to_string(), all, DataType::Int64));
+        }
+        let names = extra.iter().map(|(name, _, _)| name.clone()).collect();
+        Ok((extra, names))
+    }
+
     /// When the state of an updating operator is let go, for EXPLAIN.
     fn forgotten(&self) -> String {
         match self.options.state_ttl {
@@ -691,18 +712,7 @@ impl Planner<'_> {
             };
             aggregates.push(AggregateCall { function: Arc::new(built), filter });
         }
-        let mut extra = Vec::new();
-        let mut partition = Vec::new();
-        for (i, expr) in first.partition_by.iter().enumerate() {
-            let name = format!("__partition_{i}");
-            extra.push((name.clone(), self.physical(expr, schema)?, expr.get_type(schema)?));
-            partition.push(name);
-        }
-        if partition.is_empty() {
-            let all: Arc<dyn PhysicalExpr> = Arc::new(Literal::new(ScalarValue::Int64(Some(0))));
-            extra.push((ALL_IN_ONE.to_string(), all, DataType::Int64));
-            partition.push(ALL_IN_ONE.to_string());
-        }
+        let (extra, partition) = self.partition_columns(&first.partition_by, schema)?;
         let step = self.appending(schema, extra, false);
         let Step::Project { schema: operator_input, .. } = &step else { plan_err!("the OVER input lost its shape") };
         let operator_input = operator_input.clone();
@@ -770,18 +780,7 @@ impl Planner<'_> {
                 function.fun.name().to_uppercase()
             );
         }
-        let mut extra = Vec::new();
-        let mut partition = Vec::new();
-        for (i, expr) in params.partition_by.iter().enumerate() {
-            let name = format!("__partition_{i}");
-            extra.push((name.clone(), self.physical(expr, schema)?, expr.get_type(schema)?));
-            partition.push(name);
-        }
-        if partition.is_empty() {
-            let all: Arc<dyn PhysicalExpr> = Arc::new(Literal::new(ScalarValue::Int64(Some(0))));
-            extra.push((ALL_IN_ONE.to_string(), all, DataType::Int64));
-            partition.push(ALL_IN_ONE.to_string());
-        }
+        let (extra, partition) = self.partition_columns(&params.partition_by, schema)?;
         let order = params
             .order_by
             .iter()

@@ -121,6 +121,17 @@ pub struct StreamingJoin {
     watermark: i64,
 }
 
+/// A batch of one side, split for joining.
+struct SideRows {
+    /// The side's own columns.
+    values: Vec<ArrayRef>,
+    /// Each row's join key and whole row, in row format.
+    key_rows: Rows,
+    value_rows: Rows,
+    /// Rows with a NULL key, which match nothing.
+    null_key: Vec<bool>,
+}
+
 /// Candidate pairs of a batch's rows with the other side's stored rows.
 struct Probe {
     /// (row of the batch, key, index among the other side's stored rows of that key).
@@ -305,13 +316,7 @@ impl StreamingJoin {
     /// and joined with the other side's stored rows of its key.
     fn add(&mut self, side: usize, batch: RecordBatch, now: i64, out: &mut Collector) -> Result<()> {
         let other = 1 - side;
-        let width = self.sides[side].schema.fields().len();
-        let values = batch.columns()[..width].to_vec();
-        let converters = self.converters()?;
-        let key_rows = converters.keys.convert_columns(&batch.columns()[width..])?;
-        let value_rows = converters.values[side].convert_columns(&values)?;
-        let has_null_key: Vec<bool> =
-            (0..batch.num_rows()).map(|r| batch.columns()[width..].iter().any(|c| c.is_null(r))).collect();
+        let SideRows { values, key_rows, value_rows, null_key: has_null_key } = self.side_rows(side, &batch)?;
         let times: Option<Int64Array> = match self.sides[side].expiry {
             Some(expiry) => {
                 let millis = cast(&values[expiry.column], &DataType::Timestamp(TimeUnit::Millisecond, None))?;
@@ -404,6 +409,17 @@ impl StreamingJoin {
         Ok(())
     }
 
+    /// A batch of `side` (its columns, then the key columns) split for joining.
+    fn side_rows(&mut self, side: usize, batch: &RecordBatch) -> Result<SideRows> {
+        let width = self.sides[side].schema.fields().len();
+        let values = batch.columns()[..width].to_vec();
+        let converters = self.converters()?;
+        let key_rows = converters.keys.convert_columns(&batch.columns()[width..])?;
+        let value_rows = converters.values[side].convert_columns(&values)?;
+        let null_key = (0..batch.num_rows()).map(|r| batch.columns()[width..].iter().any(|c| c.is_null(r))).collect();
+        Ok(SideRows { values, key_rows, value_rows, null_key })
+    }
+
     /// Takes back rows of `side` (a changelog's `-U` and `-D`): each removes one stored row
     /// equal to it and retracts the pairs it was in. Rows of the other side left without a
     /// match are unmatched again (an outer join emits them padded, an anti join alone; a semi
@@ -411,13 +427,8 @@ impl StreamingJoin {
     /// back as such. A row not in the state (forgotten by the time-to-live) takes nothing back.
     fn take_back(&mut self, side: usize, batch: RecordBatch, out: &mut Collector) -> Result<()> {
         let other = 1 - side;
-        let width = self.sides[side].schema.fields().len();
-        let values = batch.columns()[..width].to_vec();
-        let converters = self.converters()?;
-        let key_rows = converters.keys.convert_columns(&batch.columns()[width..])?;
-        let value_rows = converters.values[side].convert_columns(&values)?;
+        let SideRows { values, key_rows, value_rows, null_key } = self.side_rows(side, &batch)?;
         let rows = batch.num_rows();
-        let null_key: Vec<bool> = (0..rows).map(|r| batch.columns()[width..].iter().any(|c| c.is_null(r))).collect();
         let mut removed = vec![false; rows];
         for row in (0..rows).filter(|r| !null_key[*r]) {
             let key = key_rows.row(row).owned();
