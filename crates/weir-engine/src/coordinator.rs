@@ -66,10 +66,7 @@ impl Coordinator {
         });
         loop {
             let checkpointing = self.config.interval.is_some();
-            // Snapshots are written off the task loops, so an earlier checkpoint may still be
-            // in flight when the final one completed: it is awaited (or times out), so that
-            // no checkpoint is left in progress.
-            if ended == self.tasks.len() && (!checkpointing || (final_done && in_flight.is_empty())) {
+            if ended == self.tasks.len() && (!checkpointing || final_done) {
                 return self.shut_down().await;
             }
             if *stop.borrow() && final_id.is_none() && savepoint.is_none() {
