@@ -107,7 +107,7 @@ impl Coordinator {
                     tracing::debug!(checkpoint = id, "checkpoint triggered");
                 }
                 event = self.events.recv() => {
-                    let Some(event) = event else { return Err(Error::Stopped("every task is gone".into())) };
+                    let Some(event) = event else { return Err(self.why_every_task_is_gone().await) };
                     match event {
                         TaskEvent::Ack { task, checkpoint_id, files, report } => {
                             let Some(checkpoint) = in_flight.get_mut(&checkpoint_id) else { continue };
@@ -250,6 +250,21 @@ impl Coordinator {
         for task in self.tasks.iter().filter(|t| to(t)) {
             let _ = task.control.send(control.clone());
         }
+    }
+
+    /// The error that ended the tasks, once their event lines have all closed. A failing task
+    /// drops its line as it returns, so the closed channel can be seen before the task's own
+    /// error is in the join set; that error (a `Fatal` one must stop the restarts) is the one to
+    /// report, not the closed channel.
+    async fn why_every_task_is_gone(&mut self) -> Error {
+        while let Some(joined) = self.join.join_next().await {
+            match joined {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => return error,
+                Err(error) => return error.into(),
+            }
+        }
+        Error::Stopped("every task is gone".into())
     }
 
     /// Every task ended and the final checkpoint (if any) is committed: stop the tasks.

@@ -22,7 +22,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::record_batch::RecordBatch;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinSet;
 use weir_state::{StateFile, StateStore};
 
@@ -183,6 +183,11 @@ pub(crate) struct Task {
     /// The chain's operators were told all input is in (`finish`).
     finished: bool,
     writes: JoinSet<()>,
+    /// Closed when the latest snapshot write has sent its acknowledgement (or decline), so the
+    /// next one waits for it: a task acknowledges checkpoints in order, and a checkpoint can
+    /// never complete after a later one (the final checkpoint would otherwise shut the
+    /// pipeline down under an earlier one still being written).
+    last_ack: Option<oneshot::Receiver<()>>,
 }
 
 impl Task {
@@ -207,6 +212,7 @@ impl Task {
             phase: Phase::Running,
             finished: false,
             writes: JoinSet::new(),
+            last_ack: None,
         }
     }
 
@@ -746,8 +752,16 @@ impl Task {
             .chain(self.members.iter().map(|m| m.info.operator.clone()))
             .collect();
         let alignment_ms = taken.alignment.as_millis() as u64;
+        let (acked, acked_signal) = oneshot::channel::<()>();
+        let previous = self.last_ack.replace(acked_signal);
         self.writes.spawn(async move {
             let written = write_tables(&store, id, &head, &tail, taken, injector.as_deref()).await;
+            if let Some(previous) = previous {
+                // Closed (not sent) when the previous write is done or gone.
+                let _ = previous.await;
+            }
+            // Dropped when this write is done or gone, which releases the next one.
+            let _acked = acked;
             let event = match written {
                 Ok((files, inflight_bytes)) => {
                     let state_bytes = files.iter().filter(|f| !f.table.starts_with("_inflight")).map(|f| f.bytes).sum();

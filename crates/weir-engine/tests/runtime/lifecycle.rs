@@ -3,12 +3,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use datafusion::arrow::record_batch::RecordBatch;
+
 use weir_engine::testkit::{TxnLog, rows};
-use weir_engine::{CheckpointMode, CheckpointStatus, FailureInjector, FailurePoint, PipelineState, Step, start};
+use weir_engine::{
+    CheckpointMode, CheckpointStatus, FailureInjector, FailurePoint, Graph, Partitioning, PipelineState, Step, start,
+};
 use weir_state::StateStore;
 
 use crate::harness::{
-    await_completed, config, expected_counts, finish, keyed_count_graph, source_rows, spec, throttled_graph,
+    await_completed, config, expected_counts, finish, keyed_count_graph, source_node, source_rows, spec,
+    throttled_graph,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,4 +186,48 @@ async fn a_stop_with_a_savepoint_commits_it_and_a_restart_resumes_from_it() {
     let status = finish(second).await;
     assert_eq!(status.restored_from, Some(savepoint.checkpoint_id));
     assert_eq!(rows(&log.committed()), expected_counts(&[&a, &b]));
+}
+
+/// Fails for good at its first batch, as a Kafka source does at a bad record under
+/// `bad_records = 'fail'`.
+#[derive(Default)]
+struct FailsForGood(Option<weir_engine::SubtaskInfo>);
+
+#[async_trait::async_trait]
+impl weir_engine::Operator for FailsForGood {
+    async fn open(&mut self, info: &weir_engine::SubtaskInfo, _: weir_engine::RestoredState) -> weir_engine::Result<()> {
+        self.0 = Some(info.clone());
+        Ok(())
+    }
+
+    async fn process_batch(&mut self, _: usize, _: RecordBatch, _: &mut weir_engine::Collector) -> weir_engine::Result<()> {
+        let info = self.0.as_ref().expect("opened");
+        Err(info.fatal("this record can never be read"))
+    }
+}
+
+/// A fatal error ends the pipeline at once, reported as itself. A failing task closes its event
+/// line as it returns, before its error is joined; the coordinator once reported that as
+/// "every task is gone", an ordinary failure, and restarted into the same error forever. On
+/// one thread the two are seen together, so a few runs catch the old race.
+#[tokio::test(flavor = "current_thread")]
+async fn a_fatal_error_fails_the_pipeline_without_restarts() {
+    for seed in 0..8 {
+        let mut graph = Graph::new();
+        let source = source_node(&mut graph, &spec("source", seed, 1, 100, 10), 1);
+        let fails = graph.add_operator("fails", 1, 1, Arc::new(|_| Ok(Box::new(FailsForGood::default()))));
+        graph.connect(source, fails, 0, Partitioning::Forward);
+        let dir = tempfile::tempdir().unwrap();
+        let handle = start(graph, config(CheckpointMode::aligned(), 10), StateStore::local(dir.path()).unwrap(), None)
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !handle.is_finished() {
+            assert!(tokio::time::Instant::now() < deadline, "still running after a fatal error: {:?}", handle.status());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let status = handle.status();
+        let error = handle.wait().await.unwrap_err();
+        assert!(error.to_string().contains("this record can never be read"), "{error}");
+        assert_eq!((status.state, status.restarts), (PipelineState::Failed, 0), "{status:?}");
+    }
 }
