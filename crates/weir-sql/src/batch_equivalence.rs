@@ -8,6 +8,9 @@ use std::sync::Arc;
 
 use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::parser::Parser;
 use weir_connectors::nexmark::{NexmarkConfig, NexmarkGenerator};
 
 use crate::slt::final_rows;
@@ -55,7 +58,11 @@ async fn streamed_and_batch(query: &str, batch_query: &str) -> (Vec<String>, Str
     context
         .register_table("nexmark", Arc::new(MemTable::try_new(events.schema(), vec![vec![events]]).unwrap()))
         .unwrap();
-    let batches = context.sql(batch_query).await.unwrap().collect().await.unwrap();
+    // Through the same parser as the session's, so Flink's window table functions run too.
+    let tokens = crate::window_table_functions::tokens(batch_query).unwrap();
+    let statement = Parser::new(&GenericDialect {}).with_tokens_with_locations(tokens).parse_statement().unwrap();
+    let plan = context.state().statement_to_plan(DFStatement::Statement(Box::new(statement))).await.unwrap();
+    let batches = context.execute_logical_plan(plan).await.unwrap().collect().await.unwrap();
     (streamed, description, sorted(final_rows(&batches).unwrap()))
 }
 
@@ -495,4 +502,72 @@ async fn unnest_equals_the_batch_answer() {
     )
     .await;
     assert!(rows.len() > 30_000, "{}", rows.len());
+}
+
+/// Flink's window table functions: TUMBLE, HOP and CUMULATE with GROUP BY window_start,
+/// window_end stream what the same SQL gives as a batch query, and TUMBLE and HOP what weir's
+/// own GROUP BY windows give.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn window_table_functions_equal_the_batch_answer() {
+    let tumble = "SELECT window_start, window_end, auction.category, count(*), max(auction.reserve) \
+                  FROM TABLE(TUMBLE(TABLE nexmark, DESCRIPTOR(date_time), INTERVAL '100' MILLISECOND)) \
+                  WHERE event_type = 1 GROUP BY window_start, window_end, auction.category";
+    let (rows, description) = same_as_batch(tumble).await;
+    assert_eq!(rows.len(), 20 * 5, "20 windows of 100 ms, 5 categories");
+    assert!(description.contains("window"), "{description}");
+    assert!(!description.contains("aggregate"), "a window, not an updating aggregate: {description}");
+    let native = "SELECT tumble(date_time, INTERVAL '100' MILLISECOND), tumble_end(date_time, INTERVAL '100' MILLISECOND), \
+                  auction.category, count(*), max(auction.reserve) FROM nexmark WHERE event_type = 1 \
+                  GROUP BY tumble(date_time, INTERVAL '100' MILLISECOND), auction.category";
+    let (native_rows, _, _) = streamed_and_batch(native, tumble).await;
+    assert_eq!(native_rows, rows);
+
+    let hop = "SELECT window_start, window_end, auction.category, count(*), max(auction.reserve) \
+               FROM TABLE(HOP(TABLE nexmark, DESCRIPTOR(date_time), INTERVAL '50' MILLISECOND, INTERVAL '200' MILLISECOND)) \
+               WHERE event_type = 1 GROUP BY window_start, window_end, auction.category";
+    let (rows, description) = same_as_batch(hop).await;
+    assert!(!description.contains("aggregate"), "{description}");
+    let native = "SELECT hop(date_time, INTERVAL '50' MILLISECOND, INTERVAL '200' MILLISECOND), \
+                  hop_end(date_time, INTERVAL '50' MILLISECOND, INTERVAL '200' MILLISECOND), \
+                  auction.category, count(*), max(auction.reserve) FROM nexmark WHERE event_type = 1 \
+                  GROUP BY hop(date_time, INTERVAL '50' MILLISECOND, INTERVAL '200' MILLISECOND), auction.category";
+    let (native_rows, _, _) = streamed_and_batch(native, hop).await;
+    assert_eq!(native_rows, rows);
+
+    // Cumulating windows: every 50 ms of a 200 ms period, each counting from the period's start.
+    let (rows, description) = same_as_batch(
+        "SELECT window_start, window_end, count(*), sum(bid.price) \
+         FROM TABLE(CUMULATE(TABLE nexmark, DESCRIPTOR(date_time), INTERVAL '50' MILLISECOND, INTERVAL '200' MILLISECOND)) \
+         WHERE event_type = 2 GROUP BY window_start, window_end",
+    )
+    .await;
+    assert_eq!(rows.len(), 10 * 4, "10 periods of 200 ms, 4 windows each");
+    assert!(!description.contains("aggregate"), "{description}");
+}
+
+/// Flink's window top-N and window join over window table functions: ROW_NUMBER() partitioned
+/// by window_start, window_end numbers each window's rows once it is complete, and a join on
+/// them is a window join.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_n_and_joins_over_window_table_functions_equal_the_batch_answer() {
+    let (rows, description) = same_as_batch(
+        "SELECT window_start, window_end, auction, price, rn FROM ( \
+           SELECT window_start, window_end, bid.auction AS auction, bid.price AS price, \
+                  ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY bid.price DESC, bid.auction, bid.bidder) AS rn \
+           FROM TABLE(CUMULATE(TABLE nexmark, DESCRIPTOR(date_time), INTERVAL '100' MILLISECOND, INTERVAL '200' MILLISECOND)) \
+           WHERE event_type = 2) WHERE rn <= 2",
+    )
+    .await;
+    assert_eq!(rows.len(), 20 * 2, "2 for each of 20 windows");
+    assert!(description.contains("rank"), "{description}");
+    let (rows, description) = same_as_batch(
+        "SELECT p.window_start, p.id, a.id FROM \
+           (SELECT window_start, window_end, person.id AS id FROM TABLE(TUMBLE(TABLE nexmark, DESCRIPTOR(date_time), INTERVAL '100' MILLISECOND)) WHERE event_type = 0) p \
+         JOIN \
+           (SELECT window_start, window_end, auction.seller AS seller, auction.id AS id FROM TABLE(TUMBLE(TABLE nexmark, DESCRIPTOR(date_time), INTERVAL '100' MILLISECOND)) WHERE event_type = 1) a \
+         ON p.id = a.seller AND p.window_start = a.window_start AND p.window_end = a.window_end",
+    )
+    .await;
+    assert!(rows.len() > 10, "{}", rows.len());
+    assert!(description.contains("window_join"), "{description}");
 }

@@ -19,6 +19,7 @@ pub mod session;
 mod slt;
 pub mod time_clauses;
 pub mod window_functions;
+pub mod window_table_functions;
 
 pub use error::{Error, Result};
 pub use session::{Output, PlannedPipeline, Session};

@@ -42,7 +42,9 @@ use crate::catalog::TableDef;
 use crate::error::Result;
 use crate::kafka_tables::{self, TransactionTimeout};
 use crate::plan_err;
-use crate::window_functions::{HOP, SESSION, TUMBLE, interval_ms, window_of_end};
+use crate::window_functions::{
+    CUMULATE_ENDS, DESCRIPTOR, HOP, HOP_STARTS, SESSION, TUMBLE, interval_ms, window_of_end,
+};
 
 /// Where a query's results go.
 #[derive(Debug, Clone)]
@@ -58,8 +60,78 @@ pub enum SinkTarget {
 enum TimeAttr {
     /// The event time the watermark tracks.
     EventTime,
-    /// The start of a window of this size: complete once the watermark passes start + size.
+    /// The start of a window of this size: the rows of a value `v` are all in once the
+    /// watermark passes `v + size`. A window's end is one of size 0, and Flink's `window_time`
+    /// (the end less 1 ms) one of size 1.
     WindowStart { size_ms: i64 },
+    /// A list of such values, one per window holding the row (`hop_starts`, `cumulate_ends`):
+    /// UNNEST makes each a row with a [`TimeAttr::WindowStart`].
+    Windows { size_ms: i64 },
+}
+
+/// The time attribute the value of `expr` has over an input whose columns have `times`: a
+/// column's own; the event time through `descriptor(...)` (which must be given one); a window
+/// start or end computed from the event time; such a value moved by a fixed interval.
+fn time_attr_of(expr: &Expr, schema: &DFSchema, times: &HashMap<usize, TimeAttr>) -> Result<Option<TimeAttr>> {
+    let attr = match unaliased(expr) {
+        Expr::Column(column) => schema.index_of_column(column).ok().and_then(|i| times.get(&i).copied()),
+        Expr::ScalarFunction(call) => {
+            let event_time = match call.args.first() {
+                Some(time) => time_attr_of(time, schema, times)? == Some(TimeAttr::EventTime),
+                None => false,
+            };
+            match call.name() {
+                DESCRIPTOR if !event_time => plan_err!(
+                    "DESCRIPTOR({}) must name a time attribute: declare the table's event time with WATERMARK FOR <column> AS <column> - INTERVAL '...', or a processing-time column <column> AS PROCTIME()",
+                    call.args.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                ),
+                DESCRIPTOR => Some(TimeAttr::EventTime),
+                TUMBLE if event_time => Some(TimeAttr::WindowStart { size_ms: interval_arg(call, 1, "size")? }),
+                HOP_STARTS | CUMULATE_ENDS if event_time => {
+                    let (first, size_ms) = (interval_arg(call, 1, "slide or step")?, interval_arg(call, 2, "size")?);
+                    if first > size_ms || (call.name() == CUMULATE_ENDS && size_ms % first != 0) {
+                        plan_err!(
+                            "the window size ({size_ms} ms) must be at least the slide or step ({first} ms), and for CUMULATE a whole number of steps"
+                        );
+                    }
+                    // Starts complete a size after them; ends at once.
+                    let size_ms = if call.name() == HOP_STARTS { size_ms } else { 0 };
+                    Some(TimeAttr::Windows { size_ms })
+                }
+                _ => None,
+            }
+        }
+        Expr::BinaryExpr(BinaryExpr { left, op: op @ (BinaryOperator::Plus | BinaryOperator::Minus), right }) => {
+            let shift = match unaliased(right) {
+                Expr::Literal(value, _) => interval_ms(value),
+                _ => None,
+            };
+            match (time_attr_of(left, schema, times)?, shift) {
+                (Some(TimeAttr::WindowStart { size_ms }), Some(shift)) => {
+                    let size_ms = if *op == BinaryOperator::Plus { size_ms - shift } else { size_ms + shift };
+                    (size_ms >= 0).then_some(TimeAttr::WindowStart { size_ms })
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    Ok(attr)
+}
+
+/// Among candidate (position, column index) pairs, the one whose column is a window start of
+/// the smallest size, with that size: the earliest a group keyed by all of them is complete
+/// (GROUP BY window_start, window_end of a cumulating window is complete at its end).
+fn earliest_window(
+    candidates: impl Iterator<Item = (usize, usize)>,
+    times: &HashMap<usize, TimeAttr>,
+) -> Option<(usize, usize, i64)> {
+    candidates
+        .filter_map(|(position, column)| match times.get(&column) {
+            Some(TimeAttr::WindowStart { size_ms }) => Some((position, column, *size_ms)),
+            _ => None,
+        })
+        .min_by_key(|(_, _, size_ms)| *size_ms)
 }
 
 /// A planned stream: the node producing it and the stateless steps still to run on its rows.
@@ -478,11 +550,8 @@ impl Planner<'_> {
                 let exprs = projection.expr.iter().map(|e| self.physical(e, input)).collect::<Result<Vec<_>>>()?;
                 let mut times = HashMap::new();
                 for (i, expr) in projection.expr.iter().enumerate() {
-                    if let Expr::Column(column) = unaliased(expr)
-                        && let Ok(index) = input.index_of_column(column)
-                        && let Some(time) = stream.times.get(&index)
-                    {
-                        times.insert(i, *time);
+                    if let Some(time) = time_attr_of(expr, input, &stream.times)? {
+                        times.insert(i, time);
                     }
                 }
                 let schema = projection.schema.as_arrow();
@@ -500,18 +569,15 @@ impl Planner<'_> {
                 }
                 // Grouped by the start of windows computed upstream: the same windows again
                 // (Nexmark q5's "max per window" over counts per window).
+                // Of several (window_start, window_end), the one complete first.
                 let schema = aggregate.input.schema();
-                let window_start = aggregate.group_expr.iter().enumerate().find_map(|(i, e)| match unaliased(e) {
-                    Expr::Column(column) if !input.updating => {
-                        match schema.index_of_column(column).ok().and_then(|c| input.times.get(&c)) {
-                            Some(TimeAttr::WindowStart { size_ms }) => Some((i, *size_ms, unaliased(e).clone())),
-                            _ => None,
-                        }
-                    }
+                let columns = aggregate.group_expr.iter().enumerate().filter_map(|(i, e)| match unaliased(e) {
+                    Expr::Column(column) if !input.updating => schema.index_of_column(column).ok().map(|c| (i, c)),
                     _ => None,
                 });
-                match window_start {
-                    Some((window, size_ms, expr)) => {
+                match earliest_window(columns, &input.times) {
+                    Some((window, _, size_ms)) => {
+                        let expr = unaliased(&aggregate.group_expr[window]).clone();
                         self.window_aggregate(aggregate, input, window, WindowKind::Tumbling { size_ms }, expr)
                     }
                     None => self.updating_aggregate(aggregate, input),
@@ -533,12 +599,21 @@ impl Planner<'_> {
                     .map(|(i, _)| *i)
                     .chain(unnest.struct_type_columns.iter().copied())
                     .collect();
+                // A list of windows (hop_starts, cumulate_ends) unnested once gives a window
+                // column.
+                let depth_one: Vec<usize> =
+                    unnest.list_type_columns.iter().filter(|(_, list)| list.depth == 1).map(|(i, _)| *i).collect();
                 let times = unnest
                     .dependency_indices
                     .iter()
                     .enumerate()
-                    .filter(|(_, source)| !unnested.contains(source))
-                    .filter_map(|(i, source)| stream.times.get(source).map(|t| (i, *t)))
+                    .filter_map(|(i, source)| match stream.times.get(source) {
+                        Some(TimeAttr::Windows { size_ms }) if depth_one.contains(source) => {
+                            Some((i, TimeAttr::WindowStart { size_ms: *size_ms }))
+                        }
+                        Some(time) if !unnested.contains(source) => Some((i, *time)),
+                        _ => None,
+                    })
                     .collect();
                 let lists = unnest
                     .list_type_columns
@@ -760,13 +835,11 @@ impl Planner<'_> {
         let mut input = self.plan(&window.input)?;
         let schema = window.input.schema();
         let params = &function.params;
-        let window_start = params.partition_by.iter().find_map(|e| match unaliased(e) {
-            Expr::Column(column) => schema.index_of_column(column).ok().and_then(|i| match input.times.get(&i) {
-                Some(TimeAttr::WindowStart { size_ms }) => Some((i, *size_ms)),
-                _ => None,
-            }),
+        let columns = params.partition_by.iter().enumerate().filter_map(|(position, e)| match unaliased(e) {
+            Expr::Column(column) => schema.index_of_column(column).ok().map(|i| (position, i)),
             _ => None,
         });
+        let window_start = earliest_window(columns, &input.times).map(|(_, column, size_ms)| (column, size_ms));
         let limit = self.rank_limits.get(&(std::ptr::from_ref(window) as usize)).copied();
         if window_start.is_none() && limit.is_none() {
             plan_err!(
@@ -883,11 +956,9 @@ impl Planner<'_> {
             plan_err!("GROUP BY may hold one window function (tumble, hop or session)");
         }
         let schema = aggregate.input.schema();
-        let time_ok = match call.args.first().map(unaliased) {
-            Some(Expr::Column(column)) => {
-                schema.index_of_column(column).ok().and_then(|i| input.times.get(&i)) == Some(&TimeAttr::EventTime)
-            }
-            _ => false,
+        let time_ok = match call.args.first() {
+            Some(time) => time_attr_of(time, schema, &input.times)? == Some(TimeAttr::EventTime),
+            None => false,
         };
         if !time_ok {
             plan_err!(
@@ -1092,6 +1163,8 @@ impl Planner<'_> {
             if let (Some(TimeAttr::WindowStart { size_ms }), Some(TimeAttr::WindowStart { size_ms: other })) =
                 (left.times.get(&li), right.times.get(&ri))
                 && size_ms == other
+                // Of several (window_start, window_end), the one complete first.
+                && expiry[0].is_none_or(|e| e.after_ms > *size_ms)
             {
                 expiry =
                     [Some(Expiry { column: li, after_ms: *size_ms }), Some(Expiry { column: ri, after_ms: *size_ms })];
@@ -1103,7 +1176,7 @@ impl Planner<'_> {
         let lateness = |time: Option<&TimeAttr>| match time {
             Some(TimeAttr::EventTime) => Some(0),
             Some(TimeAttr::WindowStart { size_ms }) => Some(*size_ms),
-            None => None,
+            Some(TimeAttr::Windows { .. }) | None => None,
         };
         if !window_join
             && let Some(filter) = &join.filter

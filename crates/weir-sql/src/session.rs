@@ -28,6 +28,7 @@ use crate::options::{self, ConnectorOptions, parse_duration};
 use crate::plan_err;
 use crate::planner::{PlanOptions, Planned, SinkTarget, build_graph};
 use crate::time_clauses::{self, ClauseKind, TimeClause};
+use crate::window_table_functions;
 
 /// What a statement returns.
 #[derive(Debug, Clone)]
@@ -196,7 +197,9 @@ impl Session {
     /// Parses `sql` (one or more statements) and runs each in turn; stops at the first error.
     pub async fn execute(&mut self, sql: &str) -> Result<Vec<Output>> {
         let (text, clauses) = time_clauses::extract(sql)?;
-        let mut statements = Parser::parse_sql(&GenericDialect {}, &text).map_err(syntax_error)?;
+        let tokens = window_table_functions::tokens(&text)?;
+        let mut statements =
+            Parser::new(&GenericDialect {}).with_tokens_with_locations(tokens).parse_statements().map_err(syntax_error)?;
         attach_time_clauses(&mut statements, clauses)?;
         let mut outputs = Vec::new();
         // Consecutive INSERTs make one pipeline, sharing the sources they read.

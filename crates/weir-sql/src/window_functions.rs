@@ -9,12 +9,18 @@
 //! same arguments as the GROUP BY's window (as Flink's `TUMBLE_END`). They are aggregate
 //! functions so that DataFusion accepts them beside the group keys; the window operator fills
 //! them in from the window it emits, and outside a streaming window they fail.
+//!
+//! Flink's windowing table functions (`window_table_functions.rs`) are written with three more,
+//! all ordinary functions, so those queries run as batch queries too: `descriptor(ts)` (the
+//! time column itself; the planner requires it to be a time attribute), `hop_starts(ts, slide,
+//! size)` (the starts of every hopping window holding `ts`, a list to unnest) and
+//! `cumulate_ends(ts, step, size)` (the ends of every cumulating window holding `ts`).
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, Int64Array, TimestampMillisecondArray};
+use datafusion::arrow::array::{Array, Int64Array, ListBuilder, TimestampMillisecondArray, TimestampMillisecondBuilder};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Field, TimeUnit};
 use datafusion::common::{ScalarValue, exec_err};
 use datafusion::logical_expr::function::AccumulatorArgs;
 use datafusion::logical_expr::{
@@ -28,6 +34,9 @@ pub const SESSION: &str = "session";
 pub const TUMBLE_END: &str = "tumble_end";
 pub const HOP_END: &str = "hop_end";
 pub const SESSION_END: &str = "session_end";
+pub const DESCRIPTOR: &str = "descriptor";
+pub const HOP_STARTS: &str = "hop_starts";
+pub const CUMULATE_ENDS: &str = "cumulate_ends";
 
 /// The window function whose end `name` is (`hop_end` -> `hop`), if it is a window end.
 pub fn window_of_end(name: &str) -> Option<&'static str> {
@@ -73,18 +82,129 @@ impl ScalarUDFImpl for Tumble {
         let [time, ColumnarValue::Scalar(size)] = args.args.as_slice() else {
             return exec_err!("tumble(time, INTERVAL '...') takes a time column and an interval literal");
         };
-        let Some(size) = interval_ms(size) else {
-            return exec_err!(
-                "tumble: the window size must be a fixed positive interval, such as INTERVAL '10' SECOND"
-            );
-        };
-        let times = time.to_array(args.number_rows)?;
-        let millis = cast(&cast(&times, &DataType::Timestamp(TimeUnit::Millisecond, None))?, &DataType::Int64)?;
-        let Some(millis) = millis.as_any().downcast_ref::<Int64Array>() else {
-            return exec_err!("tumble: the time did not cast to milliseconds");
-        };
+        let size = fixed_interval(TUMBLE, "window size", size)?;
+        let millis = millis_of(TUMBLE, time, args.number_rows)?;
         let starts: TimestampMillisecondArray = millis.iter().map(|t| t.map(|t| t.div_euclid(size) * size)).collect();
         Ok(ColumnarValue::Array(Arc::new(starts)))
+    }
+}
+
+/// An interval argument as positive milliseconds.
+fn fixed_interval(function: &str, what: &str, value: &ScalarValue) -> datafusion::error::Result<i64> {
+    match interval_ms(value) {
+        Some(ms) => Ok(ms),
+        None => exec_err!("{function}: the {what} must be a fixed positive interval, such as INTERVAL '10' SECOND"),
+    }
+}
+
+/// A time argument as milliseconds since the epoch.
+fn millis_of(function: &str, time: &ColumnarValue, rows: usize) -> datafusion::error::Result<Int64Array> {
+    let times = time.to_array(rows)?;
+    let millis = cast(&cast(&times, &DataType::Timestamp(TimeUnit::Millisecond, None))?, &DataType::Int64)?;
+    match millis.as_any().downcast_ref::<Int64Array>() {
+        Some(millis) => Ok(millis.clone()),
+        None => exec_err!("{function}: the time did not cast to milliseconds"),
+    }
+}
+
+/// `descriptor(ts)`: the time column of a windowing table function, as it is.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Descriptor {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for Descriptor {
+    fn name(&self) -> &str {
+        DESCRIPTOR
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, args: &[DataType]) -> datafusion::error::Result<DataType> {
+        match args {
+            [time] => Ok(time.clone()),
+            _ => exec_err!("descriptor(column) takes one column"),
+        }
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
+        match args.args.as_slice() {
+            [time] => Ok(time.clone()),
+            _ => exec_err!("descriptor(column) takes one column"),
+        }
+    }
+}
+
+/// The windows holding a time, as a list of their starts (`hop_starts`) or ends
+/// (`cumulate_ends`), for UNNEST to give each window a row.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct WindowList {
+    name: &'static str,
+    signature: Signature,
+}
+
+impl WindowList {
+    /// The list for time `t` given the two interval arguments in milliseconds.
+    fn windows(&self, t: i64, first: i64, size: i64) -> Vec<i64> {
+        if self.name == HOP_STARTS {
+            // Every start on the slide's grid whose window [start, start + size) holds t.
+            let (slide, mut start, mut starts) = (first, t.div_euclid(first) * first, Vec::new());
+            while start + size > t {
+                starts.push(start);
+                start -= slide;
+            }
+            starts.reverse();
+            starts
+        } else {
+            // Windows [start, start + k * step) of the size-long period holding t, for each k
+            // whose window holds t.
+            let (step, start) = (first, t.div_euclid(size) * size);
+            (1..=size / step).map(|k| start + k * step).filter(|end| *end > t).collect()
+        }
+    }
+}
+
+impl ScalarUDFImpl for WindowList {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::List(Arc::new(Field::new_list_field(DataType::Timestamp(TimeUnit::Millisecond, None), true))))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
+        let [time, ColumnarValue::Scalar(first), ColumnarValue::Scalar(size)] = args.args.as_slice() else {
+            return exec_err!("{}(time, INTERVAL '...', INTERVAL '...') takes a time column and two intervals", self.name);
+        };
+        let first_name = if self.name == HOP_STARTS { "slide" } else { "step" };
+        let (first, size) =
+            (fixed_interval(self.name, first_name, first)?, fixed_interval(self.name, "window size", size)?);
+        if first > size || (self.name == CUMULATE_ENDS && size % first != 0) {
+            return exec_err!(
+                "{}: the window size ({size} ms) must be at least the {first_name} ({first} ms){}",
+                self.name,
+                if self.name == CUMULATE_ENDS { " and a whole number of steps" } else { "" }
+            );
+        }
+        let millis = millis_of(self.name, time, args.number_rows)?;
+        let mut lists = ListBuilder::new(TimestampMillisecondBuilder::new());
+        for t in millis.iter() {
+            match t {
+                Some(t) => {
+                    lists.values().append_slice(&self.windows(t, first, size));
+                    lists.append(true);
+                }
+                None => lists.append_null(),
+            }
+        }
+        Ok(ColumnarValue::Array(Arc::new(lists.finish())))
     }
 }
 
@@ -160,6 +280,9 @@ pub fn window_end_functions() -> Vec<AggregateUDF> {
 pub fn window_functions() -> Vec<ScalarUDF> {
     vec![
         ScalarUDF::from(Tumble { signature: Signature::any(2, Volatility::Immutable) }),
+        ScalarUDF::from(Descriptor { signature: Signature::any(1, Volatility::Immutable) }),
+        ScalarUDF::from(WindowList { name: HOP_STARTS, signature: Signature::any(3, Volatility::Immutable) }),
+        ScalarUDF::from(WindowList { name: CUMULATE_ENDS, signature: Signature::any(3, Volatility::Immutable) }),
         ScalarUDF::from(StreamingOnly {
             name: HOP,
             usage: "hop(ts, INTERVAL '1' SECOND, INTERVAL '10' SECOND) (slide, then size)",
