@@ -8,6 +8,7 @@
 
 pub mod error;
 pub mod filesystem;
+pub mod json_type;
 pub mod kafka;
 pub mod nexmark;
 

@@ -133,3 +133,44 @@ async fn an_updating_result_cannot_go_to_a_file() {
         .to_string();
     assert!(error.contains("a filesystem table takes append-only rows"), "{error}");
 }
+
+/// JSON columns in JSON-lines files: read as any JSON value's text, written embedded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_columns_round_trip_through_json_lines_files() {
+    let (input, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    std::fs::write(
+        input.path().join("docs.json"),
+        "{\"id\": 1, \"doc\": {\"user\": {\"name\": \"ann\"}, \"n\": [1, 2]}}\n\n{\"id\": 2, \"doc\": 7, \"other\": true}\n{\"id\": 3}\n",
+    )
+    .unwrap();
+    let mut session = Session::new();
+    session
+        .execute(&format!(
+            "CREATE TABLE docs (id BIGINT, doc JSON) WITH (connector = 'filesystem', path = '{}', format = 'json');
+             CREATE TABLE out (id BIGINT, name VARCHAR, doc JSON) WITH (connector = 'filesystem', path = '{}', format = 'json')",
+            input.path().display(),
+            out.path().display()
+        ))
+        .await
+        .unwrap();
+    let planned = pipeline(&mut session, "INSERT INTO out SELECT id, doc->'user'->>'name', doc FROM docs").await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = weir_state::StateStore::local(dir.path()).unwrap();
+    weir_engine::start(planned.graph, planned.config, store, None).unwrap().wait().await.unwrap();
+    let mut lines: Vec<String> = std::fs::read_dir(out.path())
+        .unwrap()
+        .filter_map(|e| e.ok().filter(|e| e.path().is_file()))
+        .flat_map(|e| std::fs::read_to_string(e.path()).unwrap().lines().map(str::to_string).collect::<Vec<_>>())
+        .collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        vec![
+            r#"{"id":1,"name":"ann","doc":{"user": {"name": "ann"}, "n": [1, 2]}}"#,
+            r#"{"id":2,"doc":7}"#,
+            r#"{"id":3}"#,
+        ]
+    );
+    let rows = rows_of(&mut session, "SELECT id, json_get_int(doc, 'n', 1) FROM out").await;
+    assert_eq!(rows, vec!["1 2", "2 NULL", "3 NULL"]);
+}

@@ -174,6 +174,50 @@ async fn an_updating_result_is_written_as_upserts_and_as_debezium_changes() {
     assert!(envelopes.contains(&r#"{"before":null,"after":{"word":"a","n":3},"op":"c"}"#.to_string()), "{envelopes:?}");
 }
 
+/// A JSON column reads any value of its field as JSON text, the JSON functions read into it, and
+/// a JSON column written to Kafka embeds its document rather than quoting it.
+#[tokio::test]
+async fn json_columns_read_any_value_and_are_written_as_json() {
+    let input = topic("docs", 1).await;
+    let records = [
+        r#"{"id":1,"doc":{"user":{"name":"ann"},"tags":["a","b"]}}"#,
+        r#"{"id":2,"doc":[1,2]}"#,
+        r#"{"id":3,"doc":"plain"}"#,
+        r#"{"id":4}"#,
+    ];
+    broker().produce(&input, records.iter().map(|r| (0, None, r.as_bytes()))).unwrap();
+    let out = topic("docs-out", 1).await;
+    let mut session = Session::new();
+    session
+        .execute(&format!(
+            "SET checkpoint.interval = '100 ms';
+             CREATE TABLE docs (id BIGINT NOT NULL, doc JSON) WITH ({}, format = 'json', \"scan.bounded.mode\" = 'latest');
+             CREATE TABLE out (id BIGINT, name VARCHAR, tags JSON, doc JSON) WITH ({}, format = 'json');",
+            kafka(&input, ""),
+            kafka(&out, "")
+        ))
+        .await
+        .unwrap();
+    let error = session.execute("INSERT INTO out SELECT id, 'x', doc->'tags', doc FROM docs").await.unwrap_err();
+    assert!(error.to_string().contains("column 'tags' is JSON and takes text holding JSON"), "{error}");
+    let planned = pipeline(
+        &mut session,
+        "INSERT INTO out SELECT id, doc->'user'->>'name', json_get_json(doc, 'tags'), doc FROM docs",
+    )
+    .await
+    .unwrap();
+    run(planned).await.1.unwrap();
+    assert_eq!(
+        values(&out),
+        vec![
+            r#"{"id":1,"name":"ann","tags":["a","b"],"doc":{"user":{"name":"ann"},"tags":["a","b"]}}"#.to_string(),
+            r#"{"id":2,"name":null,"tags":null,"doc":[1,2]}"#.into(),
+            r#"{"id":3,"name":null,"tags":null,"doc":"plain"}"#.into(),
+            r#"{"id":4,"name":null,"tags":null,"doc":null}"#.into(),
+        ]
+    );
+}
+
 #[tokio::test]
 async fn the_record_timestamp_fills_the_timestamp_column_and_latest_skips_what_is_there() {
     let input = topic("stamped", 1).await;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use datafusion::arrow::compute::can_cast_types;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::catalog::view::ViewTable;
 use datafusion::datasource::empty::EmptyTable;
@@ -12,11 +13,12 @@ use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{
-    CreateTable, CreateTableOptions, Expr, Ident, Insert, ObjectName, ObjectType, Set, Spanned, SqlOption, Statement,
-    Value, ValueWithSpan,
+    CreateTable, CreateTableOptions, DataType as SqlType, Expr, Ident, Insert, ObjectName, ObjectType, Set, Spanned,
+    SqlOption, Statement, Value, ValueWithSpan,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
+use weir_connectors::json_type::{is_json, json_field};
 use weir_connectors::nexmark::nexmark_schema;
 use weir_engine::operators::PreviewBuffer;
 use weir_engine::{CheckpointMode, Graph, PipelineConfig};
@@ -198,8 +200,10 @@ impl Session {
     pub async fn execute(&mut self, sql: &str) -> Result<Vec<Output>> {
         let (text, clauses) = time_clauses::extract(sql)?;
         let tokens = window_table_functions::tokens(&text)?;
-        let mut statements =
-            Parser::new(&GenericDialect {}).with_tokens_with_locations(tokens).parse_statements().map_err(syntax_error)?;
+        let mut statements = Parser::new(&GenericDialect {})
+            .with_tokens_with_locations(tokens)
+            .parse_statements()
+            .map_err(syntax_error)?;
         attach_time_clauses(&mut statements, clauses)?;
         let mut outputs = Vec::new();
         // Consecutive INSERTs make one pipeline, sharing the sources they read.
@@ -345,7 +349,15 @@ impl Session {
                     "table '{name}': list its columns, as in CREATE TABLE {name} (id BIGINT, ts TIMESTAMP) WITH (...)"
                 );
             }
-            // DataFusion's own CREATE TABLE planning turns the SQL types into Arrow types.
+            // DataFusion's own CREATE TABLE planning turns the SQL types into Arrow types; it has
+            // no JSON type, so JSON columns go through it as text and are marked JSON after.
+            let mut json_columns = Vec::new();
+            for column in &mut create.columns {
+                if matches!(column.data_type, SqlType::JSON | SqlType::JSONB) {
+                    column.data_type = SqlType::Text;
+                    json_columns.push(column.name.value.clone());
+                }
+            }
             create.table_options = CreateTableOptions::None;
             create.name = ObjectName::from(vec![datafusion::sql::sqlparser::ast::Ident::new("weir_column_types")]);
             let plan = self
@@ -353,12 +365,19 @@ impl Session {
                 .state()
                 .statement_to_plan(DFStatement::Statement(Box::new(Statement::CreateTable(create))))
                 .await?;
-            match plan {
-                LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(table)) => {
-                    Arc::new(table.input.schema().as_arrow().clone())
-                }
+            let schema = match plan {
+                LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(table)) => table.input.schema().as_arrow().clone(),
                 other => plan_err!("table '{name}': could not read its columns ({})", other.display()),
-            }
+            };
+            let fields: Vec<Field> = schema
+                .fields()
+                .iter()
+                .map(|f| match json_columns.contains(f.name()) {
+                    true => json_field(f.name(), f.is_nullable()),
+                    false => f.as_ref().clone(),
+                })
+                .collect();
+            Arc::new(Schema::new(fields))
         };
         let event_time = event_time_of(&name, &schema, &connector)?;
         let proctime = connector.get("proctime").map(str::to_string);
@@ -401,12 +420,8 @@ impl Session {
                     None if table.proctime.as_ref() == Some(field.name()) => "processing time".to_string(),
                     None => String::new(),
                 };
-                vec![
-                    field.name().clone(),
-                    field.data_type().to_string(),
-                    if field.is_nullable() { "YES" } else { "NO" }.to_string(),
-                    note,
-                ]
+                let data_type = if is_json(field) { "JSON".to_string() } else { field.data_type().to_string() };
+                vec![field.name().clone(), data_type, if field.is_nullable() { "YES" } else { "NO" }.to_string(), note]
             })
             .collect();
         Ok(Output::Rows { columns: vec!["column".into(), "type".into(), "nullable".into(), "note".into()], rows })
@@ -423,6 +438,32 @@ impl Session {
             let expected = target.schema.fields().len();
             if produced != expected {
                 plan_err!("INSERT INTO {}: the query gives {produced} columns, the table has {expected}", target.name);
+            }
+            // Rows are cast to the table's columns as they are written: what cannot be cast
+            // fails now, not at run time.
+            for (field, column) in plan.schema().fields().iter().zip(target.schema.fields()) {
+                let text = matches!(field.data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
+                if is_json(column) && !text {
+                    let given = match field.data_type() {
+                        DataType::Union(..) => "a union of JSON's types".to_string(),
+                        other => other.to_string(),
+                    };
+                    plan_err!(
+                        "INSERT INTO {}: column '{}' is JSON and takes text holding JSON, not {given}: take a JSON value out with json_get_json(doc, 'key', ...) (the -> operator gives a union of JSON's types)",
+                        target.name,
+                        column.name(),
+                    );
+                }
+                if !can_cast_types(field.data_type(), column.data_type()) {
+                    plan_err!(
+                        "INSERT INTO {}: column '{}' is {}, and the query gives {} ('{}'), which does not cast to it",
+                        target.name,
+                        column.name(),
+                        column.data_type(),
+                        field.data_type(),
+                        field.name()
+                    );
+                }
             }
         }
         Ok((plan, sink))

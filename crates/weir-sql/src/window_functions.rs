@@ -18,7 +18,9 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, Int64Array, ListBuilder, TimestampMillisecondArray, TimestampMillisecondBuilder};
+use datafusion::arrow::array::{
+    Array, Int64Array, ListBuilder, TimestampMillisecondArray, TimestampMillisecondBuilder,
+};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, TimeUnit};
 use datafusion::common::{ScalarValue, exec_err};
@@ -181,7 +183,10 @@ impl ScalarUDFImpl for WindowList {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
         let [time, ColumnarValue::Scalar(first), ColumnarValue::Scalar(size)] = args.args.as_slice() else {
-            return exec_err!("{}(time, INTERVAL '...', INTERVAL '...') takes a time column and two intervals", self.name);
+            return exec_err!(
+                "{}(time, INTERVAL '...', INTERVAL '...') takes a time column and two intervals",
+                self.name
+            );
         };
         let first_name = if self.name == HOP_STARTS { "slide" } else { "step" };
         let (first, size) =

@@ -143,8 +143,8 @@ fn arguments(tokens: &[TokenWithSpan], open: usize) -> Result<(Vec<Argument>, us
             std::mem::take(current).into_iter().filter(|t| !matches!(t.token, Token::Whitespace(_))).collect();
         let Some(first) = taken.first() else { return Err(syntax("an argument is missing", at)) };
         let span = first.span;
-        let named = matches!(&first.token, Token::Word(w) if w.quote_style.is_none())
-            && is(taken.get(1), &Token::RArrow);
+        let named =
+            matches!(&first.token, Token::Word(w) if w.quote_style.is_none()) && is(taken.get(1), &Token::RArrow);
         let (name, tokens) = match (named, &first.token) {
             (true, Token::Word(w)) => (Some(w.value.to_ascii_uppercase()), taken[2..].to_vec()),
             _ => (None, taken),
@@ -179,7 +179,8 @@ impl Call {
         arguments: Vec<Argument>,
         names: &[&str; 2],
     ) -> Result<Call> {
-        let names: Vec<&str> = ["DATA", "TIMECOL"].into_iter().chain(names.iter().copied().filter(|n| !n.is_empty())).collect();
+        let names: Vec<&str> =
+            ["DATA", "TIMECOL"].into_iter().chain(names.iter().copied().filter(|n| !n.is_empty())).collect();
         let usage = format!(
             "{function}(TABLE t, DESCRIPTOR(time column){})",
             names[2..].iter().map(|n| format!(", <{}>", n.to_lowercase())).collect::<String>()
@@ -244,9 +245,9 @@ impl Call {
             "TUMBLE" => {
                 let start = [Text("tumble("), d, Text(", "), interval(0), Text(")")];
                 parts.push(Text("(SELECT *, "));
-                parts.extend(start.clone());
+                parts.extend(start);
                 parts.extend([Text(" AS window_start, ")]);
-                parts.extend(start.clone());
+                parts.extend(start);
                 parts.extend([Text(" + ("), interval(0), Text(") AS window_end, ")]);
                 parts.extend(start);
                 parts.extend([Text(" + ("), interval(0), Text(") - INTERVAL '1' MILLISECOND AS window_time FROM "), t]);
@@ -335,7 +336,9 @@ mod tests {
              FROM bids) AS w"
         );
         assert_eq!(
-            rewritten("SELECT * FROM TABLE(hop(TABLE s.bids, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '3' SECOND))"),
+            rewritten(
+                "SELECT * FROM TABLE(hop(TABLE s.bids, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '3' SECOND))"
+            ),
             "SELECT * FROM (SELECT *, window_start + (INTERVAL '3' SECOND) AS window_end, \
              window_start + (INTERVAL '3' SECOND) - INTERVAL '1' MILLISECOND AS window_time \
              FROM (SELECT *, unnest(hop_starts(DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '3' SECOND)) AS window_start FROM s.bids))"
@@ -364,7 +367,10 @@ mod tests {
         assert!(message.contains("written TABLE <name>"), "{message}");
         assert_eq!((line, column), (2, 19));
         let (message, _, column) = error("SELECT * FROM TABLE(HOP(TABLE bids, DESCRIPTOR(ts), INTERVAL '1' SECOND))");
-        assert!(message.contains("SIZE is missing: HOP(TABLE t, DESCRIPTOR(time column), <slide>, <size>)"), "{message}");
+        assert!(
+            message.contains("SIZE is missing: HOP(TABLE t, DESCRIPTOR(time column), <slide>, <size>)"),
+            "{message}"
+        );
         assert_eq!(column, 21);
         let (message, _, _) =
             error("SELECT * FROM TABLE(TUMBLE(TABLE bids, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '1' SECOND))");

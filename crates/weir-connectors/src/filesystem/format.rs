@@ -3,12 +3,16 @@
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::Path;
+use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::json::{LineDelimitedWriter, ReaderBuilder};
+use datafusion::arrow::json::writer::LineDelimited;
+use datafusion::arrow::json::{ReaderBuilder, WriterBuilder};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use crate::json_type::{JsonColumnEncoders, JsonColumns};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileFormat {
@@ -42,11 +46,14 @@ impl FileFormat {
                 .and_then(|b| b.with_batch_size(batch_size).build())
                 .map_err(|e| format!("{}: {e}", path.display()))?
                 .collect(),
-            FileFormat::Json => ReaderBuilder::new(schema.clone())
-                .with_batch_size(batch_size)
-                .build(BufReader::new(file))
-                .map_err(|e| format!("{}: {e}", path.display()))?
-                .collect(),
+            FileFormat::Json => match JsonColumns::of(schema) {
+                Some(json) => return read_with_json_columns(path, &json, batch_size),
+                None => ReaderBuilder::new(schema.clone())
+                    .with_batch_size(batch_size)
+                    .build(BufReader::new(file))
+                    .map_err(|e| format!("{}: {e}", path.display()))?
+                    .collect(),
+            },
         };
         let batches = batches.map_err(|e| format!("{}: {e}", path.display()))?;
         batches
@@ -81,7 +88,9 @@ impl FileFormat {
             }
             FileFormat::Json => {
                 let mut out = BufWriter::new(file.try_clone().map_err(|e| fail(&e))?);
-                let mut writer = LineDelimitedWriter::new(&mut out);
+                let mut writer = WriterBuilder::new()
+                    .with_encoder_factory(Arc::new(JsonColumnEncoders))
+                    .build::<_, LineDelimited>(&mut out);
                 let refs: Vec<&RecordBatch> = batches.iter().collect();
                 writer.write_batches(&refs).map_err(|e| fail(&e))?;
                 writer.finish().map_err(|e| fail(&e))?;
@@ -90,4 +99,30 @@ impl FileFormat {
         }
         file.sync_all().map_err(|e| fail(&e))
     }
+}
+
+/// A JSON-lines file into a schema with JSON columns: arrow-json decodes the other columns,
+/// each line gives its JSON columns' texts (one object per line, as JSON lines are).
+fn read_with_json_columns(path: &Path, json: &JsonColumns, batch_size: usize) -> Result<Vec<RecordBatch>, String> {
+    let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let text = std::fs::read(path).map_err(|e| fail(&e))?;
+    let lines: Vec<&[u8]> = text.split(|b| *b == b'\n').filter(|l| !l.trim_ascii().is_empty()).collect();
+    let mut batches = Vec::new();
+    for chunk in lines.chunks(batch_size.max(1)) {
+        let mut decoder = ReaderBuilder::new(json.others().clone())
+            .with_batch_size(chunk.len())
+            .build_decoder()
+            .map_err(|e| fail(&e))?;
+        let mut texts = Vec::with_capacity(chunk.len());
+        for line in chunk {
+            decoder.decode(line).map_err(|e| fail(&e))?;
+            texts.push(json.values(line).map_err(|e| fail(&e))?);
+        }
+        let others = decoder.flush().map_err(|e| fail(&e))?.ok_or_else(|| fail(&"no rows decoded"))?;
+        if others.num_rows() != chunk.len() {
+            return Err(fail(&"a table with JSON columns reads one JSON object per line"));
+        }
+        batches.push(json.assemble(&others, &texts).map_err(|e| fail(&e))?);
+    }
+    Ok(batches)
 }

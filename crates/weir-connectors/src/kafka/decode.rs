@@ -7,12 +7,14 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, StringArray, StructArray};
-use datafusion::arrow::compute::{concat_batches, interleave};
+use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, StringArray, StructArray, UInt32Array};
+use datafusion::arrow::compute::{concat_batches, interleave, take_record_batch};
 use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use datafusion::arrow::json::ReaderBuilder;
 use datafusion::arrow::record_batch::RecordBatch;
 use weir_engine::changelog::{Change, change_array, changelog_schema};
+
+use crate::json_type::JsonColumns;
 
 /// The rows of the records that fit, and why the others did not.
 #[derive(Debug)]
@@ -25,8 +27,41 @@ pub(crate) struct Decoded {
 }
 
 /// Decodes JSON objects into `schema` (fields not in the schema are ignored; missing ones are
-/// null, or an error for a non-nullable column).
+/// null, or an error for a non-nullable column). JSON-typed columns take their field's JSON
+/// text (`json_type.rs`).
 pub(crate) fn decode_json(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Result<Decoded, String> {
+    match JsonColumns::of(schema) {
+        Some(json) => decode_with_json_columns(&json, values),
+        None => decode_typed(schema, values),
+    }
+}
+
+/// The columns arrow-json decodes first, then the JSON columns of the records that fit.
+fn decode_with_json_columns(json: &JsonColumns, values: &[Option<&[u8]>]) -> Result<Decoded, String> {
+    let decoded = decode_typed(json.others(), values)?;
+    let mut bad = decoded.bad;
+    let (mut keep, mut rows_from, mut texts) = (Vec::new(), Vec::new(), Vec::new());
+    for (row, &record) in decoded.rows_from.iter().enumerate() {
+        match json.values(values[record].unwrap_or_default()) {
+            Ok(row_texts) => {
+                keep.push(row);
+                rows_from.push(record);
+                texts.push(row_texts);
+            }
+            Err(reason) => bad.push((record, reason)),
+        }
+    }
+    bad.sort_by_key(|(record, _)| *record);
+    let others = if keep.len() == decoded.batch.num_rows() {
+        decoded.batch
+    } else {
+        let indices = UInt32Array::from_iter_values(keep.iter().map(|&r| r as u32));
+        take_record_batch(&decoded.batch, &indices).map_err(|e| e.to_string())?
+    };
+    Ok(Decoded { batch: json.assemble(&others, &texts)?, rows_from, bad })
+}
+
+fn decode_typed(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Result<Decoded, String> {
     if let Some(batch) = decode_all(schema, values) {
         return Ok(Decoded { batch, rows_from: (0..values.len()).collect(), bad: Vec::new() });
     }
@@ -175,6 +210,29 @@ mod tests {
 
     fn schema() -> SchemaRef {
         Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Utf8, true)]))
+    }
+
+    /// A JSON column takes its field's value as JSON text, whatever its type; a record without
+    /// a NOT NULL JSON column is a bad record like any other.
+    #[test]
+    fn json_columns_take_their_value_as_text_and_records_without_them_are_bad() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            crate::json_type::json_field("doc", false),
+        ]));
+        let records: Vec<Option<&[u8]>> = vec![
+            Some(br#"{"id":1,"doc":{"a":[1,2]}}"#),
+            Some(br#"{"id":2}"#),
+            Some(br#"{"id":"x","doc":1}"#),
+            Some(br#"{"doc":"text","id":4}"#),
+        ];
+        let decoded = decode_json(&schema, &records).unwrap();
+        assert_eq!(decoded.rows_from, vec![0, 3]);
+        assert_eq!(decoded.bad.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![1, 2]);
+        assert!(decoded.bad[0].1.contains("'doc' is missing"), "{:?}", decoded.bad);
+        let docs = decoded.batch.column(1).as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!(docs.iter().collect::<Vec<_>>(), vec![Some(r#"{"a":[1,2]}"#), Some(r#""text""#)]);
+        assert_eq!(decoded.batch.schema(), schema);
     }
 
     #[test]

@@ -12,11 +12,15 @@
 //! JSON is written by arrow-json's writer a batch at a time (never row by row through
 //! serde values); its lines are the records.
 
+use std::sync::Arc;
+
 use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, StringArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use weir_engine::changelog::{Change, changes, is_changelog};
+
+use crate::json_type::JsonColumnEncoders;
 
 use super::producer_pool::OutRecord;
 
@@ -150,11 +154,13 @@ fn json_lines(batch: &RecordBatch) -> Result<Vec<Vec<u8>>, String> {
     {
         let mut writer = datafusion::arrow::json::WriterBuilder::new()
             .with_explicit_nulls(true)
+            .with_encoder_factory(Arc::new(JsonColumnEncoders))
             .build::<_, datafusion::arrow::json::writer::LineDelimited>(&mut buffer);
         writer.write(batch).map_err(|e| format!("encoding JSON: {e}"))?;
         writer.finish().map_err(|e| format!("encoding JSON: {e}"))?;
     }
-    // JSON strings escape newlines, so each line is exactly one row.
+    // JSON strings escape newlines and JSON columns are written compactly, so each line is
+    // exactly one row.
     let lines: Vec<Vec<u8>> = buffer.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(<[u8]>::to_vec).collect();
     if lines.len() != batch.num_rows() {
         return Err(format!("encoding JSON: {} rows gave {} lines", batch.num_rows(), lines.len()));

@@ -195,12 +195,21 @@ struct FailsForGood(Option<weir_engine::SubtaskInfo>);
 
 #[async_trait::async_trait]
 impl weir_engine::Operator for FailsForGood {
-    async fn open(&mut self, info: &weir_engine::SubtaskInfo, _: weir_engine::RestoredState) -> weir_engine::Result<()> {
+    async fn open(
+        &mut self,
+        info: &weir_engine::SubtaskInfo,
+        _: weir_engine::RestoredState,
+    ) -> weir_engine::Result<()> {
         self.0 = Some(info.clone());
         Ok(())
     }
 
-    async fn process_batch(&mut self, _: usize, _: RecordBatch, _: &mut weir_engine::Collector) -> weir_engine::Result<()> {
+    async fn process_batch(
+        &mut self,
+        _: usize,
+        _: RecordBatch,
+        _: &mut weir_engine::Collector,
+    ) -> weir_engine::Result<()> {
         let info = self.0.as_ref().expect("opened");
         Err(info.fatal("this record can never be read"))
     }
@@ -218,8 +227,8 @@ async fn a_fatal_error_fails_the_pipeline_without_restarts() {
         let fails = graph.add_operator("fails", 1, 1, Arc::new(|_| Ok(Box::new(FailsForGood::default()))));
         graph.connect(source, fails, 0, Partitioning::Forward);
         let dir = tempfile::tempdir().unwrap();
-        let handle = start(graph, config(CheckpointMode::aligned(), 10), StateStore::local(dir.path()).unwrap(), None)
-            .unwrap();
+        let handle =
+            start(graph, config(CheckpointMode::aligned(), 10), StateStore::local(dir.path()).unwrap(), None).unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         while !handle.is_finished() {
             assert!(tokio::time::Instant::now() < deadline, "still running after a fatal error: {:?}", handle.status());
