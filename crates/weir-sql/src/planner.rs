@@ -934,9 +934,6 @@ impl Planner<'_> {
             let lowered =
                 LoweredAggregateBuilder::new(expr, input, &input_arrow, self.state.execution_props(), &planning)
                     .build()?;
-            if !lowered.order_bys.is_empty() {
-                plan_err!("{expr}: ORDER BY inside an aggregate is not supported yet");
-            }
             aggregates.push(AggregateCall { function: lowered.aggregate, filter: lowered.filter });
         }
         Ok(aggregates)

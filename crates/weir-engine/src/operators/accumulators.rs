@@ -46,7 +46,16 @@ pub(crate) fn arguments(aggregates: &[AggregateCall], batch: &RecordBatch) -> Re
     aggregates
         .iter()
         .map(|a| {
-            let values = a.function.expressions().iter().map(evaluate).collect::<datafusion::error::Result<_>>()?;
+            // An order-sensitive aggregate (`array_agg(x ORDER BY y)`, `first_value`, ...) takes
+            // its ORDER BY columns after its arguments and orders its rows itself, as in
+            // DataFusion's own aggregate plans.
+            let values = a
+                .function
+                .expressions()
+                .into_iter()
+                .chain(a.function.order_bys().iter().map(|sort| sort.expr.clone()))
+                .map(|e| evaluate(&e))
+                .collect::<datafusion::error::Result<_>>()?;
             let filter = match &a.filter {
                 Some(filter) => {
                     let mask = evaluate(filter)?;
@@ -89,6 +98,26 @@ pub(crate) fn feed(
         if retract { accumulator.retract_batch(&taken)? } else { accumulator.update_batch(&taken)? }
     }
     Ok(())
+}
+
+/// The states of one group's `accumulators` for a snapshot, leaving the group as it was.
+/// DataFusion's `Accumulator::state` may consume what it returns (median and string_agg move
+/// their values out: it is made for the last step of a partial aggregate, and a test lost a
+/// window's median that way), so the group's accumulators are replaced by `fresh` ones merged
+/// from those states, as a restore builds them.
+pub(crate) fn snapshot_states(
+    accumulators: &mut Vec<Box<dyn Accumulator>>,
+    mut fresh: Vec<Box<dyn Accumulator>>,
+) -> Result<Vec<ScalarValue>> {
+    let mut states = Vec::new();
+    for (accumulator, rebuilt) in accumulators.iter_mut().zip(fresh.iter_mut()) {
+        let state = accumulator.state()?;
+        let arrays = state.iter().map(ScalarValue::to_array).collect::<datafusion::error::Result<Vec<_>>>()?;
+        rebuilt.merge_batch(&arrays)?;
+        states.extend(state);
+    }
+    *accumulators = fresh;
+    Ok(states)
 }
 
 /// Column i of `rows`, as the type of `fields[i]`, for every field.

@@ -2,7 +2,6 @@
 
 mod accumulators;
 pub mod join;
-mod min_max_retract;
 pub mod numbering;
 pub mod over_aggregate;
 pub mod sinks;
@@ -10,6 +9,7 @@ pub mod state_ttl;
 pub mod stateless;
 pub mod top_n;
 pub mod updating_aggregate;
+mod value_counts;
 pub mod watermark;
 pub mod window_aggregate;
 pub mod window_rank;

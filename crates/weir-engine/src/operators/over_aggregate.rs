@@ -391,13 +391,10 @@ impl Operator for OverAggregate {
                 (Some(converter), false) => {
                     let mut keys = Vec::new();
                     let mut states: Vec<Vec<ScalarValue>> = Vec::new();
-                    for (key, partition) in &mut self.partitions {
+                    let fresh = (0..self.partitions.len()).map(|_| self.accumulators()).collect::<Result<Vec<_>>>()?;
+                    for ((key, partition), fresh) in self.partitions.iter_mut().zip(fresh) {
                         keys.push(key.clone());
-                        let mut row = Vec::new();
-                        for accumulator in &mut partition.accumulators {
-                            row.extend(accumulator.state()?);
-                        }
-                        states.push(row);
+                        states.push(accumulators::snapshot_states(&mut partition.accumulators, fresh)?);
                     }
                     let key_columns = converter.convert_rows(keys.iter().map(|k| k.row()))?;
                     let keyed = RecordBatch::try_new(

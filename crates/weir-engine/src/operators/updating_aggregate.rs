@@ -3,7 +3,7 @@
 //! new, `-U` old / `+U` new when its values changed, and `-D` when a retracting input emptied it.
 //! A changelog input is aggregated with `retract_batch`, by the accumulators DataFusion makes
 //! for sliding window frames (the planner only allows functions whose sliding form takes back
-//! any row), and min/max by [`MinMaxRetract`]. With a time-to-live, groups not touched for
+//! any row), and min, max and DISTINCT counts by [`ValueCounts`]. With a time-to-live, groups not touched for
 //! that long (processing time, as Flink's state TTL) are forgotten without output: a later row
 //! for the key starts afresh.
 //!
@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use datafusion::arrow::array::{Array, ArrayRef, Int64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::ScalarValue;
+use datafusion::common::{ScalarValue, exec_err};
 use datafusion::logical_expr::Accumulator;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use weir_state::KEY_HASH_COLUMN;
@@ -27,18 +27,21 @@ use crate::changelog::{Change, change_array, changes};
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
 use crate::operators::accumulators::{self, AggregateCall};
-use crate::operators::min_max_retract::{Extreme, MinMaxRetract};
 use crate::operators::state_ttl::{StateTtl, now_ms};
+use crate::operators::value_counts::{Reported, ValueCounts};
 use crate::operators::window_aggregate::ALL_IN_ONE;
 use crate::partition::key_hashes;
 
 const GROUPS: &str = "groups";
 
 /// Whether `aggregate` is `min` or `max` (with or without DISTINCT, which changes nothing).
-fn extreme_of(aggregate: &AggregateFunctionExpr) -> Option<Extreme> {
+/// What a [`ValueCounts`] reports for `aggregate` over a changelog, if it takes its place:
+/// min and max, and DISTINCT counts of one argument.
+fn value_counts_for(aggregate: &AggregateFunctionExpr) -> Option<Reported> {
     match aggregate.fun().name().to_lowercase().as_str() {
-        "min" => Some(Extreme::Min),
-        "max" => Some(Extreme::Max),
+        "min" => Some(Reported::Min),
+        "max" => Some(Reported::Max),
+        "count" if aggregate.is_distinct() && aggregate.expressions().len() == 1 => Some(Reported::DistinctCount),
         _ => None,
     }
 }
@@ -95,12 +98,13 @@ impl UpdatingAggregate {
     /// back any row, not only the oldest. DataFusion's sliding accumulators are built for
     /// window frames, which retract in arrival order; those whose state is a sum (count, sum,
     /// avg, variances) or a count per value (DISTINCT) are right for any order. Min and max
-    /// (a queue of candidates there) use [`MinMaxRetract`] instead. So: those functions only.
+    /// (a queue of candidates there) and DISTINCT counts (whose state forgets how many rows held
+    /// a value) use [`ValueCounts`] instead. So: those functions only.
     pub fn can_retract(aggregate: &AggregateFunctionExpr) -> Result<bool> {
         const ANY_ORDER: &[&str] =
             &["count", "sum", "avg", "mean", "stddev", "stddev_pop", "var", "var_samp", "var_pop", "regr_count"];
         let function = aggregate.fun().name().to_lowercase();
-        if extreme_of(aggregate).is_some() {
+        if value_counts_for(aggregate).is_some() {
             return Ok(true);
         }
         Ok(ANY_ORDER.contains(&function.as_str()) && aggregate.create_sliding_accumulator()?.supports_retract_batch())
@@ -114,9 +118,18 @@ impl UpdatingAggregate {
     fn accumulators(&self) -> Result<Vec<Box<dyn Accumulator>>> {
         let create = |a: &AggregateCall| -> datafusion::error::Result<Box<dyn Accumulator>> {
             let function = &a.function;
-            match (self.retracting, extreme_of(function)) {
-                (true, Some(extreme)) => {
-                    Ok(Box::new(MinMaxRetract::new(extreme, function.field().data_type().clone())?))
+            match (self.retracting, value_counts_for(function)) {
+                (true, Some(reported)) => {
+                    // The values counted are the argument's: min/max return their type, a
+                    // distinct count's state is a list of them.
+                    let data_type = match reported {
+                        Reported::DistinctCount => match function.state_fields()?.first().map(|f| f.data_type()) {
+                            Some(DataType::List(values)) => values.data_type().clone(),
+                            other => return exec_err!("count(DISTINCT) has a state of {other:?}, not a list"),
+                        },
+                        _ => function.field().data_type().clone(),
+                    };
+                    Ok(Box::new(ValueCounts::new(reported, data_type)?))
                 }
                 (true, None) => function.create_sliding_accumulator(),
                 (false, _) => function.create_accumulator(),
@@ -293,13 +306,12 @@ impl Operator for UpdatingAggregate {
             }]);
         }
         let mut rows: Vec<Vec<ScalarValue>> = Vec::new();
-        for (key, group) in &mut self.groups {
+        let fresh = (0..self.groups.len()).map(|_| self.accumulators()).collect::<Result<Vec<_>>>()?;
+        for ((key, group), fresh) in self.groups.iter_mut().zip(fresh) {
             let mut row = key.clone();
             row.push(ScalarValue::Int64(Some(group.rows)));
             row.push(ScalarValue::Int64(Some(group.last_access_ms)));
-            for accumulator in &mut group.accumulators {
-                row.extend(accumulator.state()?);
-            }
+            row.extend(accumulators::snapshot_states(&mut group.accumulators, fresh)?);
             rows.push(row);
         }
         let columns = accumulators::columns(&rows, &schema.fields()[1..])?;

@@ -355,12 +355,15 @@ impl Operator for WindowAggregate {
         }
         let schema = Arc::new(Schema::new(fields));
         let mut rows: Vec<Vec<ScalarValue>> = Vec::new();
-        let window_row = |start: i64, end: i64, key: &[ScalarValue], accumulators: &mut Accumulators| {
+        let groups = self.windows.values().map(HashMap::len).sum::<usize>()
+            + self.sessions.values().map(Vec::len).sum::<usize>();
+        let mut fresh = (0..groups).map(|_| self.accumulators()).collect::<Result<Vec<_>>>()?.into_iter();
+        let mut window_row = |start: i64, end: i64, key: &[ScalarValue], accumulators: &mut Accumulators| {
             let mut row = vec![ScalarValue::Int64(Some(start)), ScalarValue::Int64(Some(end))];
             row.extend(key.iter().cloned());
-            for accumulator in accumulators.iter_mut() {
-                row.extend(accumulator.state()?);
-            }
+            let fresh =
+                fresh.next().ok_or_else(|| Error::Graph("a window group appeared during its snapshot".into()))?;
+            row.extend(accumulators::snapshot_states(accumulators, fresh)?);
             Ok::<_, Error>(row)
         };
         for ((end, start), groups) in &mut self.windows {
