@@ -120,6 +120,12 @@ pub trait Operator: Send {
         Ok(())
     }
 
+    /// Every channel of input `input` has ended (a bounded source behind it ran out) while
+    /// other inputs go on: state kept only to meet that input's future rows can go.
+    async fn input_ended(&mut self, _input: usize, _out: &mut Collector) -> Result<()> {
+        Ok(())
+    }
+
     /// All inputs ended: emit what is still held (a bounded run's final results).
     async fn finish(&mut self, _out: &mut Collector) -> Result<()> {
         Ok(())

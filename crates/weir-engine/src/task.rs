@@ -441,6 +441,12 @@ impl Task {
             Message::End => {
                 self.inputs[c].ended = true;
                 self.inputs[c].blocked_for.clear();
+                let open = self.inputs.iter().any(|channel| channel.input == input && !channel.ended);
+                if !open && self.inputs.iter().any(|channel| !channel.ended) {
+                    let mut out = Collector::default();
+                    self.members[0].operator.input_ended(input, &mut out).await?;
+                    self.forward_through_chain(1, out).await?;
+                }
                 let ids: Vec<u64> = self.alignments.keys().copied().collect();
                 for id in ids {
                     if let Some(alignment) = self.alignments.get_mut(&id) {

@@ -61,6 +61,13 @@ async fn round_trip(format: &str) {
     session.preview_rows = 1_000_000;
     session.execute(&setup(out.path(), format)).await.unwrap();
     let planned = pipeline(&mut session, INSERT).await;
+    killed_and_restored_at_three(planned).await;
+    check_written(&mut session, out.path()).await;
+}
+
+/// Runs `planned` at parallelism 2 with 10 ms checkpoints, kills it after its first completed
+/// checkpoint, and runs it to its end restored at parallelism 3.
+async fn killed_and_restored_at_three(planned: crate::PlannedPipeline) {
     let mut config = PipelineConfig { ..planned.config.clone() };
     config.checkpoint.interval = Some(Duration::from_millis(10));
     let state = tempfile::tempdir().unwrap();
@@ -72,7 +79,43 @@ async fn round_trip(format: &str) {
     }
     first.kill().await;
     weir_engine::start(planned.graph.with_parallelism(3), config, store, None).unwrap().wait().await.unwrap();
-    check_written(&mut session, out.path()).await;
+}
+
+/// Nexmark q13's shape: bids joined with a bounded side input read from a file (whose end lets
+/// the join stop keeping bids), written to files, killed after a checkpoint and restored at
+/// parallelism 3: every joined bid once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_joined_with_a_bounded_side_input_survives_a_kill_and_a_rescale() {
+    let (side, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let lines: String = (0..50).map(|id| format!("{{\"id\": {id}, \"label\": \"l{id}\"}}\n")).collect();
+    std::fs::write(side.path().join("labels.json"), lines).unwrap();
+    let mut session = Session::new();
+    session.preview_rows = 1_000_000;
+    session.execute(&setup(out.path(), "json")).await.unwrap();
+    session
+        .execute(&format!(
+            "CREATE TABLE side_input (id BIGINT, label VARCHAR) WITH (connector = 'filesystem', path = '{}', format = 'json');
+             CREATE TABLE labelled (auction BIGINT, price BIGINT, label VARCHAR) WITH (connector = 'filesystem', path = '{}/labelled', format = 'json')",
+            side.path().display(),
+            out.path().display()
+        ))
+        .await
+        .unwrap();
+    let planned = pipeline(
+        &mut session,
+        "INSERT INTO labelled SELECT bid.auction, bid.price, s.label FROM nexmark JOIN side_input s ON bid.auction % 100 = s.id WHERE event_type = 2",
+    )
+    .await;
+    killed_and_restored_at_three(planned).await;
+    let expected = rows_of(
+        &mut session,
+        "SELECT bid.auction, bid.price, 'l' || CAST(bid.auction % 100 AS VARCHAR) FROM nexmark WHERE event_type = 2 AND bid.auction % 100 < 50",
+    )
+    .await;
+    let written = rows_of(&mut session, "SELECT auction, price, label FROM labelled").await;
+    assert!(expected.len() > 1000, "{}", expected.len());
+    assert_eq!(written.len(), expected.len(), "every joined bid once");
+    assert_eq!(written, expected);
 }
 
 /// A failure at each dangerous step of a checkpoint (pending file written but not

@@ -1241,7 +1241,7 @@ impl Planner<'_> {
                 "each dropped once the watermark passes its time column plus {} ms (left) or {} ms (right)",
                 left.after_ms, right.after_ms
             ),
-            _ => self.forgotten(),
+            _ => format!("{}; a side's rows no longer once the other side's input has ended", self.forgotten()),
         };
         self.graph.describe_state(node, format!("both sides' rows by key, {kept}"));
         // An inner window or interval join keeps its inputs' time attributes: the watermark

@@ -39,7 +39,8 @@ fn serve_refuses_a_bad_listen_address() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("invalid"));
 }
 
-/// Every file in sql-examples/ runs to the end with `weir run` and prints its rows.
+/// Every file in sql-examples/ runs to the end with `weir run` and prints its rows, run from the
+/// repository root as the README's commands are (a side input's path is relative to it).
 #[test]
 fn every_sql_example_runs() {
     // The kafka_* examples use the broker, which a crash test restarts.
@@ -55,6 +56,7 @@ fn every_sql_example_runs() {
     let data = tempfile::tempdir().unwrap();
     for file in files {
         let output = Command::new(WEIR)
+            .current_dir(examples.join(".."))
             .args(["run", "--max-rows", "5", "--data-dir"])
             .arg(data.path())
             .arg(&file)
