@@ -16,6 +16,8 @@ pub enum Kind {
     OneOf(&'static [&'static str]),
     /// A duration such as '5 seconds', '200 ms', '1 minute'.
     Duration,
+    /// A size such as '128 MB', '64kb', '1048576'.
+    Size,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,8 +72,13 @@ const KAFKA: &[OptionSpec] = &[
     option("batch_size", Kind::Integer { min: 1, max: 1_000_000 }),
 ];
 
-const FILESYSTEM: &[OptionSpec] =
-    &[required("path", Kind::Text), required("format", Kind::OneOf(&["parquet", "json"]))];
+const FILESYSTEM: &[OptionSpec] = &[
+    required("path", Kind::Text),
+    required("format", Kind::OneOf(&["parquet", "json"])),
+    // Columns whose values name the rows' directories (also written PARTITIONED BY (...)).
+    option("partition.fields", Kind::Text),
+    option("sink.rolling-policy.file-size", Kind::Size),
+];
 
 const PREVIEW: &[OptionSpec] = &[option("capacity", Kind::Integer { min: 1, max: 10_000_000 })];
 
@@ -111,6 +118,34 @@ impl ConnectorOptions {
     pub fn duration(&self, name: &str) -> Option<Duration> {
         self.get(name).and_then(|v| parse_duration(v).ok())
     }
+
+    /// A size option in bytes (validated already), or `default`.
+    pub fn size(&self, name: &str, default: u64) -> u64 {
+        self.get(name).and_then(|v| parse_size(v).ok()).unwrap_or(default)
+    }
+
+    /// A comma-separated list of names ('dt, hr'), empty when not given.
+    pub fn list(&self, name: &str) -> Vec<String> {
+        self.get(name).map_or_else(Vec::new, |v| {
+            v.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_string).collect()
+        })
+    }
+}
+
+/// '128 MB', '64kb', '1 GiB', '1048576' (bytes); units are powers of 1024, as Flink's sizes.
+pub fn parse_size(value: &str) -> Result<u64, String> {
+    let value = value.trim();
+    let split = value.find(|c: char| !c.is_ascii_digit()).unwrap_or(value.len());
+    let (number, unit) = value.split_at(split);
+    let number: u64 = number.parse().map_err(|_| format!("'{value}' does not start with a number"))?;
+    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" | "bytes" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        other => return Err(format!("unknown unit '{other}' in '{value}'")),
+    };
+    Ok(number.saturating_mul(factor))
 }
 
 fn parse_bool(value: &str) -> Option<bool> {
@@ -147,6 +182,7 @@ fn accepted(kind: Kind) -> String {
             format!("one of {}", values.iter().map(|v| format!("'{v}'")).collect::<Vec<_>>().join(", "))
         }
         Kind::Duration => "a duration such as '5 seconds' or '200 ms'".into(),
+        Kind::Size => "a size such as '128 MB' or '64 kb'".into(),
     }
 }
 
@@ -157,6 +193,7 @@ fn check(spec: &OptionSpec, value: &str) -> Result<(), String> {
         Kind::Text => !value.is_empty(),
         Kind::OneOf(values) => values.contains(&value),
         Kind::Duration => parse_duration(value).is_ok(),
+        Kind::Size => parse_size(value).is_ok_and(|bytes| bytes > 0),
     };
     if valid {
         Ok(())
@@ -267,5 +304,22 @@ mod tests {
         assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
         assert_eq!(parse_duration("1 minute"), Ok(Duration::from_secs(60)));
         assert!(parse_duration("5 fortnights").is_err());
+    }
+
+    #[test]
+    fn sizes_and_lists_read_the_usual_forms() {
+        assert_eq!(parse_size("128 MB"), Ok(128 << 20));
+        assert_eq!(parse_size("64kb"), Ok(64 << 10));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("big").is_err());
+        let table = validate(options(&[
+            ("connector", "filesystem"),
+            ("path", "/tmp/x"),
+            ("format", "json"),
+            ("partition.fields", " dt, hr "),
+        ]))
+        .unwrap();
+        assert_eq!(table.list("partition.fields"), vec!["dt", "hr"]);
+        assert_eq!(table.size("sink.rolling-policy.file-size", 7), 7);
     }
 }

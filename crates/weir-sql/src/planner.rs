@@ -26,7 +26,7 @@ use datafusion::physical_expr::aggregate::{AggregateExprBuilder, LoweredAggregat
 use datafusion::physical_expr::expressions::{Column as PhysicalColumn, Literal};
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::unnest::{ListUnnest, UnnestExec};
-use weir_connectors::filesystem::{FileFormat, FileSink, FileSource};
+use weir_connectors::filesystem::{FileFormat, FileSink, FileSinkConfig, FileSource, HivePartitions};
 use weir_connectors::kafka::{KafkaSink, KafkaSource};
 use weir_connectors::nexmark::{NexmarkConfig, NexmarkSource};
 use weir_engine::changelog::{Change, changelog_schema};
@@ -39,7 +39,7 @@ use weir_engine::operators::{
 use weir_engine::{Graph, NodeId, Partitioning, ProcessingTime};
 
 use crate::catalog::TableDef;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kafka_tables::{self, TransactionTimeout};
 use crate::plan_err;
 use crate::window_functions::{
@@ -54,6 +54,10 @@ pub enum SinkTarget {
     /// INSERT INTO this table.
     Table(TableDef),
 }
+
+/// A filesystem sink's rolling size unless the table says (Flink's default): a partition's rows
+/// go to a file once they take this much memory, before the checkpoint that commits them.
+const DEFAULT_ROLLING_BYTES: u64 = 128 << 20;
 
 /// What a column of a stream means in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -442,11 +446,13 @@ impl Planner<'_> {
                 (self.name(name), Arc::new(move |_| Ok(Box::new(NexmarkSource::new(config.clone())))))
             }
             "filesystem" => {
-                let (path, format) = filesystem_options(table)?;
+                let (path, format, partitioning) = filesystem_options(table)?;
                 let schema = table.schema.clone();
                 (
                     self.name(name),
-                    Arc::new(move |_| Ok(Box::new(FileSource::new(path.clone(), format, schema.clone(), 8192)))),
+                    Arc::new(move |_| {
+                        Ok(Box::new(FileSource::new(path.clone(), format, schema.clone(), partitioning.clone(), 8192)))
+                    }),
                 )
             }
             "kafka" => {
@@ -1295,13 +1301,22 @@ impl Planner<'_> {
                                 target.name
                             );
                         }
-                        let (path, format) = filesystem_options(target)?;
-                        let schema = target.schema.clone();
+                        let (dir, format, partitioning) = filesystem_options(target)?;
+                        let config = FileSinkConfig {
+                            dir,
+                            format,
+                            schema: target.schema.clone(),
+                            partitioning,
+                            rolling_bytes: usize::try_from(
+                                target.connector.size("sink.rolling-policy.file-size", DEFAULT_ROLLING_BYTES),
+                            )
+                            .unwrap_or(usize::MAX),
+                        };
                         self.graph.add_operator(
                             &name,
                             parallelism,
                             1,
-                            Arc::new(move |_| Ok(Box::new(FileSink::new(path.clone(), format, schema.clone())))),
+                            Arc::new(move |_| Ok(Box::new(FileSink::new(config.clone())))),
                         )
                     }
                     "kafka" => {
@@ -1341,15 +1356,17 @@ impl Planner<'_> {
     }
 }
 
-/// A filesystem table's directory (or file) and format.
-fn filesystem_options(table: &TableDef) -> Result<(std::path::PathBuf, FileFormat)> {
+/// A filesystem table's directory (or file), format and partitioning.
+fn filesystem_options(table: &TableDef) -> Result<(std::path::PathBuf, FileFormat, Option<HivePartitions>)> {
     let (Some(path), Some(format)) = (table.connector.get("path"), table.connector.get("format")) else {
         plan_err!("table '{}': a filesystem table needs 'path' and 'format'", table.name)
     };
     let Some(format) = FileFormat::parse(format) else {
         plan_err!("table '{}': format '{format}' is not one of 'parquet', 'json'", table.name)
     };
-    Ok((std::path::PathBuf::from(path), format))
+    let partitioning = HivePartitions::new(&table.connector_view().schema, &table.connector.list("partition.fields"))
+        .map_err(|e| Error::Plan(format!("table '{}': {e}", table.name)))?;
+    Ok((std::path::PathBuf::from(path), format, partitioning))
 }
 
 /// The graph of `queries` (each a plan and where its rows go), sharing the sources they

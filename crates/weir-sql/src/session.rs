@@ -13,11 +13,12 @@ use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{
-    CreateTable, CreateTableOptions, DataType as SqlType, Expr, Ident, Insert, ObjectName, ObjectType, Set, Spanned,
-    SqlOption, Statement, Value, ValueWithSpan,
+    CreateTable, CreateTableOptions, DataType as SqlType, Expr, HiveDistributionStyle, Ident, Insert, ObjectName,
+    ObjectType, Set, Spanned, SqlOption, Statement, Value, ValueWithSpan,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
+use weir_connectors::filesystem::HivePartitions;
 use weir_connectors::json_type::{is_json, json_field};
 use weir_connectors::nexmark::nexmark_schema;
 use weir_engine::operators::PreviewBuffer;
@@ -335,7 +336,21 @@ impl Session {
             }
             plan_err!("'{name}' exists already; use CREATE OR REPLACE TABLE to replace it");
         }
-        let options = table_options(&name, &create.table_options)?;
+        let mut options = table_options(&name, &create.table_options)?;
+        // Flink's PARTITIONED BY (a, b) is the option partition.fields = 'a,b'.
+        if let HiveDistributionStyle::PARTITIONED { columns } = &create.hive_distribution {
+            if let Some(connector) = options.get("connector").filter(|c| *c != "filesystem") {
+                plan_err!(
+                    "table '{name}': only a filesystem table is partitioned (PARTITIONED BY), not a '{connector}' one"
+                );
+            }
+            if options.contains_key("partition.fields") {
+                plan_err!("table '{name}': give its partition columns once, with PARTITIONED BY or 'partition.fields'");
+            }
+            let names: Vec<String> = columns.iter().map(|c| c.name.value.clone()).collect();
+            options.insert("partition.fields".into(), names.join(","));
+            create.hive_distribution = HiveDistributionStyle::NONE;
+        }
         let connector =
             options::validate(options).map_err(|message| Error::Options { table: name.clone(), message })?;
         let schema = if connector.connector == "nexmark" {
@@ -379,6 +394,10 @@ impl Session {
                 .collect();
             Arc::new(Schema::new(fields))
         };
+        if !connector.list("partition.fields").is_empty() {
+            HivePartitions::new(&schema, &connector.list("partition.fields"))
+                .map_err(|message| Error::Options { table: name.clone(), message })?;
+        }
         let event_time = event_time_of(&name, &schema, &connector)?;
         let proctime = connector.get("proctime").map(str::to_string);
         let schema = match &proctime {

@@ -1,14 +1,16 @@
 //! The `filesystem` connector: Parquet or JSON-lines files in a directory, as a bounded source
 //! (each subtask reads its share of the files, its position in each checkpointed) and as an
-//! exactly-once sink (a two-phase commit by rename: rows of checkpoint n go to a pending file
-//! written at the barrier, renamed into place when n completes).
+//! exactly-once sink (a two-phase commit by rename: rows of checkpoint n go to pending files,
+//! renamed into place when n completes), both with Hive-style partition directories.
 
 mod format;
+mod partitions;
 mod sink;
 mod source;
 
 pub use format::FileFormat;
-pub use sink::FileSink;
+pub use partitions::HivePartitions;
+pub use sink::{FileSink, FileSinkConfig};
 pub use source::FileSource;
 
 /// Runs blocking file work off the async workers.

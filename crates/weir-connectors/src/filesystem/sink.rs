@@ -1,8 +1,12 @@
-//! The exactly-once file sink. Rows arriving before barrier n are written, at the barrier, to a
-//! pending file `.pending/part-<subtask>-<n>` (synced), which the snapshot records; when n
-//! completes, pending files up to n are renamed into the directory. A restore commits what the
-//! checkpoint recorded (renaming again is harmless) and deletes pending files it did not
-//! record: those of checkpoints that never completed, whose rows will be written again.
+//! The exactly-once file sink, a two-phase commit by rename. Rows are buffered per partition
+//! directory (one, the table's root, when it is not partitioned); a buffer that reaches the
+//! rolling size is written at once to an in-progress file under `.pending/`, and at barrier n
+//! every buffer is, and the epoch's in-progress files are renamed to
+//! `.pending/<partition>/part-<subtask>-<n>-<k>.<ext>` and recorded in the snapshot
+//! (pre-commit). When n completes, pending files up to n are renamed into the table's
+//! directory. A restore commits what the checkpoint recorded (renaming again is harmless) and
+//! deletes this subtask's other pending and in-progress files: those of checkpoints that never
+//! completed, whose rows will be written again.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,32 +19,59 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use weir_engine::{Collector, Operator, RestoredState, StateTable, SubtaskInfo};
 
+use super::partitions::HivePartitions;
 use super::{FileFormat, blocking, subtask_error};
 
 const PENDING: &str = "pending";
 const PENDING_DIR: &str = ".pending";
+const IN_PROGRESS: &str = ".inprogress-";
+
+/// Where and how a sink writes.
+#[derive(Debug, Clone)]
+pub struct FileSinkConfig {
+    pub dir: PathBuf,
+    pub format: FileFormat,
+    /// The table's columns.
+    pub schema: SchemaRef,
+    pub partitioning: Option<HivePartitions>,
+    /// A partition's buffered rows are written out once they take this many bytes in memory.
+    pub rolling_bytes: usize,
+}
+
+/// Rows waiting for their file.
+#[derive(Debug, Clone, Default)]
+struct Buffer {
+    batches: Vec<RecordBatch>,
+    bytes: usize,
+}
 
 #[derive(Debug, Clone)]
 pub struct FileSink {
-    dir: PathBuf,
-    format: FileFormat,
-    schema: SchemaRef,
+    config: FileSinkConfig,
     info: Option<SubtaskInfo>,
-    buffer: Vec<RecordBatch>,
-    /// Pending file names by checkpoint.
-    pending: BTreeMap<u64, String>,
+    /// Rows by partition directory ("" for the root).
+    buffers: BTreeMap<String, Buffer>,
+    /// In-progress files written since the last barrier, relative to `.pending/`.
+    in_progress: Vec<String>,
+    /// Numbers in-progress files within this run of the subtask.
+    written: u64,
+    /// Pending files by checkpoint, relative to `.pending/` (and to the table's directory once
+    /// committed).
+    pending: BTreeMap<u64, Vec<String>>,
 }
 
-/// (subtask, checkpoint) of a file name `part-<subtask>-<checkpoint>.<ext>`.
-fn parse_name(name: &str) -> Option<(u64, u64)> {
-    let stem = name.strip_prefix("part-")?.split('.').next()?;
-    let (subtask, checkpoint) = stem.split_once('-')?;
-    Some((subtask.parse().ok()?, checkpoint.parse().ok()?))
+/// The subtask of a file the sink wrote: `part-<subtask>-...` or `.inprogress-<subtask>-...`.
+fn subtask_of(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix("part-").or_else(|| name.strip_prefix(IN_PROGRESS))?;
+    rest.split(['-', '.']).next()?.parse().ok()
 }
 
-/// Moves pending `name` into `dir`; done already is fine.
-fn commit(dir: &Path, name: &str) -> Result<(), String> {
-    let (from, to) = (dir.join(PENDING_DIR).join(name), dir.join(name));
+/// Moves pending `file` into `dir`; done already is fine.
+fn commit(dir: &Path, file: &str) -> Result<(), String> {
+    let (from, to) = (dir.join(PENDING_DIR).join(file), dir.join(file));
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    }
     match std::fs::rename(&from, &to) {
         Ok(()) => Ok(()),
         Err(_) if to.exists() => Ok(()),
@@ -48,13 +79,42 @@ fn commit(dir: &Path, name: &str) -> Result<(), String> {
     }
 }
 
+/// Every file under `dir`, as paths relative to it.
+fn files_under(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut files = Vec::new();
+    let mut directories = vec![PathBuf::new()];
+    while let Some(relative) = directories.pop() {
+        let entries = std::fs::read_dir(dir.join(&relative)).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for entry in entries.flatten() {
+            let path = relative.join(entry.file_name());
+            match entry.file_type() {
+                Ok(kind) if kind.is_dir() => directories.push(path),
+                Ok(_) => files.push(path),
+                Err(e) => return Err(format!("{}: {e}", entry.path().display())),
+            }
+        }
+    }
+    Ok(files)
+}
+
 impl FileSink {
-    pub fn new(dir: PathBuf, format: FileFormat, schema: SchemaRef) -> Self {
-        Self { dir, format, schema, info: None, buffer: Vec::new(), pending: BTreeMap::new() }
+    pub fn new(config: FileSinkConfig) -> Self {
+        Self {
+            config,
+            info: None,
+            buffers: BTreeMap::new(),
+            in_progress: Vec::new(),
+            written: 0,
+            pending: BTreeMap::new(),
+        }
     }
 
     fn error(&self, message: String) -> weir_engine::Error {
         subtask_error(self.info.as_ref(), message)
+    }
+
+    fn subtask(&self) -> u64 {
+        self.info.as_ref().map_or(0, |i| i.subtask) as u64
     }
 
     fn state_schema() -> SchemaRef {
@@ -63,6 +123,26 @@ impl FileSink {
             Field::new("checkpoint", DataType::UInt64, false),
             Field::new("file", DataType::Utf8, false),
         ]))
+    }
+
+    /// Writes the rows buffered for `directory` to a new in-progress file.
+    async fn roll(&mut self, directory: String) -> weir_engine::Result<()> {
+        let Some(buffer) = self.buffers.remove(&directory) else { return Ok(()) };
+        let name = format!("{IN_PROGRESS}{:04}-{:06}", self.subtask(), self.written);
+        self.written += 1;
+        let file = if directory.is_empty() { name } else { format!("{directory}/{name}") };
+        let path = self.config.dir.join(PENDING_DIR).join(&file);
+        let (format, schema) = (self.config.format, buffer.batches[0].schema());
+        blocking(move || {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+            }
+            format.write(&path, &schema, &buffer.batches)
+        })
+        .await
+        .map_err(|e| self.error(e))?;
+        self.in_progress.push(file);
+        Ok(())
     }
 }
 
@@ -85,18 +165,20 @@ impl Operator for FileSink {
                 }
             }
         }
-        let dir = self.dir.clone();
+        let dir = self.config.dir.clone();
         blocking(move || {
-            std::fs::create_dir_all(dir.join(PENDING_DIR)).map_err(|e| format!("{}: {e}", dir.display()))?;
-            for name in &recorded {
-                commit(&dir, name)?;
+            let pending = dir.join(PENDING_DIR);
+            std::fs::create_dir_all(&pending).map_err(|e| format!("{}: {e}", dir.display()))?;
+            for file in &recorded {
+                commit(&dir, file)?;
             }
-            // Pending files of checkpoints that never completed: their rows come again.
-            let entries = std::fs::read_dir(dir.join(PENDING_DIR)).map_err(|e| format!("{}: {e}", dir.display()))?;
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().to_string();
-                if parse_name(&name).is_some_and(|(subtask, _)| subtask % parallelism == me) {
-                    std::fs::remove_file(entry.path()).map_err(|e| format!("{}: {e}", entry.path().display()))?;
+            // Pending and in-progress files of checkpoints that never completed: their rows come
+            // again.
+            for file in files_under(&pending)? {
+                let name = file.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+                if subtask_of(&name).is_some_and(|subtask| subtask % parallelism == me) {
+                    let path = pending.join(&file);
+                    std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
                 }
             }
             Ok(())
@@ -105,40 +187,81 @@ impl Operator for FileSink {
         .map_err(|e| self.error(e))
     }
 
-    /// Buffers the rows as the table's columns (the query's names and types may differ).
+    /// Buffers the rows as the table's columns (the query's names and types may differ), by
+    /// partition; a buffer that reaches the rolling size goes to a file.
     async fn process_batch(
         &mut self,
         _input: usize,
         batch: RecordBatch,
         _out: &mut Collector,
     ) -> weir_engine::Result<()> {
+        let schema = &self.config.schema;
         let columns = batch
             .columns()
             .iter()
-            .zip(self.schema.fields())
+            .zip(schema.fields())
             .map(|(c, f)| cast(c, f.data_type()))
             .collect::<Result<Vec<_>, _>>()?;
-        self.buffer.push(RecordBatch::try_new(self.schema.clone(), columns)?);
+        let rows = RecordBatch::try_new(schema.clone(), columns)?;
+        let parts = match &self.config.partitioning {
+            Some(partitioning) => partitioning.split(&rows).map_err(|e| self.error(e))?,
+            None => vec![(String::new(), rows)],
+        };
+        for (directory, part) in parts {
+            let buffer = self.buffers.entry(directory.clone()).or_default();
+            buffer.bytes += part.get_array_memory_size();
+            buffer.batches.push(part);
+            if buffer.bytes >= self.config.rolling_bytes {
+                self.roll(directory).await?;
+            }
+        }
         Ok(())
     }
 
-    /// Pre-commit: this checkpoint's rows to a synced pending file, recorded in the snapshot.
+    /// Pre-commit: every buffer to a file, this epoch's files named for the checkpoint and
+    /// recorded in the snapshot.
     async fn snapshot(&mut self, checkpoint_id: u64) -> weir_engine::Result<Vec<StateTable>> {
-        let subtask = self.info.as_ref().map_or(0, |i| i.subtask) as u64;
-        if !self.buffer.is_empty() {
-            let name = format!("part-{subtask:04}-{checkpoint_id:010}.{}", self.format.extension());
-            let path = self.dir.join(PENDING_DIR).join(&name);
-            let (format, schema, batches) = (self.format, self.schema.clone(), std::mem::take(&mut self.buffer));
-            blocking(move || format.write(&path, &schema, &batches)).await.map_err(|e| self.error(e))?;
-            self.pending.insert(checkpoint_id, name);
+        let directories: Vec<String> = self.buffers.keys().cloned().collect();
+        for directory in directories {
+            self.roll(directory).await?;
+        }
+        let subtask = self.subtask();
+        let extension = self.config.format.extension();
+        let renames: Vec<(String, String)> = std::mem::take(&mut self.in_progress)
+            .into_iter()
+            .enumerate()
+            .map(|(k, file)| {
+                let name = format!("part-{subtask:04}-{checkpoint_id:010}-{k:04}.{extension}");
+                let named = match file.rsplit_once('/') {
+                    Some((directory, _)) => format!("{directory}/{name}"),
+                    None => name,
+                };
+                (file, named)
+            })
+            .collect();
+        if !renames.is_empty() {
+            let pending = self.config.dir.join(PENDING_DIR);
+            let moves = renames.clone();
+            blocking(move || {
+                for (from, to) in &moves {
+                    std::fs::rename(pending.join(from), pending.join(to))
+                        .map_err(|e| format!("{}: {e}", pending.join(from).display()))?;
+                }
+                Ok(())
+            })
+            .await
+            .map_err(|e| self.error(e))?;
+            self.pending.insert(checkpoint_id, renames.into_iter().map(|(_, named)| named).collect());
         }
         let schema = Self::state_schema();
+        let files: Vec<(u64, &String)> =
+            self.pending.iter().flat_map(|(checkpoint, files)| files.iter().map(|f| (*checkpoint, f))).collect();
         let batch = RecordBatch::try_new(
             schema.clone(),
             vec![
-                Arc::new(UInt64Array::from(vec![subtask; self.pending.len()])),
-                Arc::new(UInt64Array::from_iter_values(self.pending.keys().copied())),
-                Arc::new(StringArray::from_iter_values(self.pending.values())),
+                Arc::new(UInt64Array::from(vec![subtask; files.len()])),
+                Arc::new(UInt64Array::from_iter_values(files.iter().map(|(checkpoint, _)| *checkpoint))),
+                Arc::new(StringArray::from_iter_values(files.iter().map(|(_, file)| file.as_str()))),
             ],
         )?;
         Ok(vec![StateTable { name: PENDING.into(), schema, batches: vec![batch] }])
@@ -148,8 +271,21 @@ impl Operator for FileSink {
     /// are part of the next one that completes).
     async fn checkpoint_complete(&mut self, checkpoint_id: u64) -> weir_engine::Result<()> {
         let rest = self.pending.split_off(&(checkpoint_id + 1));
-        let done: Vec<String> = std::mem::replace(&mut self.pending, rest).into_values().collect();
-        let dir = self.dir.clone();
-        blocking(move || done.iter().try_for_each(|name| commit(&dir, name))).await.map_err(|e| self.error(e))
+        let done: Vec<String> = std::mem::replace(&mut self.pending, rest).into_values().flatten().collect();
+        let dir = self.config.dir.clone();
+        blocking(move || done.iter().try_for_each(|file| commit(&dir, file))).await.map_err(|e| self.error(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_subtask_is_read_from_either_kind_of_name() {
+        assert_eq!(subtask_of("part-0003-0000000012-0001.json"), Some(3));
+        assert_eq!(subtask_of("part-0002-0000000012.parquet"), Some(2));
+        assert_eq!(subtask_of(".inprogress-0001-000004"), Some(1));
+        assert_eq!(subtask_of("other.json"), None);
     }
 }

@@ -1,7 +1,9 @@
-//! The bounded file source. The files of the directory (sorted by name; names starting with
-//! `.` or `_` are skipped, so a sink's pending files are not read) are shared among subtasks
-//! by index; the snapshot holds how many rows of each file were read, and is restored as a
-//! union so that any parallelism takes over the files it now owns where they were left.
+//! The bounded file source. The files under the directory, in its partition directories too
+//! (sorted by path; names starting with `.` or `_` are skipped, so a sink's pending files are
+//! not read), are shared among subtasks by index; a partitioned table's partition columns are
+//! filled in from each file's directory. The snapshot holds how many rows of each file were
+//! read, and is restored as a union so that any parallelism takes over the files it now owns
+//! where they were left.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -13,6 +15,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use weir_engine::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
 
+use super::partitions::HivePartitions;
 use super::{FileFormat, blocking, subtask_error};
 
 const POSITIONS: &str = "positions";
@@ -22,6 +25,7 @@ pub struct FileSource {
     path: PathBuf,
     format: FileFormat,
     schema: SchemaRef,
+    partitioning: Option<HivePartitions>,
     batch_size: usize,
     info: Option<SubtaskInfo>,
     /// This subtask's files, with the rows read from each.
@@ -32,8 +36,24 @@ pub struct FileSource {
 }
 
 impl FileSource {
-    pub fn new(path: PathBuf, format: FileFormat, schema: SchemaRef, batch_size: usize) -> Self {
-        Self { path, format, schema, batch_size, info: None, files: Vec::new(), next_file: 0, current: VecDeque::new() }
+    pub fn new(
+        path: PathBuf,
+        format: FileFormat,
+        schema: SchemaRef,
+        partitioning: Option<HivePartitions>,
+        batch_size: usize,
+    ) -> Self {
+        Self {
+            path,
+            format,
+            schema,
+            partitioning,
+            batch_size,
+            info: None,
+            files: Vec::new(),
+            next_file: 0,
+            current: VecDeque::new(),
+        }
     }
 
     fn error(&self, message: String) -> weir_engine::Error {
@@ -51,12 +71,24 @@ impl Source for FileSource {
             if path.is_file() {
                 return Ok(vec![String::new()]);
             }
-            let entries = std::fs::read_dir(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let mut names: Vec<String> = entries
-                .flatten()
-                .map(|e| e.file_name().to_string_lossy().to_string())
-                .filter(|n| !n.starts_with('.') && !n.starts_with('_') && n.ends_with(extension))
-                .collect();
+            let mut names = Vec::new();
+            let mut directories = vec![String::new()];
+            while let Some(relative) = directories.pop() {
+                let directory = path.join(&relative);
+                let entries = std::fs::read_dir(&directory).map_err(|e| format!("{}: {e}", directory.display()))?;
+                for entry in entries.flatten() {
+                    let name = entry.file_name().to_string_lossy().to_string();
+                    if name.starts_with('.') || name.starts_with('_') {
+                        continue;
+                    }
+                    let joined = if relative.is_empty() { name.clone() } else { format!("{relative}/{name}") };
+                    if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                        directories.push(joined);
+                    } else if name.ends_with(extension) {
+                        names.push(joined);
+                    }
+                }
+            }
             names.sort();
             Ok(names)
         })
@@ -97,8 +129,18 @@ impl Source for FileSource {
             let Some((name, skip)) = self.files.get(self.next_file).cloned() else { return Ok(SourceEvent::End) };
             self.next_file += 1;
             let path = if name.is_empty() { self.path.clone() } else { self.path.join(&name) };
-            let (format, schema, batch_size) = (self.format, self.schema.clone(), self.batch_size);
-            let batches = blocking(move || format.read(&path, &schema, batch_size)).await.map_err(|e| self.error(e))?;
+            let (format, batch_size, partitioning) = (self.format, self.batch_size, self.partitioning.clone());
+            let schema = partitioning.as_ref().map_or_else(|| self.schema.clone(), |p| p.file_schema().clone());
+            let directory = name.rsplit_once('/').map_or(String::new(), |(directory, _)| directory.to_string());
+            let batches = blocking(move || {
+                let batches = format.read(&path, &schema, batch_size)?;
+                match partitioning {
+                    Some(partitioning) => batches.into_iter().map(|b| partitioning.complete(&directory, b)).collect(),
+                    None => Ok(batches),
+                }
+            })
+            .await
+            .map_err(|e| self.error(e))?;
             // Skip the rows read before the checkpoint restored from.
             let mut skip = skip as usize;
             for batch in batches {

@@ -66,7 +66,10 @@ fn every_sql_example_runs() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "{}: {stdout}\n{stderr}", file.display());
         assert!(stdout.contains("pipeline 1 finished"), "{}: {stdout}", file.display());
-        assert!(stdout.contains("(5 rows, the latest)"), "{}: {stdout}", file.display());
+        // A SELECT prints its latest rows (an INSERT into files prints none).
+        if stdout.contains(" rows") {
+            assert!(stdout.contains("(5 rows, the latest)"), "{}: {stdout}", file.display());
+        }
     }
 }
 
