@@ -46,10 +46,18 @@ impl PreviewBuffer {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.rows += batch.num_rows();
         inner.batches.push_back(batch);
+        // Drop the oldest rows over the capacity: whole batches, and the head of the oldest one
+        // left (a single batch larger than the capacity keeps its latest rows; dropping it
+        // whole once left a join's preview empty).
         while inner.rows > self.capacity {
+            let excess = inner.rows - self.capacity;
             let Some(oldest) = inner.batches.pop_front() else { break };
-            inner.rows -= oldest.num_rows();
-            inner.dropped += oldest.num_rows();
+            let dropped = excess.min(oldest.num_rows());
+            if dropped < oldest.num_rows() {
+                inner.batches.push_front(oldest.slice(dropped, oldest.num_rows() - dropped));
+            }
+            inner.rows -= dropped;
+            inner.dropped += dropped;
         }
     }
 
@@ -102,5 +110,42 @@ impl Operator for PreviewSink {
     async fn process_batch(&mut self, _input: usize, batch: RecordBatch, _out: &mut Collector) -> Result<()> {
         self.buffer.push(batch);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Array, Int64Array};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn batch(values: std::ops::Range<i64>) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(values))]).unwrap()
+    }
+
+    fn kept(buffer: &PreviewBuffer) -> Vec<i64> {
+        let batches = buffer.batches();
+        batches
+            .iter()
+            .flat_map(|b| b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec())
+            .collect()
+    }
+
+    /// The latest rows are kept, also when one batch alone is larger than the capacity.
+    #[test]
+    fn the_latest_rows_are_kept_whatever_the_batches() {
+        let buffer = PreviewBuffer::new(5);
+        buffer.push(batch(0..3));
+        buffer.push(batch(3..6));
+        assert_eq!(kept(&buffer), vec![1, 2, 3, 4, 5]);
+        buffer.push(batch(6..20));
+        assert_eq!(kept(&buffer), vec![15, 16, 17, 18, 19]);
+        assert_eq!(buffer.dropped(), 15);
+        let (batches, end, skipped) = buffer.since(10);
+        assert_eq!((batches.iter().map(RecordBatch::num_rows).sum::<usize>(), end, skipped), (5, 20, 5));
     }
 }
