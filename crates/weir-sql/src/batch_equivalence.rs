@@ -34,9 +34,20 @@ fn sorted(rows: Vec<Vec<String>>) -> Vec<String> {
 /// The rows `query` leaves run as a pipeline, the graph's description, and the rows of
 /// `batch_query` run by DataFusion over the same events.
 async fn streamed_and_batch(query: &str, batch_query: &str) -> (Vec<String>, String, Vec<String>) {
+    streamed_and_batch_at(NexmarkConfig::default().rate, query, batch_query).await
+}
+
+/// [`streamed_and_batch`] over events generated at `rate` events per second of event time.
+async fn streamed_and_batch_at(rate: u64, query: &str, batch_query: &str) -> (Vec<String>, String, Vec<String>) {
     let mut session = Session::new();
     session.preview_rows = 10_000_000;
-    session.execute(SETUP).await.unwrap();
+    // The disorder a batch of 100 events per split brings grows as the rate falls: so does the
+    // watermark delay that covers it.
+    let delay_ms = 100 * NexmarkConfig::default().rate / rate.max(1);
+    let setup = SETUP
+        .replace("events = '20000'", &format!("events = '20000', rate = '{rate}'"))
+        .replace("INTERVAL '100' MILLISECOND", &format!("INTERVAL '{delay_ms}' MILLISECOND"));
+    session.execute(&setup).await.unwrap();
     let pipeline = match session.execute(query).await.unwrap_or_else(|e| panic!("{query}: {e}")).pop() {
         Some(Output::Pipeline(pipeline)) => *pipeline,
         other => panic!("{query}: no pipeline: {other:?}"),
@@ -48,7 +59,7 @@ async fn streamed_and_batch(query: &str, batch_query: &str) -> (Vec<String>, Str
     weir_engine::start(pipeline.graph, pipeline.config, store, None).unwrap().wait().await.unwrap();
     let streamed = sorted(final_rows(&preview.batches()).unwrap());
 
-    let events = NexmarkGenerator::new(NexmarkConfig { events: Some(EVENTS), ..NexmarkConfig::default() })
+    let events = NexmarkGenerator::new(NexmarkConfig { events: Some(EVENTS), rate, ..NexmarkConfig::default() })
         .batch(&(0..EVENTS).collect::<Vec<_>>())
         .unwrap();
     let context = SessionContext::new();
@@ -607,4 +618,19 @@ async fn statistical_and_ordered_aggregates_equal_the_batch_answer() {
     )
     .await;
     assert_eq!(rows.len(), 10);
+}
+
+/// LAG over event time: the value some rows back in each partition's time order. At 1,000
+/// events per second every event has a time of its own, so the order is the batch's too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lag_equals_the_batch_answer() {
+    let query = "SELECT bid.bidder, date_time, bid.price, \
+                 lag(bid.price) OVER (PARTITION BY bid.bidder ORDER BY date_time) AS previous, \
+                 lag(bid.auction, 2, -1) OVER (PARTITION BY bid.bidder ORDER BY date_time) AS before_that \
+                 FROM nexmark WHERE event_type = 2";
+    let (streamed, description, batch) = streamed_and_batch_at(1000, query, query).await;
+    assert_eq!(streamed.len(), 18_400);
+    assert_eq!(streamed, batch, "{description}");
+    assert!(description.contains("over"), "{description}");
+    assert!(streamed.iter().any(|r| r.ends_with("| -1")) && streamed.iter().any(|r| !r.ends_with("| -1")));
 }

@@ -12,6 +12,7 @@ mod filesystem_roundtrip;
 #[cfg(test)]
 mod kafka_roundtrip;
 pub mod kafka_tables;
+mod lag;
 pub mod options;
 pub mod planner;
 pub mod session;

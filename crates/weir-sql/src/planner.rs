@@ -256,6 +256,32 @@ fn window_column_of<'a>(plan: &'a LogicalPlan, column: &Column) -> Option<&'a da
     }
 }
 
+/// Whether a window function is LAG.
+fn is_lag(function: &datafusion::logical_expr::expr::WindowFunction) -> bool {
+    matches!(&function.fun, WindowFunctionDefinition::WindowUDF(udwf) if udwf.name() == "lag")
+}
+
+/// The aggregate that runs `lag(x [, offset [, default]])`: offset and default must be literals.
+fn lag_of(args: &[Expr]) -> Result<datafusion::logical_expr::AggregateUDF> {
+    let offset = match args.get(1).map(unaliased) {
+        None => 1,
+        Some(Expr::Literal(value, _)) => match value.cast_to(&DataType::UInt64) {
+            Ok(ScalarValue::UInt64(Some(n))) => usize::try_from(n).unwrap_or(usize::MAX),
+            _ => plan_err!("LAG's offset must be a whole number of rows, not {value}"),
+        },
+        Some(other) => plan_err!("LAG's offset must be a literal number of rows, not {other}"),
+    };
+    let default = match args.get(2).map(unaliased) {
+        None => ScalarValue::Null,
+        Some(Expr::Literal(value, _)) => value.clone(),
+        Some(other) => plan_err!("LAG's default must be a literal, not {other}"),
+    };
+    if args.is_empty() {
+        plan_err!("LAG needs the value to look back at, as in LAG(price) OVER (...)");
+    }
+    Ok(crate::lag::lag(offset, default))
+}
+
 /// An interval literal argument, in milliseconds.
 fn interval_arg(call: &ScalarFunction, index: usize, what: &str) -> Result<i64> {
     match call.args.get(index).map(unaliased) {
@@ -639,8 +665,10 @@ impl Planner<'_> {
                 Ok(stream)
             }
             LogicalPlan::Window(window) => {
+                // Aggregates, and LAG (run as an aggregate of the rows before), go to the OVER
+                // operator; ranking functions to a rank or top-N.
                 let aggregates = window.window_expr.iter().all(|e| {
-                    matches!(unaliased(e), Expr::WindowFunction(f) if matches!(f.fun, WindowFunctionDefinition::AggregateUDF(_)))
+                    matches!(unaliased(e), Expr::WindowFunction(f) if matches!(f.fun, WindowFunctionDefinition::AggregateUDF(_)) || is_lag(f))
                 });
                 if aggregates { self.over_aggregate(window) } else { self.window_rank(window) }
             }
@@ -738,7 +766,13 @@ impl Planner<'_> {
             )
         };
         let frame = &first.window_frame;
-        if frame.end_bound != WindowFrameBound::CurrentRow {
+        let lags = functions.iter().filter(|f| is_lag(f)).count();
+        if lags > 0 && lags < functions.len() {
+            plan_err!(
+                "LAG() shares its OVER (...) with aggregates, which weir does not run together: compute the LAG in a subquery of its own"
+            );
+        }
+        if frame.end_bound != WindowFrameBound::CurrentRow && lags == 0 {
             plan_err!("an OVER frame must end at the CURRENT ROW (later rows have not arrived yet): {SUPPORTED}");
         }
         let frame = match (&frame.units, &frame.start_bound) {
@@ -762,15 +796,19 @@ impl Planner<'_> {
             },
             _ => plan_err!("this OVER frame is not supported: {SUPPORTED}"),
         };
+        // LAG counts rows whatever the frame: fed one row at a time, peers too.
+        let frame = if lags > 0 { Frame::Rows { preceding: None } } else { frame };
         let input_arrow = Arc::new(schema.as_arrow().clone());
         let input_width = input_arrow.fields().len();
         let mut aggregates = Vec::new();
         for (i, function) in functions.iter().enumerate() {
-            let WindowFunctionDefinition::AggregateUDF(udaf) = &function.fun else {
-                plan_err!("{}() OVER (...) is not an aggregate: {SUPPORTED}", function.fun.name())
-            };
             let params = &function.params;
-            let args = params.args.iter().map(|a| self.physical(a, schema)).collect::<Result<Vec<_>>>()?;
+            let (udaf, args) = match &function.fun {
+                WindowFunctionDefinition::AggregateUDF(udaf) => (udaf.clone(), params.args.as_slice()),
+                _ if is_lag(function) => (Arc::new(lag_of(&params.args)?), &params.args[..1]),
+                _ => plan_err!("{}() OVER (...) is not an aggregate: {SUPPORTED}", function.fun.name()),
+            };
+            let args = args.iter().map(|a| self.physical(a, schema)).collect::<Result<Vec<_>>>()?;
             let built = AggregateExprBuilder::new(udaf.clone(), args)
                 .schema(input_arrow.clone())
                 .alias(window.schema.field(input_width + i).name())
