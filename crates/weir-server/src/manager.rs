@@ -255,13 +255,10 @@ impl Manager {
             checkpoints_stored = self.record_checkpoints(id, &status, checkpoints_stored).await;
             let detail = status.errors.last().map(|e| e.message.clone());
             let state = status.state;
-            let stopping = self.store.pipeline(id).await.ok().flatten().is_some_and(|p| p.status == "stopping");
-            if !(stopping && state == PipelineState::Running) {
-                let _ = self
-                    .store
-                    .set_status(id, status_name(state), detail.filter(|_| state != PipelineState::Running))
-                    .await;
-            }
+            let _ = self
+                .store
+                .set_engine_status(id, status_name(state), detail.filter(|_| state != PipelineState::Running))
+                .await;
             if let Some(running) = self.lock().get_mut(&id) {
                 running.last = Some(status);
             }

@@ -152,11 +152,25 @@ impl Store {
 
     /// Records a status change (a no-op if the status is already `status`).
     pub async fn set_status(&self, id: i64, status: &str, detail: Option<String>) -> ApiResult<()> {
+        self.change_status(id, status, detail, false).await
+    }
+
+    /// The engine's state as the watcher sees it, except that a pipeline being stopped (or
+    /// stopped) is not made `running` again by a state read before the stop. Checked in the
+    /// same call as the update: a check before it raced the stop request and stored
+    /// stopping -> running.
+    pub async fn set_engine_status(&self, id: i64, status: &str, detail: Option<String>) -> ApiResult<()> {
+        self.change_status(id, status, detail, true).await
+    }
+
+    async fn change_status(&self, id: i64, status: &str, detail: Option<String>, keep_stopping: bool) -> ApiResult<()> {
         let status = status.to_string();
         self.with(move |db| {
             let current: Option<String> =
                 db.query_row("SELECT status FROM pipelines WHERE id = ?1", params![id], |row| row.get(0)).optional()?;
-            if current.as_deref() == Some(status.as_str()) {
+            if current.as_deref() == Some(status.as_str())
+                || (keep_stopping && matches!(current.as_deref(), Some("stopping" | "stopped")) && status == "running")
+            {
                 return Ok(());
             }
             db.execute("UPDATE pipelines SET status = ?2 WHERE id = ?1", params![id, status])?;
@@ -271,5 +285,37 @@ impl Store {
             Ok(())
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The watcher's view of the engine never takes a stopping or stopped pipeline back to
+    /// running (a state it read before the stop request came would have).
+    #[tokio::test]
+    async fn an_engine_state_read_before_a_stop_does_not_undo_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("weir.sqlite")).unwrap();
+        let record = PipelineRecord {
+            id: 1,
+            name: "p".into(),
+            sql: "SELECT 1".into(),
+            options: String::new(),
+            parallelism: 1,
+            status: "running".into(),
+            preview: true,
+            created_at_ms: 0,
+        };
+        store.insert_pipeline(record).await.unwrap();
+        store.set_status(1, "stopping", None).await.unwrap();
+        store.set_engine_status(1, "running", None).await.unwrap();
+        store.set_engine_status(1, "stopped", None).await.unwrap();
+        store.set_engine_status(1, "running", None).await.unwrap();
+        let statuses: Vec<String> = store.transitions(1).await.unwrap().into_iter().map(|t| t.status).collect();
+        assert_eq!(statuses, ["running", "stopping", "stopped"]);
+        store.set_status(1, "running", None).await.unwrap();
+        assert_eq!(store.pipeline(1).await.unwrap().unwrap().status, "running", "a resume may");
     }
 }
