@@ -81,6 +81,18 @@ async fn killed_and_restored_at_three(planned: crate::PlannedPipeline) {
     weir_engine::start(planned.graph.with_parallelism(3), config, store, None).unwrap().wait().await.unwrap();
 }
 
+/// Runs `insert` killed after a checkpoint and restored at parallelism 3, then checks that
+/// `written` (a query over the table it wrote) gives exactly the rows of `expected`; how many.
+async fn every_row_once(session: &mut Session, insert: &str, expected: &str, written: &str) -> usize {
+    let planned = pipeline(session, insert).await;
+    killed_and_restored_at_three(planned).await;
+    let expected = rows_of(session, expected).await;
+    let written = rows_of(session, written).await;
+    assert_eq!(written.len(), expected.len(), "{insert}: every row once");
+    assert_eq!(written, expected, "{insert}");
+    written.len()
+}
+
 /// Nexmark q13's shape: bids joined with a bounded side input read from a file (whose end lets
 /// the join stop keeping bids), written to files, killed after a checkpoint and restored at
 /// parallelism 3: every joined bid once.
@@ -101,21 +113,14 @@ async fn a_stream_joined_with_a_bounded_side_input_survives_a_kill_and_a_rescale
         ))
         .await
         .unwrap();
-    let planned = pipeline(
+    let rows = every_row_once(
         &mut session,
         "INSERT INTO labelled SELECT bid.auction, bid.price, s.label FROM nexmark JOIN side_input s ON bid.auction % 100 = s.id WHERE event_type = 2",
-    )
-    .await;
-    killed_and_restored_at_three(planned).await;
-    let expected = rows_of(
-        &mut session,
         "SELECT bid.auction, bid.price, 'l' || CAST(bid.auction % 100 AS VARCHAR) FROM nexmark WHERE event_type = 2 AND bid.auction % 100 < 50",
+        "SELECT auction, price, label FROM labelled",
     )
     .await;
-    let written = rows_of(&mut session, "SELECT auction, price, label FROM labelled").await;
-    assert!(expected.len() > 1000, "{}", expected.len());
-    assert_eq!(written.len(), expected.len(), "every joined bid once");
-    assert_eq!(written, expected);
+    assert!(rows > 1000, "{rows}");
 }
 
 /// A failure at each dangerous step of a checkpoint (pending file written but not
@@ -237,20 +242,14 @@ async fn a_partitioned_table_with_rolling_files_gets_every_row_once_across_a_kil
             ))
             .await
             .unwrap();
-        let planned = pipeline(
+        let query = "SELECT bid.auction, bid.price, bid.auction % 7, CASE WHEN bid.auction % 2 = 0 THEN 'even/x' END FROM nexmark WHERE event_type = 2";
+        every_row_once(
             &mut session,
-            "INSERT INTO bucketed SELECT bid.auction, bid.price, bid.auction % 7, CASE WHEN bid.auction % 2 = 0 THEN 'even/x' END FROM nexmark WHERE event_type = 2",
+            &format!("INSERT INTO bucketed {query}"),
+            query,
+            "SELECT auction, price, bucket, channel FROM bucketed",
         )
         .await;
-        killed_and_restored_at_three(planned).await;
-        let expected = rows_of(
-            &mut session,
-            "SELECT bid.auction, bid.price, bid.auction % 7, CASE WHEN bid.auction % 2 = 0 THEN 'even/x' END FROM nexmark WHERE event_type = 2",
-        )
-        .await;
-        let written = rows_of(&mut session, "SELECT auction, price, bucket, channel FROM bucketed").await;
-        assert_eq!(written.len(), expected.len(), "{format}: every bid once");
-        assert_eq!(written, expected, "{format}");
         let directories = std::fs::read_dir(out.path().join("bucketed")).unwrap().count();
         assert_eq!(directories, 7 + 1, "{format}: a directory per bucket, and .pending");
         let files =
