@@ -680,6 +680,32 @@ mod tests {
         }
     }
 
+    /// What a service persists (the catalog as SQL, a pipeline's SQL) plans again in a fresh
+    /// session, for the forms this parser rewrites or takes apart too: JSON columns,
+    /// PARTITIONED BY, a window table function in a view and in a query.
+    #[tokio::test]
+    async fn the_catalog_log_and_a_pipelines_sql_plan_again_in_a_new_session() {
+        let mut session = Session::new();
+        run(
+            &mut session,
+            "CREATE TABLE docs (id BIGINT, doc JSON, dt VARCHAR) PARTITIONED BY (dt) WITH (connector = 'filesystem', path = '/tmp/weir-docs', format = 'json');
+             CREATE TABLE nexmark (WATERMARK FOR date_time AS date_time - INTERVAL '1' SECOND) WITH (connector = 'nexmark', events = '10');
+             CREATE VIEW per_second AS SELECT window_start, count(*) AS n FROM TABLE(TUMBLE(TABLE nexmark, DESCRIPTOR(date_time), INTERVAL '1' SECOND)) GROUP BY window_start, window_end",
+        )
+        .await;
+        let outputs = run(&mut session, "SELECT window_start, window_end FROM TABLE(HOP(TABLE nexmark, DESCRIPTOR(date_time), INTERVAL '1' SECOND, INTERVAL '2' SECOND))").await;
+        let Some(Output::Pipeline(pipeline)) = outputs.last() else { panic!("{outputs:?}") };
+        let mut again = Session::new();
+        for sql in &session.catalog_log {
+            again.execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
+        let described = rows(&run(&mut again, "DESCRIBE docs").await[0]);
+        assert_eq!(described[1][1], "JSON");
+        assert_eq!(again.catalog.tables["docs"].connector.get("partition.fields"), Some("dt"));
+        again.execute(&pipeline.sql).await.unwrap_or_else(|e| panic!("{}: {e}", pipeline.sql));
+        again.execute("SELECT * FROM per_second").await.unwrap();
+    }
+
     #[tokio::test]
     async fn tables_and_views_are_created_shown_described_and_dropped() {
         let mut session = Session::new();
