@@ -64,6 +64,10 @@ impl From<weir_sql::Error> for ApiError {
                 status: StatusCode::BAD_REQUEST,
                 body: ErrorBody { code: "sql_syntax", message, line: Some(line), column: Some(column) },
             },
+            weir_sql::Error::Located { message, line, column } => Self {
+                status: StatusCode::BAD_REQUEST,
+                body: ErrorBody { code: "sql_invalid", message, line: Some(line), column: Some(column) },
+            },
             // Planning failures, unknown options, DataFusion's type errors: the statement is
             // at fault, not the service.
             other => Self::new(StatusCode::BAD_REQUEST, "sql_invalid", other.to_string()),

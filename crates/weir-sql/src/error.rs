@@ -9,6 +9,10 @@ pub enum Error {
     /// The statement parsed but cannot be planned (unknown table, unsupported feature...).
     #[error("{0}")]
     Plan(String),
+    /// DataFusion could not plan the statement, and knows where in it: an unknown column or
+    /// table, a type mismatch...
+    #[error("at line {line}, column {column}: {message}")]
+    Located { message: String, line: u64, column: u64 },
     /// A connector option is unknown or has a value outside the accepted ones.
     #[error("table '{table}': {message}")]
     Options { table: String, message: String },
@@ -27,4 +31,18 @@ macro_rules! plan_err {
     ($($arg:tt)*) => {
         return Err($crate::error::Error::Plan(format!($($arg)*)))
     };
+}
+
+/// A DataFusion planning error, with the position its diagnostic names when there is one (the
+/// session collects spans for that).
+pub fn located(error: datafusion::error::DataFusionError) -> Error {
+    let span = error.diagnostic().and_then(|diagnostic| diagnostic.span);
+    match span {
+        Some(span) if span.start.line > 0 => Error::Located {
+            message: error.strip_backtrace().trim().to_string(),
+            line: span.start.line,
+            column: span.start.column,
+        },
+        _ => Error::DataFusion(error),
+    }
 }

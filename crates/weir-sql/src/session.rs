@@ -25,7 +25,7 @@ use weir_engine::operators::PreviewBuffer;
 use weir_engine::{CheckpointMode, Graph, PipelineConfig};
 
 use crate::catalog::{Catalog, TableDef, ViewDef};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, located};
 use crate::kafka_tables;
 use crate::options::{self, ConnectorOptions, parse_duration};
 use crate::plan_err;
@@ -173,7 +173,10 @@ impl Session {
     pub fn new() -> Self {
         // VARCHAR as Utf8, not Utf8View: what the JSON decoder, Parquet files and the Nexmark
         // generator produce, so declared and produced schemas agree.
-        let config = SessionConfig::new().set_bool("datafusion.sql_parser.map_string_types_to_utf8view", false);
+        // Spans, so that planning errors say where in the statement they are.
+        let config = SessionConfig::new()
+            .set_bool("datafusion.sql_parser.map_string_types_to_utf8view", false)
+            .set_bool("datafusion.sql_parser.collect_spans", true);
         let mut context = SessionContext::new_with_config(config);
         // JSON access on text columns: json_get_str(doc, 'key'), doc->'key', doc->>'key'...
         // (registering only adds functions to a fresh context; it cannot fail in practice).
@@ -450,7 +453,7 @@ impl Session {
     async fn query(&mut self, query: Statement, sink: SinkTarget) -> Result<(LogicalPlan, SinkTarget)> {
         self.register_catalog().await?;
         let state = self.context.state();
-        let plan = state.statement_to_plan(DFStatement::Statement(Box::new(query))).await?;
+        let plan = state.statement_to_plan(DFStatement::Statement(Box::new(query))).await.map_err(located)?;
         let plan = state.optimize(&plan)?;
         if let SinkTarget::Table(target) = &sink {
             let produced = plan.schema().fields().len();
