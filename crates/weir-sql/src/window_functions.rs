@@ -14,7 +14,9 @@
 //! all ordinary functions, so those queries run as batch queries too: `descriptor(ts)` (the
 //! time column itself; the planner requires it to be a time attribute), `hop_starts(ts, slide,
 //! size)` (the starts of every hopping window holding `ts`, a list to unnest) and
-//! `cumulate_ends(ts, step, size)` (the ends of every cumulating window holding `ts`).
+//! `cumulate_ends(ts, step, size)` (the ends of every cumulating window holding `ts`). These
+//! and `tumble` take an optional last argument, Flink's window offset: windows are aligned to
+//! the epoch plus the offset (`INTERVAL '-8' HOUR` gives days of UTC+8).
 
 use std::sync::Arc;
 
@@ -27,7 +29,7 @@ use datafusion::common::{ScalarValue, exec_err};
 use datafusion::logical_expr::function::AccumulatorArgs;
 use datafusion::logical_expr::{
     Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature, Volatility,
+    Signature, TypeSignature, Volatility,
 };
 
 pub const TUMBLE: &str = "tumble";
@@ -62,6 +64,29 @@ pub fn interval_ms(value: &ScalarValue) -> Option<i64> {
     .filter(|ms| *ms > 0)
 }
 
+/// A window offset (Flink's OFFSET): a fixed interval of either sign, or zero.
+fn offset_ms(function: &str, value: Option<&ColumnarValue>) -> datafusion::error::Result<i64> {
+    let ms = match value {
+        None => Some(0),
+        Some(ColumnarValue::Scalar(ScalarValue::IntervalMonthDayNano(Some(v)))) if v.months == 0 => {
+            Some(i64::from(v.days) * 86_400_000 + v.nanoseconds / 1_000_000)
+        }
+        Some(ColumnarValue::Scalar(ScalarValue::IntervalDayTime(Some(v)))) => {
+            Some(i64::from(v.days) * 86_400_000 + i64::from(v.milliseconds))
+        }
+        _ => None,
+    };
+    match ms {
+        Some(ms) => Ok(ms),
+        None => exec_err!("{function}: the window offset must be a fixed interval, such as INTERVAL '-8' HOUR"),
+    }
+}
+
+/// The start of the window of `size` (shifted by `offset`) holding time `t`.
+fn window_start(t: i64, size: i64, offset: i64) -> i64 {
+    (t - offset).div_euclid(size) * size + offset
+}
+
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct Tumble {
     signature: Signature,
@@ -81,12 +106,16 @@ impl ScalarUDFImpl for Tumble {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
-        let [time, ColumnarValue::Scalar(size)] = args.args.as_slice() else {
-            return exec_err!("tumble(time, INTERVAL '...') takes a time column and an interval literal");
+        let [time, ColumnarValue::Scalar(size), offset @ ..] = args.args.as_slice() else {
+            return exec_err!(
+                "tumble(time, INTERVAL '...' [, offset]) takes a time column, an interval literal and an optional offset"
+            );
         };
         let size = fixed_interval(TUMBLE, "window size", size)?;
+        let offset = offset_ms(TUMBLE, offset.first())?;
         let millis = millis_of(TUMBLE, time, args.number_rows)?;
-        let starts: TimestampMillisecondArray = millis.iter().map(|t| t.map(|t| t.div_euclid(size) * size)).collect();
+        let starts: TimestampMillisecondArray =
+            millis.iter().map(|t| t.map(|t| window_start(t, size, offset))).collect();
         Ok(ColumnarValue::Array(Arc::new(starts)))
     }
 }
@@ -148,11 +177,11 @@ struct WindowList {
 }
 
 impl WindowList {
-    /// The list for time `t` given the two interval arguments in milliseconds.
-    fn windows(&self, t: i64, first: i64, size: i64) -> Vec<i64> {
+    /// The list for time `t` given the interval arguments in milliseconds.
+    fn windows(&self, t: i64, first: i64, size: i64, offset: i64) -> Vec<i64> {
         if self.name == HOP_STARTS {
             // Every start on the slide's grid whose window [start, start + size) holds t.
-            let (slide, mut start, mut starts) = (first, t.div_euclid(first) * first, Vec::new());
+            let (slide, mut start, mut starts) = (first, window_start(t, first, offset), Vec::new());
             while start + size > t {
                 starts.push(start);
                 start -= slide;
@@ -162,7 +191,7 @@ impl WindowList {
         } else {
             // Windows [start, start + k * step) of the size-long period holding t, for each k
             // whose window holds t.
-            let (step, start) = (first, t.div_euclid(size) * size);
+            let (step, start) = (first, window_start(t, size, offset));
             (1..=size / step).map(|k| start + k * step).filter(|end| *end > t).collect()
         }
     }
@@ -182,12 +211,14 @@ impl ScalarUDFImpl for WindowList {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
-        let [time, ColumnarValue::Scalar(first), ColumnarValue::Scalar(size)] = args.args.as_slice() else {
+        let [time, ColumnarValue::Scalar(first), ColumnarValue::Scalar(size), offset @ ..] = args.args.as_slice()
+        else {
             return exec_err!(
-                "{}(time, INTERVAL '...', INTERVAL '...') takes a time column and two intervals",
+                "{}(time, INTERVAL '...', INTERVAL '...' [, offset]) takes a time column, two intervals and an optional offset",
                 self.name
             );
         };
+        let offset = offset_ms(self.name, offset.first())?;
         let first_name = if self.name == HOP_STARTS { "slide" } else { "step" };
         let (first, size) =
             (fixed_interval(self.name, first_name, first)?, fixed_interval(self.name, "window size", size)?);
@@ -203,7 +234,7 @@ impl ScalarUDFImpl for WindowList {
         for t in millis.iter() {
             match t {
                 Some(t) => {
-                    lists.values().append_slice(&self.windows(t, first, size));
+                    lists.values().append_slice(&self.windows(t, first, size, offset));
                     lists.append(true);
                 }
                 None => lists.append_null(),
@@ -281,13 +312,18 @@ pub fn window_end_functions() -> Vec<AggregateUDF> {
         .collect()
 }
 
+/// `arguments` arguments, or one more: a window offset.
+fn with_optional_offset(arguments: usize) -> Signature {
+    Signature::one_of(vec![TypeSignature::Any(arguments), TypeSignature::Any(arguments + 1)], Volatility::Immutable)
+}
+
 /// The window functions to register with a DataFusion context.
 pub fn window_functions() -> Vec<ScalarUDF> {
     vec![
-        ScalarUDF::from(Tumble { signature: Signature::any(2, Volatility::Immutable) }),
+        ScalarUDF::from(Tumble { signature: with_optional_offset(2) }),
         ScalarUDF::from(Descriptor { signature: Signature::any(1, Volatility::Immutable) }),
-        ScalarUDF::from(WindowList { name: HOP_STARTS, signature: Signature::any(3, Volatility::Immutable) }),
-        ScalarUDF::from(WindowList { name: CUMULATE_ENDS, signature: Signature::any(3, Volatility::Immutable) }),
+        ScalarUDF::from(WindowList { name: HOP_STARTS, signature: with_optional_offset(3) }),
+        ScalarUDF::from(WindowList { name: CUMULATE_ENDS, signature: with_optional_offset(3) }),
         ScalarUDF::from(StreamingOnly {
             name: HOP,
             usage: "hop(ts, INTERVAL '1' SECOND, INTERVAL '10' SECOND) (slide, then size)",

@@ -7,8 +7,9 @@
 //! ```
 //!
 //! `TUMBLE(TABLE t, DESCRIPTOR(ts), size)`, `HOP(TABLE t, DESCRIPTOR(ts), slide, size)` and
-//! `CUMULATE(TABLE t, DESCRIPTOR(ts), step, size)`, positional or with Flink's names (`DATA =>`,
-//! `TIMECOL =>`, `SIZE =>`, `SLIDE =>`, `STEP =>`), give every row of `t` once per window that
+//! `CUMULATE(TABLE t, DESCRIPTOR(ts), step, size)`, each with an optional offset last,
+//! positional or with Flink's names (`DATA =>`, `TIMECOL =>`, `SIZE =>`, `SLIDE =>`, `STEP =>`,
+//! `OFFSET =>`), give every row of `t` once per window that
 //! holds it, with three more columns: `window_start`, `window_end` and `window_time` (the end
 //! less a millisecond). sqlparser cannot parse `TABLE t` as an argument, so the call is
 //! rewritten in the token stream, before parsing, into the derived table it stands for, built
@@ -25,7 +26,8 @@
 //! ROW_NUMBER() partitioned by them a top-N per window, and a join on them a window join, as in
 //! Flink; and the same SQL runs as a batch query in DataFusion. Tokens copied from the call keep
 //! their positions and the new ones take the call's, so errors still point into the text as
-//! written. SESSION and window offsets are refused with the form weir supports.
+//! written. An OFFSET (named, or after the sizes) is passed to the window functions. SESSION is
+//! refused with the form weir supports.
 
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
@@ -99,6 +101,8 @@ struct Call {
     table: Vec<TokenWithSpan>,
     descriptor: Vec<TokenWithSpan>,
     intervals: Vec<Vec<TokenWithSpan>>,
+    /// Flink's window offset, passed on as the window functions' last argument.
+    offset: Option<Vec<TokenWithSpan>>,
 }
 
 /// The call starting at token `i`, if a windowing table function starts there, and the index of
@@ -182,15 +186,14 @@ impl Call {
         let names: Vec<&str> =
             ["DATA", "TIMECOL"].into_iter().chain(names.iter().copied().filter(|n| !n.is_empty())).collect();
         let usage = format!(
-            "{function}(TABLE t, DESCRIPTOR(time column){})",
+            "{function}(TABLE t, DESCRIPTOR(time column){} [, <offset>])",
             names[2..].iter().map(|n| format!(", <{}>", n.to_lowercase())).collect::<String>()
         );
-        let mut slots: Vec<Option<Argument>> = names.iter().map(|_| None).collect();
+        // The named arguments, then an optional OFFSET.
+        let mut slots: Vec<Option<Argument>> = (0..=names.len()).map(|_| None).collect();
         for (position, argument) in arguments.into_iter().enumerate() {
             let slot = match &argument.name {
-                Some(name) if name == "OFFSET" => {
-                    return Err(syntax("window offsets are not supported yet", argument.span));
-                }
+                Some(name) if name == "OFFSET" => names.len(),
                 Some(name) => match names.iter().position(|n| n == name) {
                     Some(slot) => slot,
                     None => {
@@ -200,17 +203,15 @@ impl Call {
                         ));
                     }
                 },
-                None if position < names.len() => position,
-                None if position == names.len() => {
-                    return Err(syntax("window offsets are not supported yet", argument.span));
-                }
+                None if position <= names.len() => position,
                 None => return Err(syntax(format!("too many arguments: {usage}"), argument.span)),
             };
             if slots[slot].is_some() {
-                return Err(syntax(format!("{} is given twice", names[slot]), argument.span));
+                return Err(syntax(format!("{} is given twice", names.get(slot).unwrap_or(&"OFFSET")), argument.span));
             }
             slots[slot] = Some(argument);
         }
+        let offset = slots.pop().flatten().map(|argument| argument.tokens);
         let mut slots = slots.into_iter().zip(&names);
         let mut next = || match slots.next() {
             Some((Some(argument), _)) => Ok(argument),
@@ -232,7 +233,7 @@ impl Call {
         for _ in 2..names.len() {
             intervals.push(next()?.tokens);
         }
-        Ok(Call { function, span, table: data.tokens[1..].to_vec(), descriptor: descriptor.tokens, intervals })
+        Ok(Call { function, span, table: data.tokens[1..].to_vec(), descriptor: descriptor.tokens, intervals, offset })
     }
 
     /// Appends the derived table the call stands for.
@@ -241,9 +242,14 @@ impl Call {
         let (t, d) = (Part::Tokens(&self.table), Part::Tokens(&self.descriptor));
         let interval = |i: usize| Part::Tokens(&self.intervals[i]);
         use Part::Text;
+        // ", <offset>" before a window function's closing parenthesis, when there is one.
+        let (comma, offset) = match &self.offset {
+            Some(tokens) => (Text(", "), Part::Tokens(tokens)),
+            None => (Text(""), Part::Tokens(&[])),
+        };
         match self.function {
             "TUMBLE" => {
-                let start = [Text("tumble("), d, Text(", "), interval(0), Text(")")];
+                let start = [Text("tumble("), d, Text(", "), interval(0), comma, offset, Text(")")];
                 parts.push(Text("(SELECT *, "));
                 parts.extend(start);
                 parts.extend([Text(" AS window_start, ")]);
@@ -264,6 +270,8 @@ impl Call {
                 interval(0),
                 Text(", "),
                 interval(1),
+                comma,
+                offset,
                 Text(")) AS window_start FROM "),
                 t,
                 Text("))"),
@@ -273,12 +281,16 @@ impl Call {
                 d,
                 Text(", "),
                 interval(1),
+                comma,
+                offset,
                 Text(") AS window_start, unnest(cumulate_ends("),
                 d,
                 Text(", "),
                 interval(0),
                 Text(", "),
                 interval(1),
+                comma,
+                offset,
                 Text(")) AS window_end FROM "),
                 t,
                 Text("))"),
@@ -354,6 +366,36 @@ mod tests {
         );
     }
 
+    /// Flink's OFFSET, named or after the sizes, is every window function's last argument.
+    #[test]
+    fn an_offset_goes_to_the_window_functions() {
+        assert_eq!(
+            rewritten("SELECT * FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' DAY, INTERVAL '-8' HOUR))"),
+            "SELECT * FROM (SELECT *, tumble(DESCRIPTOR(ts), INTERVAL '1' DAY, INTERVAL '-8' HOUR) AS window_start, \
+             tumble(DESCRIPTOR(ts), INTERVAL '1' DAY, INTERVAL '-8' HOUR) + (INTERVAL '1' DAY) AS window_end, \
+             tumble(DESCRIPTOR(ts), INTERVAL '1' DAY, INTERVAL '-8' HOUR) + (INTERVAL '1' DAY) - INTERVAL '1' MILLISECOND AS window_time \
+             FROM t)"
+        );
+        let hop = rewritten(
+            "SELECT * FROM TABLE(HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '1' HOUR, INTERVAL '2' HOUR, OFFSET => INTERVAL '5' MINUTE))",
+        );
+        assert!(
+            hop.contains("hop_starts(DESCRIPTOR(ts), INTERVAL '1' HOUR, INTERVAL '2' HOUR, INTERVAL '5' MINUTE)"),
+            "{hop}"
+        );
+        let cumulate = rewritten(
+            "SELECT * FROM TABLE(CUMULATE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' HOUR, INTERVAL '1' DAY, INTERVAL '1' HOUR))",
+        );
+        assert!(
+            cumulate.contains("tumble(DESCRIPTOR(ts), INTERVAL '1' DAY, INTERVAL '1' HOUR) AS window_start"),
+            "{cumulate}"
+        );
+        assert!(
+            cumulate.contains("cumulate_ends(DESCRIPTOR(ts), INTERVAL '1' HOUR, INTERVAL '1' DAY, INTERVAL '1' HOUR)"),
+            "{cumulate}"
+        );
+    }
+
     #[test]
     fn other_text_is_left_alone() {
         let sql = "SELECT tumble(ts, INTERVAL '1' SECOND), 'TABLE(TUMBLE(' FROM t GROUP BY 1";
@@ -368,13 +410,18 @@ mod tests {
         assert_eq!((line, column), (2, 19));
         let (message, _, column) = error("SELECT * FROM TABLE(HOP(TABLE bids, DESCRIPTOR(ts), INTERVAL '1' SECOND))");
         assert!(
-            message.contains("SIZE is missing: HOP(TABLE t, DESCRIPTOR(time column), <slide>, <size>)"),
+            message.contains("SIZE is missing: HOP(TABLE t, DESCRIPTOR(time column), <slide>, <size> [, <offset>])"),
             "{message}"
         );
         assert_eq!(column, 21);
-        let (message, _, _) =
-            error("SELECT * FROM TABLE(TUMBLE(TABLE bids, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '1' SECOND))");
-        assert!(message.contains("offsets are not supported"), "{message}");
+        let (message, _, _) = error(
+            "SELECT * FROM TABLE(TUMBLE(TABLE bids, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '1' SECOND, INTERVAL '1' SECOND))",
+        );
+        assert!(message.contains("too many arguments"), "{message}");
+        let (message, _, _) = error(
+            "SELECT * FROM TABLE(TUMBLE(TABLE bids, DESCRIPTOR(ts), SIZE => INTERVAL '1' SECOND, SIZE => INTERVAL '2' SECOND))",
+        );
+        assert!(message.contains("SIZE is given twice"), "{message}");
         let (message, _, _) = error("SELECT * FROM TABLE(TUMBLE(TABLE bids, ts, INTERVAL '1' SECOND))");
         assert!(message.contains("DESCRIPTOR(<column>)"), "{message}");
         let (message, _, column) =
