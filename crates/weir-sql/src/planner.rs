@@ -805,7 +805,7 @@ impl Planner<'_> {
             let params = &function.params;
             let (udaf, args) = match &function.fun {
                 WindowFunctionDefinition::AggregateUDF(udaf) => (udaf.clone(), params.args.as_slice()),
-                _ if is_lag(function) => (Arc::new(lag_of(&params.args)?), &params.args[..1]),
+                _ if is_lag(function) => (Arc::new(lag_of(&params.args)?), params.args.get(..1).unwrap_or_default()),
                 _ => plan_err!("{}() OVER (...) is not an aggregate: {SUPPORTED}", function.fun.name()),
             };
             let args = args.iter().map(|a| self.physical(a, schema)).collect::<Result<Vec<_>>>()?;

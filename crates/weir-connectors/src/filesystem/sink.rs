@@ -132,7 +132,11 @@ impl FileSink {
         self.written += 1;
         let file = if directory.is_empty() { name } else { format!("{directory}/{name}") };
         let path = self.config.dir.join(PENDING_DIR).join(&file);
-        let (format, schema) = (self.config.format, buffer.batches[0].schema());
+        let schema = match &self.config.partitioning {
+            Some(partitioning) => partitioning.file_schema().clone(),
+            None => self.config.schema.clone(),
+        };
+        let format = self.config.format;
         blocking(move || {
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
