@@ -43,7 +43,7 @@ use crate::error::{Error, Result};
 use crate::kafka_tables::{self, TransactionTimeout};
 use crate::plan_err;
 use crate::window_functions::{
-    CUMULATE_ENDS, DESCRIPTOR, HOP, HOP_STARTS, SESSION, TUMBLE, interval_ms, window_of_end,
+    CUMULATE_ENDS, DESCRIPTOR, HOP, HOP_STARTS, SESSION, TUMBLE, interval_ms, window_list_fits, window_of_end,
 };
 
 /// Where a query's results go.
@@ -93,7 +93,7 @@ fn time_attr_of(expr: &Expr, schema: &DFSchema, times: &HashMap<usize, TimeAttr>
                 TUMBLE if event_time => Some(TimeAttr::WindowStart { size_ms: interval_arg(call, 1, "size")? }),
                 HOP_STARTS | CUMULATE_ENDS if event_time => {
                     let (first, size_ms) = (interval_arg(call, 1, "slide or step")?, interval_arg(call, 2, "size")?);
-                    if first > size_ms || (call.name() == CUMULATE_ENDS && size_ms % first != 0) {
+                    if !window_list_fits(call.name(), first, size_ms) {
                         plan_err!(
                             "the window size ({size_ms} ms) must be at least the slide or step ({first} ms), and for CUMULATE a whole number of steps"
                         );

@@ -397,10 +397,8 @@ impl Session {
                 .collect();
             Arc::new(Schema::new(fields))
         };
-        if !connector.list("partition.fields").is_empty() {
-            HivePartitions::new(&schema, &connector.list("partition.fields"))
-                .map_err(|message| Error::Options { table: name.clone(), message })?;
-        }
+        HivePartitions::new(&schema, &connector.list("partition.fields"))
+            .map_err(|message| Error::Options { table: name.clone(), message })?;
         let event_time = event_time_of(&name, &schema, &connector)?;
         let proctime = connector.get("proctime").map(str::to_string);
         let schema = match &proctime {

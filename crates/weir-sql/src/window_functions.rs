@@ -52,8 +52,13 @@ pub fn window_of_end(name: &str) -> Option<&'static str> {
     }
 }
 
-/// An interval literal as milliseconds, if it is a fixed duration (no months).
+/// An interval literal as milliseconds, if it is a fixed positive duration (no months).
 pub fn interval_ms(value: &ScalarValue) -> Option<i64> {
+    signed_interval_ms(value).filter(|ms| *ms > 0)
+}
+
+/// An interval literal as milliseconds of either sign, if it is a fixed duration (no months).
+fn signed_interval_ms(value: &ScalarValue) -> Option<i64> {
     match value {
         ScalarValue::IntervalMonthDayNano(Some(v)) if v.months == 0 => {
             Some(i64::from(v.days) * 86_400_000 + v.nanoseconds / 1_000_000)
@@ -61,25 +66,26 @@ pub fn interval_ms(value: &ScalarValue) -> Option<i64> {
         ScalarValue::IntervalDayTime(Some(v)) => Some(i64::from(v.days) * 86_400_000 + i64::from(v.milliseconds)),
         _ => None,
     }
-    .filter(|ms| *ms > 0)
 }
 
 /// A window offset (Flink's OFFSET): a fixed interval of either sign, or zero.
 fn offset_ms(function: &str, value: Option<&ColumnarValue>) -> datafusion::error::Result<i64> {
     let ms = match value {
         None => Some(0),
-        Some(ColumnarValue::Scalar(ScalarValue::IntervalMonthDayNano(Some(v)))) if v.months == 0 => {
-            Some(i64::from(v.days) * 86_400_000 + v.nanoseconds / 1_000_000)
-        }
-        Some(ColumnarValue::Scalar(ScalarValue::IntervalDayTime(Some(v)))) => {
-            Some(i64::from(v.days) * 86_400_000 + i64::from(v.milliseconds))
-        }
-        _ => None,
+        Some(ColumnarValue::Scalar(value)) => signed_interval_ms(value),
+        Some(ColumnarValue::Array(_)) => None,
     };
     match ms {
         Some(ms) => Ok(ms),
         None => exec_err!("{function}: the window offset must be a fixed interval, such as INTERVAL '-8' HOUR"),
     }
+}
+
+/// Whether `first` (a hop's slide, a cumulating window's step) and `size` make windows: the
+/// size must be at least the first, and a whole number of steps for CUMULATE. The planner asks
+/// too, to refuse them at planning.
+pub fn window_list_fits(function: &str, first: i64, size: i64) -> bool {
+    first <= size && (function != CUMULATE_ENDS || size % first == 0)
 }
 
 /// The start of the window of `size` (shifted by `offset`) holding time `t`.
@@ -222,7 +228,7 @@ impl ScalarUDFImpl for WindowList {
         let first_name = if self.name == HOP_STARTS { "slide" } else { "step" };
         let (first, size) =
             (fixed_interval(self.name, first_name, first)?, fixed_interval(self.name, "window size", size)?);
-        if first > size || (self.name == CUMULATE_ENDS && size % first != 0) {
+        if !window_list_fits(self.name, first, size) {
             return exec_err!(
                 "{}: the window size ({size} ms) must be at least the {first_name} ({first} ms){}",
                 self.name,

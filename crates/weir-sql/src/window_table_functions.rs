@@ -247,6 +247,22 @@ impl Call {
             Some(tokens) => (Text(", "), Part::Tokens(tokens)),
             None => (Text(""), Part::Tokens(&[])),
         };
+        // `unnest(<function>(<time>, <first interval>, <size>[, <offset>]))`: a row per window.
+        let window_list = |function: &'static str| {
+            [
+                Text("unnest("),
+                Text(function),
+                Text("("),
+                d,
+                Text(", "),
+                interval(0),
+                Text(", "),
+                interval(1),
+                comma,
+                offset,
+                Text("))"),
+            ]
+        };
         match self.function {
             "TUMBLE" => {
                 let start = [Text("tumble("), d, Text(", "), interval(0), comma, offset, Text(")")];
@@ -259,42 +275,30 @@ impl Call {
                 parts.extend([Text(" + ("), interval(0), Text(") - INTERVAL '1' MILLISECOND AS window_time FROM "), t]);
                 parts.push(Text(")"));
             }
-            "HOP" => parts.extend([
-                Text("(SELECT *, window_start + ("),
-                interval(1),
-                Text(") AS window_end, window_start + ("),
-                interval(1),
-                Text(") - INTERVAL '1' MILLISECOND AS window_time FROM (SELECT *, unnest(hop_starts("),
-                d,
-                Text(", "),
-                interval(0),
-                Text(", "),
-                interval(1),
-                comma,
-                offset,
-                Text(")) AS window_start FROM "),
-                t,
-                Text("))"),
-            ]),
-            _ => parts.extend([
-                Text("(SELECT *, window_end - INTERVAL '1' MILLISECOND AS window_time FROM (SELECT *, tumble("),
-                d,
-                Text(", "),
-                interval(1),
-                comma,
-                offset,
-                Text(") AS window_start, unnest(cumulate_ends("),
-                d,
-                Text(", "),
-                interval(0),
-                Text(", "),
-                interval(1),
-                comma,
-                offset,
-                Text(")) AS window_end FROM "),
-                t,
-                Text("))"),
-            ]),
+            "HOP" => {
+                parts.extend([
+                    Text("(SELECT *, window_start + ("),
+                    interval(1),
+                    Text(") AS window_end, window_start + ("),
+                    interval(1),
+                    Text(") - INTERVAL '1' MILLISECOND AS window_time FROM (SELECT *, "),
+                ]);
+                parts.extend(window_list("hop_starts"));
+                parts.extend([Text(" AS window_start FROM "), t, Text("))")]);
+            }
+            _ => {
+                parts.extend([
+                    Text("(SELECT *, window_end - INTERVAL '1' MILLISECOND AS window_time FROM (SELECT *, tumble("),
+                    d,
+                    Text(", "),
+                    interval(1),
+                    comma,
+                    offset,
+                    Text(") AS window_start, "),
+                ]);
+                parts.extend(window_list("cumulate_ends"));
+                parts.extend([Text(" AS window_end FROM "), t, Text("))")]);
+            }
         }
         for part in parts {
             match part {

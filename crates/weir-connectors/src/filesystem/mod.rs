@@ -13,6 +13,31 @@ pub use partitions::HivePartitions;
 pub use sink::{FileSink, FileSinkConfig};
 pub use source::FileSource;
 
+/// Every file under `dir`, as paths relative to it with `/` between directories; with
+/// `visible_only`, names starting with `.` or `_` (pending and in-progress files, marker files)
+/// are skipped, directories included.
+fn files_under(dir: &std::path::Path, visible_only: bool) -> Result<Vec<String>, String> {
+    let mut files = Vec::new();
+    let mut directories = vec![String::new()];
+    while let Some(relative) = directories.pop() {
+        let directory = dir.join(&relative);
+        let entries = std::fs::read_dir(&directory).map_err(|e| format!("{}: {e}", directory.display()))?;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if visible_only && (name.starts_with('.') || name.starts_with('_')) {
+                continue;
+            }
+            let path = if relative.is_empty() { name } else { format!("{relative}/{name}") };
+            match entry.file_type() {
+                Ok(kind) if kind.is_dir() => directories.push(path),
+                Ok(_) => files.push(path),
+                Err(e) => return Err(format!("{}: {e}", entry.path().display())),
+            }
+        }
+    }
+    Ok(files)
+}
+
 /// Runs blocking file work off the async workers.
 async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T, String> + Send + 'static) -> Result<T, String> {
     tokio::task::spawn_blocking(work).await.map_err(|e| format!("file task failed: {e}"))?

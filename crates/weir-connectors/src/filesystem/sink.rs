@@ -20,7 +20,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use weir_engine::{Collector, Operator, RestoredState, StateTable, SubtaskInfo};
 
 use super::partitions::HivePartitions;
-use super::{FileFormat, blocking, subtask_error};
+use super::{FileFormat, blocking, files_under, subtask_error};
 
 const PENDING: &str = "pending";
 const PENDING_DIR: &str = ".pending";
@@ -77,24 +77,6 @@ fn commit(dir: &Path, file: &str) -> Result<(), String> {
         Err(_) if to.exists() => Ok(()),
         Err(e) => Err(format!("committing {}: {e}", from.display())),
     }
-}
-
-/// Every file under `dir`, as paths relative to it.
-fn files_under(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let mut files = Vec::new();
-    let mut directories = vec![PathBuf::new()];
-    while let Some(relative) = directories.pop() {
-        let entries = std::fs::read_dir(dir.join(&relative)).map_err(|e| format!("{}: {e}", dir.display()))?;
-        for entry in entries.flatten() {
-            let path = relative.join(entry.file_name());
-            match entry.file_type() {
-                Ok(kind) if kind.is_dir() => directories.push(path),
-                Ok(_) => files.push(path),
-                Err(e) => return Err(format!("{}: {e}", entry.path().display())),
-            }
-        }
-    }
-    Ok(files)
 }
 
 impl FileSink {
@@ -178,9 +160,9 @@ impl Operator for FileSink {
             }
             // Pending and in-progress files of checkpoints that never completed: their rows come
             // again.
-            for file in files_under(&pending)? {
-                let name = file.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-                if subtask_of(&name).is_some_and(|subtask| subtask % parallelism == me) {
+            for file in files_under(&pending, false)? {
+                let name = file.rsplit('/').next().unwrap_or_default();
+                if subtask_of(name).is_some_and(|subtask| subtask % parallelism == me) {
                     let path = pending.join(&file);
                     std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
                 }

@@ -16,7 +16,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use weir_engine::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
 
 use super::partitions::HivePartitions;
-use super::{FileFormat, blocking, subtask_error};
+use super::{FileFormat, blocking, files_under, subtask_error};
 
 const POSITIONS: &str = "positions";
 
@@ -71,24 +71,8 @@ impl Source for FileSource {
             if path.is_file() {
                 return Ok(vec![String::new()]);
             }
-            let mut names = Vec::new();
-            let mut directories = vec![String::new()];
-            while let Some(relative) = directories.pop() {
-                let directory = path.join(&relative);
-                let entries = std::fs::read_dir(&directory).map_err(|e| format!("{}: {e}", directory.display()))?;
-                for entry in entries.flatten() {
-                    let name = entry.file_name().to_string_lossy().to_string();
-                    if name.starts_with('.') || name.starts_with('_') {
-                        continue;
-                    }
-                    let joined = if relative.is_empty() { name.clone() } else { format!("{relative}/{name}") };
-                    if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                        directories.push(joined);
-                    } else if name.ends_with(extension) {
-                        names.push(joined);
-                    }
-                }
-            }
+            let mut names: Vec<String> =
+                files_under(&path, true)?.into_iter().filter(|name| name.ends_with(extension)).collect();
             names.sort();
             Ok(names)
         })

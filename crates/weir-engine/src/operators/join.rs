@@ -399,6 +399,10 @@ impl StreamingJoin {
             let own = values.iter().map(|c| take(c, &indices, None)).collect::<std::result::Result<Vec<_>, _>>()?;
             self.emit_unmatched(side, own, indices.len(), Change::Insert, out)?;
         }
+        // Rows of a stream whose bounded side input has ended are met, never kept.
+        if !self.keeps(side) {
+            return Ok(());
+        }
         for row in 0..batch.num_rows() {
             let expires_at = match (&times, self.sides[side].expiry) {
                 (Some(times), Some(expiry)) if times.is_valid(row) => times.value(row).saturating_add(expiry.after_ms),
@@ -406,9 +410,6 @@ impl StreamingJoin {
                 _ => i64::MAX,
             };
             let late = expires_at <= self.watermark;
-            if !self.keeps(side) {
-                continue;
-            }
             if has_null_key[row] || late {
                 if late && self.kind.emits_unmatched(side) && !self.updating() && matched[row] == 0 {
                     let own = values.iter().map(|c| c.slice(row, 1)).collect();

@@ -3,9 +3,9 @@
 //! new, `-U` old / `+U` new when its values changed, and `-D` when a retracting input emptied it.
 //! A changelog input is aggregated with `retract_batch`, by the accumulators DataFusion makes
 //! for sliding window frames (the planner only allows functions whose sliding form takes back
-//! any row), and min, max and DISTINCT counts by [`ValueCounts`]. With a time-to-live, groups not touched for
-//! that long (processing time, as Flink's state TTL) are forgotten without output: a later row
-//! for the key starts afresh.
+//! any row), and min, max and DISTINCT counts by [`ValueCounts`]. With a time-to-live, groups
+//! not touched for that long (processing time, as Flink's state TTL) are forgotten without
+//! output: a later row for the key starts afresh.
 //!
 //! The snapshot holds each group's accumulator state, row count and last access, keyed by the
 //! hash of the group columns (the input's partitioning).
@@ -34,7 +34,6 @@ use crate::partition::key_hashes;
 
 const GROUPS: &str = "groups";
 
-/// Whether `aggregate` is `min` or `max` (with or without DISTINCT, which changes nothing).
 /// What a [`ValueCounts`] reports for `aggregate` over a changelog, if it takes its place:
 /// min and max, and DISTINCT counts of one argument.
 fn value_counts_for(aggregate: &AggregateFunctionExpr) -> Option<Reported> {
@@ -97,9 +96,9 @@ impl UpdatingAggregate {
     /// Whether `aggregate` can aggregate a changelog: its retracting accumulator must take
     /// back any row, not only the oldest. DataFusion's sliding accumulators are built for
     /// window frames, which retract in arrival order; those whose state is a sum (count, sum,
-    /// avg, variances) or a count per value (DISTINCT) are right for any order. Min and max
-    /// (a queue of candidates there) and DISTINCT counts (whose state forgets how many rows held
-    /// a value) use [`ValueCounts`] instead. So: those functions only.
+    /// avg, variances) are right for any order. Min and max (a queue of candidates there) and
+    /// DISTINCT counts (right in any order, but whose state forgets how many rows held a value)
+    /// use [`ValueCounts`] instead. So: those functions only.
     pub fn can_retract(aggregate: &AggregateFunctionExpr) -> Result<bool> {
         const ANY_ORDER: &[&str] =
             &["count", "sum", "avg", "mean", "stddev", "stddev_pop", "var", "var_samp", "var_pop", "regr_count"];
