@@ -62,7 +62,8 @@ pub struct ResumeRequest {
         checkpoints,
         checkpoint,
         output,
-        tables
+        tables,
+        connectors
     ),
     components(schemas(
         StatementsRequest,
@@ -72,6 +73,8 @@ pub struct ResumeRequest {
         PipelineView,
         Transition,
         TableView,
+        ConnectorsView,
+        ConnectorView,
         ErrorBody
     ))
 )]
@@ -90,6 +93,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .route("/pipelines/{id}/checkpoints/{checkpoint}", get(checkpoint))
         .route("/pipelines/{id}/output", get(output))
         .route("/tables", get(tables))
+        .route("/connectors", get(connectors))
         .route("/openapi.json", get(|| async { Json(ApiDoc::openapi()) }))
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     let metrics = Router::new()
@@ -223,42 +227,91 @@ async fn checkpoint(
 }
 
 #[utoipa::path(get, path = "/api/v1/pipelines/{id}/output",
-    responses((status = 200, description = "Server-Sent Events: one JSON object per row (with `_change` for updating results)"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "Server-Sent Events: first a `schema` event (columns with their types, whether rows are changes, where each source starts reading), then one JSON object per row (with `_change` for updating results; `skipped` events count rows dropped before they were read), and an `end` event with the pipeline's final status once it has ended and every row was sent"), (status = 404, body = ErrorBody)))]
 async fn output(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
-    let preview = state.manager.preview(pipeline_id(&id)?)?;
-    let stream = futures::stream::unfold((preview, 0usize), |(preview, position)| async move {
-        loop {
-            let (batches, next, skipped) = preview.since(position);
-            if next > position {
-                let mut events = Vec::new();
-                if skipped > 0 {
-                    events.push(Event::default().event("skipped").data(skipped.to_string()));
-                }
-                for batch in &batches {
-                    let mut buffer = Vec::new();
-                    let mut writer =
-                        WriterBuilder::new().with_explicit_nulls(true).build::<_, LineDelimited>(&mut buffer);
-                    if writer.write(batch).and_then(|()| writer.finish()).is_err() {
-                        continue;
+    let id = pipeline_id(&id)?;
+    let preview = state.manager.preview(id)?;
+    let columns: Vec<serde_json::Value> =
+        preview.columns.iter().map(|(name, data_type)| serde_json::json!({"name": name, "type": data_type})).collect();
+    let schema = serde_json::json!({"columns": columns, "updating": preview.updating, "reading": preview.reading});
+    let first = Event::default().event("schema").data(schema.to_string());
+    let manager = state.manager.clone();
+    let rows = futures::stream::unfold(Some(0usize), move |position| {
+        let (manager, buffer) = (manager.clone(), preview.buffer.clone());
+        async move {
+            let position = position?;
+            loop {
+                // Whether it had ended before the rows are read: then no row can follow them.
+                let ended = manager.ended(id);
+                let (batches, next, skipped) = buffer.since(position);
+                if next > position {
+                    let mut events = Vec::new();
+                    if skipped > 0 {
+                        events.push(Event::default().event("skipped").data(skipped.to_string()));
                     }
-                    drop(writer);
-                    for line in String::from_utf8_lossy(&buffer).lines() {
-                        events.push(Event::default().data(line));
-                    }
+                    events.extend(row_events(&batches));
+                    return Some((events, Some(next)));
                 }
-                let events: Vec<Result<Event, Infallible>> = events.into_iter().map(Ok).collect();
-                return Some((futures::stream::iter(events), (preview, next)));
+                if let Some(status) = ended {
+                    let end = serde_json::json!({"status": status, "rows": position});
+                    return Some((vec![Event::default().event("end").data(end.to_string())], None));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     });
     use futures::StreamExt;
-    Ok(Sse::new(stream.flatten()).keep_alive(KeepAlive::default()).into_response())
+    let events = futures::stream::once(async move { vec![first] })
+        .chain(rows)
+        .flat_map(|events| futures::stream::iter(events.into_iter().map(Ok::<_, Infallible>)));
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()).into_response())
+}
+
+/// One SSE data event per row of `batches`, as a JSON object.
+fn row_events(batches: &[datafusion::arrow::record_batch::RecordBatch]) -> Vec<Event> {
+    let mut events = Vec::new();
+    for batch in batches {
+        let mut buffer = Vec::new();
+        let mut writer = WriterBuilder::new().with_explicit_nulls(true).build::<_, LineDelimited>(&mut buffer);
+        if writer.write(batch).and_then(|()| writer.finish()).is_err() {
+            continue;
+        }
+        drop(writer);
+        for line in String::from_utf8_lossy(&buffer).lines() {
+            events.push(Event::default().data(line));
+        }
+    }
+    events
 }
 
 #[utoipa::path(get, path = "/api/v1/tables", responses((status = 200, body = [TableView])))]
 async fn tables(State(state): State<AppState>) -> Json<Vec<TableView>> {
     Json(state.manager.tables().await)
+}
+
+/// `GET /api/v1/connectors`: what a client completes and checks before the server does.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ConnectorsView {
+    /// Each connector with the names of its options.
+    connectors: Vec<ConnectorView>,
+    /// The options `SET` takes for the next pipeline.
+    pipeline_options: Vec<&'static str>,
+}
+
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ConnectorView {
+    name: &'static str,
+    options: Vec<&'static str>,
+}
+
+#[utoipa::path(get, path = "/api/v1/connectors", responses((status = 200, body = ConnectorsView)))]
+async fn connectors() -> Json<ConnectorsView> {
+    let connectors = weir_sql::options::CONNECTORS
+        .iter()
+        .map(|(name, options)| ConnectorView { name, options: options.iter().map(|o| o.name).collect() })
+        .collect();
+    let pipeline_options = weir_sql::session::PIPELINE_OPTIONS.iter().map(|(name, _)| *name).collect();
+    Json(ConnectorsView { connectors, pipeline_options })
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {

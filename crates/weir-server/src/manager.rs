@@ -14,10 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use weir_engine::operators::PreviewBuffer;
 use weir_engine::{PipelineHandle, PipelineState, PipelineStatus};
-use weir_sql::{Output, PlannedPipeline, Session};
+use weir_sql::{Output, PlannedPipeline, Preview, Session};
 use weir_state::StateStore;
+
+mod commands;
 
 use crate::config::ServerConfig;
 use crate::error::{ApiError, ApiResult};
@@ -39,8 +40,11 @@ pub enum StatementResult {
 
 struct Running {
     handle: Option<PipelineHandle>,
-    preview: Option<PreviewBuffer>,
+    preview: Option<Preview>,
     graph: String,
+    /// The graph's source and sink operators, by name: where rows come in and go out.
+    sources: Vec<String>,
+    sinks: Vec<String>,
     started: Instant,
     /// The engine's last status, kept after the handle is gone.
     last: Option<PipelineStatus>,
@@ -154,6 +158,7 @@ impl Manager {
                     let (id, name, preview) = self.create(*planned, &options).await?;
                     StatementResult::Pipeline { id, name, preview }
                 }
+                Output::Command(command) => self.command(command).await?,
             });
         }
         Ok(results)
@@ -208,6 +213,7 @@ impl Manager {
         let dir = self.checkpoint_dir(id);
         let store = StateStore::local(&dir).map_err(|e| ApiError::internal(format!("{}: {e}", dir.display())))?;
         let graph = planned.graph.describe(planned.config.chaining);
+        let (sources, sinks) = ends_of(&planned.graph);
         let handle = weir_engine::start(planned.graph, planned.config, store, None)
             .map_err(|e| ApiError::bad_request(format!("starting the pipeline: {e}")))?;
         self.lock().insert(
@@ -216,6 +222,8 @@ impl Manager {
                 handle: Some(handle),
                 preview: planned.preview,
                 graph,
+                sources,
+                sinks,
                 started: Instant::now(),
                 last: None,
                 rates: RateWindow::default(),
@@ -412,10 +420,10 @@ impl Manager {
             self.store.set_parallelism(id, parallelism as i64).await?;
         }
         // A preview keeps the buffer the client is reading, if it is still here.
-        if let Some(buffer) = self.lock().get(&id).and_then(|r| r.preview.clone())
-            && planned.preview.is_some()
+        if let Some(kept) = self.lock().get(&id).and_then(|r| r.preview.clone())
+            && let Some(preview) = planned.preview.as_mut()
         {
-            planned.preview = Some(buffer);
+            preview.buffer = kept.buffer;
         }
         self.start(id, *planned).await
     }
@@ -434,13 +442,25 @@ impl Manager {
         Ok(())
     }
 
-    /// The preview buffer of pipeline `id` (a bare SELECT).
-    pub fn preview(&self, id: i64) -> ApiResult<PreviewBuffer> {
+    /// The preview of pipeline `id` (a bare SELECT).
+    pub fn preview(&self, id: i64) -> ApiResult<Preview> {
         self.lock().get(&id).and_then(|r| r.preview.clone()).ok_or_else(|| {
             ApiError::not_found(format!(
                 "pipeline {id} has no preview output here (only a running or stopped SELECT has)"
             ))
         })
+    }
+
+    /// Whether pipeline `id` has ended (finished, failed, stopped or dropped), and how: after
+    /// that its preview gets no more rows.
+    pub fn ended(&self, id: i64) -> Option<&'static str> {
+        let running = self.lock();
+        let Some(live) = running.get(&id) else { return Some("dropped") };
+        let Some(handle) = live.handle.as_ref() else { return Some("stopped") };
+        match handle.status().state {
+            PipelineState::Running | PipelineState::Recovering => None,
+            state => Some(status_name(state)),
+        }
     }
 
     /// Tables and views with their schemas and options (secrets redacted).
@@ -482,6 +502,21 @@ impl Manager {
             })
             .collect()
     }
+}
+
+/// The names of `graph`'s sources (no inputs) and sinks (no outputs).
+fn ends_of(graph: &weir_engine::Graph) -> (Vec<String>, Vec<String>) {
+    let nodes = graph.nodes();
+    let mut fed = vec![false; nodes.len()];
+    let mut feeds = vec![false; nodes.len()];
+    for edge in graph.edges() {
+        feeds[edge.from.0] = true;
+        fed[edge.to.0] = true;
+    }
+    let names = |keep: &dyn Fn(usize) -> bool| {
+        nodes.iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, n)| n.name.clone()).collect::<Vec<_>>()
+    };
+    (names(&|i| !fed[i]), names(&|i| !feeds[i]))
 }
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]

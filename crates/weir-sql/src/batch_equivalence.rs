@@ -53,7 +53,7 @@ async fn streamed_and_batch_at(rate: u64, query: &str, batch_query: &str) -> (Ve
         other => panic!("{query}: no pipeline: {other:?}"),
     };
     let description = pipeline.graph.describe(true);
-    let preview = pipeline.preview.clone().unwrap();
+    let preview = pipeline.preview.clone().unwrap().buffer;
     let dir = tempfile::tempdir().unwrap();
     let store = weir_state::StateStore::local(dir.path()).unwrap();
     weir_engine::start(pipeline.graph, pipeline.config, store, None).unwrap().wait().await.unwrap();

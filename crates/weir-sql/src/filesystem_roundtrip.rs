@@ -20,7 +20,7 @@ async fn pipeline(session: &mut Session, sql: &str) -> crate::PlannedPipeline {
 
 async fn rows_of(session: &mut Session, query: &str) -> Vec<String> {
     let planned = pipeline(session, query).await;
-    let preview = planned.preview.clone().unwrap();
+    let preview = planned.preview.clone().unwrap().buffer;
     let dir = tempfile::tempdir().unwrap();
     let store = weir_state::StateStore::local(dir.path()).unwrap();
     weir_engine::start(planned.graph, planned.config, store, None).unwrap().wait().await.unwrap();

@@ -91,7 +91,7 @@ async fn bad_records_are_skipped_and_counted() {
     let input = input_with_bad_records().await;
     let mut session = session_reading(&input, ", bad_records = 'skip'").await;
     let planned = pipeline(&mut session, "SELECT id, name FROM input").await.unwrap();
-    let preview = planned.preview.clone().unwrap();
+    let preview = planned.preview.clone().unwrap().buffer;
     let (bad, result) = run(planned).await;
     result.unwrap();
     assert_eq!(bad, 2);
@@ -235,12 +235,12 @@ async fn the_record_timestamp_fills_the_timestamp_column_and_latest_skips_what_i
         .unwrap();
     let planned =
         pipeline(&mut session, "SELECT id, at > TIMESTAMP '2026-01-01 00:00:00' FROM from_start").await.unwrap();
-    let preview = planned.preview.clone().unwrap();
+    let preview = planned.preview.clone().unwrap().buffer;
     run(planned).await.1.unwrap();
     assert_eq!(final_rows(&preview.batches()).unwrap(), vec![vec!["1", "true"]]);
 
     let planned = pipeline(&mut session, "SELECT id FROM from_end").await.unwrap();
-    let preview = planned.preview.clone().unwrap();
+    let preview = planned.preview.clone().unwrap().buffer;
     run(planned).await.1.unwrap();
     assert!(final_rows(&preview.batches()).unwrap().is_empty());
 }
@@ -321,7 +321,7 @@ async fn new_partitions_are_read_and_offsets_reach_the_group() {
         .await
         .unwrap();
     let planned = pipeline(&mut session, "SELECT id FROM input").await.unwrap();
-    let preview = planned.preview.clone().unwrap();
+    let preview = planned.preview.clone().unwrap().buffer;
     let dir = tempfile::tempdir().unwrap();
     let store = weir_state::StateStore::local(dir.path()).unwrap();
     let handle = weir_engine::start(planned.graph, planned.config, store, None).unwrap();
@@ -386,7 +386,7 @@ async fn a_processing_time_window_closes_while_the_source_is_idle() {
         pipeline(&mut session, "SELECT count(*), sum(id) FROM input GROUP BY tumble(pt, INTERVAL '200' MILLISECOND)")
             .await
             .unwrap();
-    let preview = planned.preview.clone().unwrap();
+    let preview = planned.preview.clone().unwrap().buffer;
     let dir = tempfile::tempdir().unwrap();
     let store = weir_state::StateStore::local(dir.path()).unwrap();
     let handle = weir_engine::start(planned.graph, planned.config, store, None).unwrap();
@@ -448,7 +448,7 @@ async fn debezium_changes_are_read_as_a_changelog() {
         ),
     ] {
         let planned = pipeline(&mut session, query).await.unwrap();
-        let preview = planned.preview.clone().unwrap();
+        let preview = planned.preview.clone().unwrap().buffer;
         run(planned).await.1.unwrap();
         let mut rows = final_rows(&preview.batches()).unwrap();
         rows.sort();

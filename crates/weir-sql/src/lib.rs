@@ -14,6 +14,7 @@ mod kafka_roundtrip;
 pub mod kafka_tables;
 mod lag;
 pub mod options;
+pub mod pipeline_statements;
 pub mod planner;
 pub mod session;
 #[cfg(test)]
@@ -23,4 +24,5 @@ pub mod window_functions;
 pub mod window_table_functions;
 
 pub use error::{Error, Result};
-pub use session::{Output, PlannedPipeline, Session};
+pub use pipeline_statements::PipelineCommand;
+pub use session::{Output, PlannedPipeline, Preview, Session};

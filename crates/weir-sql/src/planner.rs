@@ -181,6 +181,10 @@ struct Planner<'a> {
 /// A planned pipeline's graph, and what only the brokers can confirm.
 pub struct Planned {
     pub graph: Graph,
+    /// The tables read, by name, in no particular order.
+    pub sources: Vec<String>,
+    /// Per query, whether its output is a changelog (rows with a `_change` column).
+    pub updating: Vec<bool>,
     /// Kafka transaction timeouts to check against each broker's maximum.
     pub transaction_timeouts: Vec<TransactionTimeout>,
 }
@@ -1425,10 +1429,17 @@ pub fn build_graph(
         transaction_timeouts: Vec::new(),
         rank_limits: HashMap::new(),
     };
+    let mut updating = Vec::with_capacity(queries.len());
     for (plan, sink) in queries {
         let stream = planner.plan(plan)?;
+        updating.push(stream.updating);
         planner.sink(stream, sink)?;
     }
     planner.graph.validate()?;
-    Ok(Planned { graph: planner.graph, transaction_timeouts: planner.transaction_timeouts })
+    Ok(Planned {
+        graph: planner.graph,
+        sources: planner.sources.into_keys().collect(),
+        updating,
+        transaction_timeouts: planner.transaction_timeouts,
+    })
 }

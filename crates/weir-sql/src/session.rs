@@ -20,7 +20,7 @@ use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use weir_connectors::filesystem::HivePartitions;
 use weir_connectors::json_type::{is_json, json_field};
-use weir_connectors::nexmark::nexmark_schema;
+use weir_connectors::nexmark::{NexmarkConfig, nexmark_schema};
 use weir_engine::operators::PreviewBuffer;
 use weir_engine::{CheckpointMode, Graph, PipelineConfig};
 
@@ -28,6 +28,7 @@ use crate::catalog::{Catalog, TableDef, ViewDef};
 use crate::error::{Error, Result, located};
 use crate::kafka_tables;
 use crate::options::{self, ConnectorOptions, parse_duration};
+use crate::pipeline_statements::{self, PipelineCommand};
 use crate::plan_err;
 use crate::planner::{PlanOptions, Planned, SinkTarget, build_graph};
 use crate::time_clauses::{self, ClauseKind, TimeClause};
@@ -42,6 +43,9 @@ pub enum Output {
     Rows { columns: Vec<String>, rows: Vec<Vec<String>> },
     /// A pipeline to start (INSERT INTO ... SELECT, or a bare SELECT into a preview).
     Pipeline(Box<PlannedPipeline>),
+    /// A statement about pipelines (`SHOW PIPELINES`, `STOP PIPELINE n`, ...), for the service
+    /// that runs them to carry out.
+    Command(PipelineCommand),
 }
 
 /// A query planned into a graph, with the options it runs with.
@@ -53,8 +57,21 @@ pub struct PlannedPipeline {
     pub sql: String,
     pub graph: Graph,
     pub config: PipelineConfig,
-    /// For a bare SELECT: where its rows appear.
-    pub preview: Option<PreviewBuffer>,
+    /// For a bare SELECT: where its rows appear, and what a reader is told before them.
+    pub preview: Option<Preview>,
+}
+
+/// A bare SELECT's output: the buffer its rows go to, and what a reader needs before the first
+/// row arrives (the header, whether rows are changes, where reading starts).
+#[derive(Debug, Clone)]
+pub struct Preview {
+    pub buffer: PreviewBuffer,
+    /// (name, type) of each column, in order (without the change column).
+    pub columns: Vec<(String, String)>,
+    /// Whether rows are changes (a `_change` column of `+I`, `-U`, `+U`, `-D`).
+    pub updating: bool,
+    /// Per source table, where its reading starts ("kafka topic 'bids' from the earliest offset").
+    pub reading: Vec<String>,
 }
 
 /// Rows a bare SELECT's preview keeps, unless the session says otherwise.
@@ -204,6 +221,8 @@ impl Session {
     pub async fn execute(&mut self, sql: &str) -> Result<Vec<Output>> {
         let (text, clauses) = time_clauses::extract(sql)?;
         let tokens = window_table_functions::tokens(&text)?;
+        let (tokens, mut commands) = pipeline_statements::take_commands(tokens)?;
+        commands.reverse();
         let mut statements = Parser::new(&GenericDialect {})
             .with_tokens_with_locations(tokens)
             .parse_statements()
@@ -212,7 +231,8 @@ impl Session {
         let mut outputs = Vec::new();
         // Consecutive INSERTs make one pipeline, sharing the sources they read.
         let mut inserts: Vec<Insert> = Vec::new();
-        for statement in statements {
+        for (index, statement) in statements.into_iter().enumerate() {
+            self.take_commands_before(index, &mut commands, &mut inserts, &mut outputs).await?;
             match statement {
                 Statement::Insert(insert) => inserts.push(insert),
                 other => {
@@ -227,10 +247,31 @@ impl Session {
                 }
             }
         }
+        self.take_commands_before(usize::MAX, &mut commands, &mut inserts, &mut outputs).await?;
         if !inserts.is_empty() {
             outputs.push(self.insert_pipeline(inserts).await?);
         }
         Ok(outputs)
+    }
+
+    /// Outputs the pipeline commands written before ordinary statement `index` (`commands` is
+    /// in reverse order), after the INSERTs gathered so far.
+    async fn take_commands_before(
+        &mut self,
+        index: usize,
+        commands: &mut Vec<(usize, PipelineCommand)>,
+        inserts: &mut Vec<Insert>,
+        outputs: &mut Vec<Output>,
+    ) -> Result<()> {
+        while commands.last().is_some_and(|(before, _)| *before <= index) {
+            if !inserts.is_empty() {
+                outputs.push(self.insert_pipeline(std::mem::take(inserts)).await?);
+            }
+            if let Some((_, command)) = commands.pop() {
+                outputs.push(Output::Command(command));
+            }
+        }
+        Ok(())
     }
 
     /// Runs `sql` with every pipeline it plans named `name`: how a service plans a pipeline it
@@ -249,8 +290,8 @@ impl Session {
         for insert in inserts {
             queries.push(self.insert_query(insert).await?);
         }
-        let (name, graph, config) = self.plan_pipeline(queries).await?;
-        Ok(Output::Pipeline(Box::new(PlannedPipeline { name, sql, graph, config, preview: None })))
+        let (name, planned, config) = self.plan_pipeline(queries).await?;
+        Ok(Output::Pipeline(Box::new(PlannedPipeline { name, sql, graph: planned.graph, config, preview: None })))
     }
 
     async fn run(&mut self, statement: Statement) -> Result<Output> {
@@ -306,8 +347,21 @@ impl Session {
                 let sql = query.to_string();
                 let buffer = PreviewBuffer::new(self.preview_rows);
                 let query = self.query(Statement::Query(query), SinkTarget::Preview(buffer.clone())).await?;
-                let (name, graph, config) = self.plan_pipeline(vec![query]).await?;
-                Ok(Output::Pipeline(Box::new(PlannedPipeline { name, sql, graph, config, preview: Some(buffer) })))
+                let columns = query
+                    .0
+                    .schema()
+                    .fields()
+                    .iter()
+                    .map(|f| (f.name().clone(), if is_json(f) { "JSON".into() } else { f.data_type().to_string() }))
+                    .collect();
+                let (name, planned, config) = self.plan_pipeline(vec![query]).await?;
+                let mut sources = planned.sources;
+                sources.sort();
+                let reading = sources.iter().filter_map(|t| self.catalog.tables.get(t)).map(reading_of).collect();
+                let updating = planned.updating.first().copied().unwrap_or(false);
+                let preview = Preview { buffer, columns, updating, reading };
+                let graph = planned.graph;
+                Ok(Output::Pipeline(Box::new(PlannedPipeline { name, sql, graph, config, preview: Some(preview) })))
             }
             Statement::Insert(insert) => self.insert_pipeline(vec![insert]).await,
             Statement::Explain { statement, .. } => {
@@ -510,7 +564,7 @@ impl Session {
     async fn plan_pipeline(
         &mut self,
         queries: Vec<(LogicalPlan, SinkTarget)>,
-    ) -> Result<(String, Graph, PipelineConfig)> {
+    ) -> Result<(String, Planned, PipelineConfig)> {
         self.pipelines += 1;
         let name = match &self.fixed_name {
             Some(name) => name.clone(),
@@ -518,7 +572,7 @@ impl Session {
         };
         let (planned, config) = self.plan_queries(queries, &name)?;
         kafka_tables::check_against_brokers(&planned.transaction_timeouts).await?;
-        Ok((name, planned.graph, config))
+        Ok((name, planned, config))
     }
 
     /// One graph for `queries`, with the session's pipeline options.
@@ -583,6 +637,49 @@ impl Session {
     /// The pipeline option `name` as set, if it was.
     pub fn option(&self, name: &str) -> Option<&str> {
         self.options.get(name).map(String::as_str)
+    }
+}
+
+/// Where reading `table` starts, in words: what a reader of a preview is told, so that an empty
+/// result is never a mystery.
+fn reading_of(table: &TableDef) -> String {
+    let options = &table.connector;
+    let name = &table.name;
+    match options.connector.as_str() {
+        "kafka" => {
+            let topic = options.get("topic").unwrap_or_default();
+            let from = match options.get("scan.startup.mode") {
+                Some("latest") => "from the latest offset (only records written from now on)".to_string(),
+                Some("group") => {
+                    format!("from group '{}''s committed offsets", options.get("group.id").unwrap_or_default())
+                }
+                Some("timestamp") => {
+                    format!("from timestamp {} ms", options.get("scan.startup.timestamp_ms").unwrap_or_default())
+                }
+                _ => "from the earliest offset".to_string(),
+            };
+            let until = match options.get("scan.bounded.mode") {
+                Some("latest") => ", until the offsets of the start",
+                _ => "",
+            };
+            format!("{name}: kafka topic '{topic}' {from}{until}")
+        }
+        "nexmark" => {
+            let events = match options.get("events") {
+                Some(n) => format!("{n} events"),
+                None => "events without end".to_string(),
+            };
+            let defaults = NexmarkConfig::default();
+            let pace = match options.boolean("as_fast_as_possible", defaults.as_fast_as_possible) {
+                true => " as fast as it can".to_string(),
+                false => format!(" at {} events/s", options.integer("rate", defaults.rate)),
+            };
+            format!("{name}: the nexmark generator, {events}{pace}, from its first event")
+        }
+        "filesystem" => {
+            format!("{name}: the {} files under '{}'", options.get("format").unwrap_or_default(), options.get("path").unwrap_or_default())
+        }
+        other => format!("{name}: {other}"),
     }
 }
 
@@ -705,6 +802,34 @@ mod tests {
         assert_eq!(again.catalog.tables["docs"].connector.get("partition.fields"), Some("dt"));
         again.execute(&pipeline.sql).await.unwrap_or_else(|e| panic!("{}: {e}", pipeline.sql));
         again.execute("SELECT * FROM per_second").await.unwrap();
+    }
+
+    /// Pipeline statements come back in their place among the others; a bare SELECT's preview
+    /// says what its reader needs before the first row.
+    #[tokio::test]
+    async fn pipeline_statements_keep_their_place_and_a_preview_describes_itself() {
+        let mut session = Session::new();
+        let outputs = run(
+            &mut session,
+            "SHOW PIPELINES; CREATE TABLE nx WITH (connector = 'nexmark', events = '10', rate = '50');
+             STOP PIPELINE 4 NOW; SELECT bid.auction AS auction, count(*) AS n FROM nx GROUP BY bid.auction; DROP PIPELINE 4",
+        )
+        .await;
+        let kinds: Vec<String> = outputs
+            .iter()
+            .map(|o| match o {
+                Output::Command(command) => format!("{command:?}"),
+                Output::Done(_) => "done".into(),
+                Output::Rows { .. } => "rows".into(),
+                Output::Pipeline(_) => "pipeline".into(),
+            })
+            .collect();
+        assert_eq!(kinds, ["Show", "done", "Stop { pipeline: 4, now: true }", "pipeline", "Drop { pipeline: 4 }"]);
+        let Output::Pipeline(pipeline) = &outputs[3] else { unreachable!() };
+        let preview = pipeline.preview.as_ref().unwrap();
+        assert_eq!(preview.columns, [("auction".to_string(), "Int64".to_string()), ("n".into(), "Int64".into())]);
+        assert!(preview.updating);
+        assert_eq!(preview.reading, ["nx: the nexmark generator, 10 events at 50 events/s, from its first event"]);
     }
 
     #[tokio::test]

@@ -54,6 +54,9 @@ impl sqllogictest::AsyncDB for SltSession {
                     let rows = rows.into_iter().map(|row| row.into_iter().map(cell).collect()).collect();
                     DBOutput::Rows { types: vec![DefaultColumnType::Text; columns.len()], rows }
                 }
+                Output::Command(command) => {
+                    return Err(SltError(format!("{command:?}: pipeline statements need the service")));
+                }
                 Output::Pipeline(pipeline) => {
                     self.pipelines += 1;
                     let store = weir_state::StateStore::local(&self.data.path().join(self.pipelines.to_string()))
@@ -64,7 +67,7 @@ impl sqllogictest::AsyncDB for SltSession {
                         .await
                         .map_err(|_| SltError("the pipeline did not finish within 120 s".into()))?
                         .map_err(|e| SltError(e.to_string()))?;
-                    match pipeline.preview {
+                    match pipeline.preview.map(|p| p.buffer) {
                         Some(preview) => {
                             if preview.dropped() > 0 {
                                 return Err(SltError(format!(

@@ -41,6 +41,10 @@ enum Command {
         #[arg(long, env = "WEIR_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// The psql-like client: run SQL on a weir server, interactively at a terminal, or from
+    /// -c, -f or piped input. Exit status: 1 a statement failed, 2 no server, 3 stopped by
+    /// --on-error-stop.
+    Sql(weir_cli::Args),
     /// Run a SQL file in this process (no service): its pipelines run until they finish or
     /// Ctrl-C, then the rows of each SELECT are printed.
     Run {
@@ -58,8 +62,16 @@ enum Command {
     },
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // The client is a blocking program of its own: no runtime, no server logs.
+    if let Command::Sql(args) = cli.command {
+        std::process::exit(weir_cli::main(args));
+    }
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(server_main(cli.command))
+}
+
+async fn server_main(command: Command) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
         .with_writer(std::io::stderr)
@@ -67,7 +79,7 @@ async fn main() -> anyhow::Result<()> {
     // With the `failpoints` feature, FAILPOINTS=name=action;... arms the named failpoints.
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
-    match Cli::parse().command {
+    match command {
         Command::Serve { listen, data_dir, token, max_body_bytes, filesystem_dir, config } => {
             let file = match &config {
                 Some(path) => weir_server::config::FileConfig::read(path).map_err(anyhow::Error::msg)?,
@@ -89,5 +101,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Run { file, data_dir, resume, max_rows } => {
             run::run_file(&file, &run::RunOptions { data_dir, resume, max_rows }).await
         }
+        Command::Sql(_) => Ok(()),
     }
 }

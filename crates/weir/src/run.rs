@@ -45,6 +45,9 @@ pub async fn run_file(path: &Path, options: &RunOptions) -> anyhow::Result<()> {
         match output {
             Output::Done(message) => println!("{message}"),
             Output::Rows { columns, rows } => print_rows(&columns, &rows),
+            Output::Command(_) => {
+                anyhow::bail!("in {}: statements about pipelines (SHOW PIPELINES, STOP PIPELINE, ...) need the service, `weir serve`", path.display())
+            }
             Output::Pipeline(pipeline) => {
                 let number = running.len() + 1;
                 let dir = options.data_dir.join("run").join(&stem).join(number.to_string());
@@ -54,7 +57,7 @@ pub async fn run_file(path: &Path, options: &RunOptions) -> anyhow::Result<()> {
                 let store = StateStore::local(&dir)?;
                 let handle = weir_engine::start(pipeline.graph, pipeline.config, store, None)?;
                 println!("pipeline {number} started (checkpoints in {}): {}", dir.display(), pipeline.sql);
-                running.push(Running { number, sql: pipeline.sql, handle, preview: pipeline.preview });
+                running.push(Running { number, sql: pipeline.sql, handle, preview: pipeline.preview.map(|p| p.buffer) });
             }
         }
     }
