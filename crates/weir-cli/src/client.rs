@@ -1,7 +1,7 @@
 //! One client session: runs statements on the server and meta-commands here, prints results
 //! and errors psql's way, and keeps the settings meta-commands change (`\x`, `\timing`, `\o`).
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -87,11 +87,13 @@ impl Client {
         }
     }
 
+    /// The terminal's (width, height) when results go to one (80x24 if it does not say).
     fn terminal(&self) -> Option<(usize, usize)> {
-        if self.output.is_some() {
+        if self.output.is_some() || !std::io::stdout().is_terminal() {
             return None;
         }
-        terminal_size::terminal_size().map(|(w, h)| (usize::from(w.0), usize::from(h.0)))
+        let size = terminal_size::terminal_size().map(|(w, h)| (usize::from(w.0), usize::from(h.0)));
+        Some(size.filter(|(w, h)| *w > 0 && *h > 0).unwrap_or((80, 24)))
     }
 
     fn notice(&self, message: &str) {
@@ -182,7 +184,9 @@ impl Client {
                     self.print(&Table { columns, rows })?;
                 }
                 StatementResult::Pipeline { id, name, preview: false } => {
-                    self.notice(&format!("pipeline {id} ({name}) started: \\dp {id} shows it, STOP PIPELINE {id} stops it"));
+                    self.notice(&format!(
+                        "pipeline {id} ({name}) started: \\dp {id} shows it, STOP PIPELINE {id} stops it"
+                    ));
                 }
                 StatementResult::Pipeline { id, preview: true, .. } => {
                     let settings = LiveSettings {

@@ -93,7 +93,10 @@ impl Connection {
     }
 
     /// The answer to one request: its JSON body, or the server's error.
-    fn answer<T: DeserializeOwned>(&self, response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<T> {
+    fn answer<T: DeserializeOwned>(
+        &self,
+        response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<T> {
         let mut response = response.map_err(|e| self.unreachable(e))?;
         let status = response.status().as_u16();
         let text = response.body_mut().read_to_string().map_err(|e| Error::Protocol(e.to_string()))?;
@@ -102,7 +105,9 @@ impl Connection {
         }
         if !(200..300).contains(&status) {
             return Err(match serde_json::from_str::<ErrorBody>(&text) {
-                Ok(body) => Error::Server { code: body.code, message: body.message, line: body.line, column: body.column },
+                Ok(body) => {
+                    Error::Server { code: body.code, message: body.message, line: body.line, column: body.column }
+                }
                 Err(_) => Error::Protocol(format!("HTTP {status}: {text}")),
             });
         }

@@ -193,11 +193,8 @@ fn print_csv(out: &mut dyn Write, table: &Table) -> Result<()> {
 
 /// One row as a JSON object, in column order.
 pub fn json_line(columns: &[String], row: &[Value]) -> String {
-    let fields: Vec<String> = columns
-        .iter()
-        .zip(row)
-        .map(|(name, value)| format!("{}:{}", Value::String(name.clone()), value))
-        .collect();
+    let fields: Vec<String> =
+        columns.iter().zip(row).map(|(name, value)| format!("{}:{}", Value::String(name.clone()), value)).collect();
     format!("{{{}}}", fields.join(","))
 }
 
@@ -215,7 +212,8 @@ pub struct Tableau {
     widths: Vec<usize>,
     right: Vec<bool>,
     page: usize,
-    printed: usize,
+    /// Rows printed under the last header (`None` before the first header).
+    under_header: Option<usize>,
 }
 
 /// The widest a live column starts (longer values are cut with an ellipsis).
@@ -241,11 +239,12 @@ impl Tableau {
             widths,
             right: columns.iter().map(|(_, t)| numeric_type(t)).collect(),
             page: page.max(5),
-            printed: 0,
+            under_header: None,
         }
     }
 
-    fn header(&self, out: &mut dyn Write) -> Result<()> {
+    fn header(&mut self, out: &mut dyn Write) -> Result<()> {
+        self.under_header = Some(0);
         let names: Vec<String> = self.columns.iter().zip(&self.widths).map(|(n, w)| centered(n, *w)).collect();
         writeln!(out, "{}", format!(" {} ", names.join(" | ")).trim_end())?;
         writeln!(out, "{}", self.widths.iter().map(|w| "-".repeat(w + 2)).collect::<Vec<_>>().join("+"))?;
@@ -254,11 +253,13 @@ impl Tableau {
 
     /// Prints one row (the header first, at the top of every page).
     pub fn row(&mut self, out: &mut dyn Write, row: &[Value]) -> Result<()> {
-        if self.printed % self.page == 0 {
-            if self.printed > 0 {
+        match self.under_header {
+            None => self.header(out)?,
+            Some(n) if n >= self.page => {
                 writeln!(out)?;
+                self.header(out)?;
             }
-            self.header(out)?;
+            Some(_) => {}
         }
         let cells: Vec<String> = self
             .widths
@@ -268,15 +269,14 @@ impl Tableau {
             .collect();
         writeln!(out, "{}", format!(" {} ", cells.join(" | ")).trim_end())?;
         out.flush()?;
-        self.printed += 1;
+        self.under_header = Some(self.under_header.map_or(1, |n| n + 1));
         Ok(())
     }
 
     /// Prints the header alone (a query that has no rows yet).
     pub fn start(&mut self, out: &mut dyn Write) -> Result<()> {
-        if self.printed == 0 {
+        if self.under_header.is_none() {
             self.header(out)?;
-            self.printed = self.page;
             out.flush()?;
         }
         Ok(())
@@ -341,6 +341,7 @@ mod tests {
         let columns = vec![("n".to_string(), "Int64".to_string()), ("s".to_string(), "Utf8".to_string())];
         let mut live = Tableau::new(&columns, &[vec![json!(10), json!("ab")]], 5);
         let mut out = Vec::new();
+        live.start(&mut out).unwrap();
         for i in 0..6 {
             live.row(&mut out, &[json!(i), json!("abcdef")]).unwrap();
         }

@@ -14,9 +14,16 @@ use crate::display::{self, Expanded, Format, Table, Tableau};
 use crate::error::{Error, Result};
 use crate::interrupt;
 
-/// How long rows are gathered before they are printed live: a bounded result that ends
-/// within it is printed as one table.
+/// How long rows are gathered before they are printed live on a terminal: a bounded result
+/// that ends within it is printed as one table.
 const FIRST_WAIT: Duration = Duration::from_millis(800);
+
+/// The same when the output is not a terminal (a script's): nobody watches it live, and a
+/// bounded result is wanted whole even on a loaded machine.
+const FIRST_WAIT_SCRIPTED: Duration = Duration::from_secs(10);
+
+/// The most rows gathered before a script's output turns live.
+const GATHERED_SCRIPTED: usize = 10_000;
 
 /// How a live result is shown and left.
 #[derive(Debug, Clone, Copy)]
@@ -68,6 +75,7 @@ pub fn show(connection: &Connection, id: i64, out: &mut dyn Write, settings: &Li
     let interrupts = interrupt::count();
     let events = connection.output(id)?;
     let interrupted = || interrupt::count() != interrupts;
+    let first_wait = if settings.terminal.is_some() { FIRST_WAIT } else { FIRST_WAIT_SCRIPTED };
     let mut columns: Vec<(String, String)> = Vec::new();
     let mut updating = false;
     let mut gathered: Vec<(String, Vec<Value>)> = Vec::new();
@@ -81,7 +89,7 @@ pub fn show(connection: &Connection, id: i64, out: &mut dyn Write, settings: &Li
         let event = match events.recv_timeout(Duration::from_millis(50)) {
             Ok(event) => event,
             Err(RecvTimeoutError::Timeout) => {
-                if live.is_none() && started.elapsed() > FIRST_WAIT && !columns.is_empty() {
+                if live.is_none() && started.elapsed() > first_wait && !columns.is_empty() {
                     live = Some(start_live(out, settings, &columns, updating, &gathered)?);
                 }
                 continue;
@@ -109,8 +117,10 @@ pub fn show(connection: &Connection, id: i64, out: &mut dyn Write, settings: &Li
                     Some(live) => live_row(out, settings, live, &columns, updating, &op, values)?,
                     None => {
                         gathered.push((op, values));
-                        let page = settings.terminal.map_or(usize::MAX, |(_, height)| height.saturating_sub(4));
-                        if gathered.len() >= page.max(5) {
+                        // A screenful on a terminal; elsewhere enough to size the columns.
+                        let enough =
+                            settings.terminal.map_or(GATHERED_SCRIPTED, |(_, height)| height.saturating_sub(4));
+                        if gathered.len() >= enough.max(5) {
                             live = Some(start_live(out, settings, &columns, updating, &gathered)?);
                         }
                     }

@@ -29,7 +29,10 @@ pub enum Meta {
     /// `\o [FILE]` (no file: standard output again).
     Output(Option<String>),
     /// `\watch [SECONDS] [c=COUNT]`
-    Watch { seconds: f64, count: Option<u64> },
+    Watch {
+        seconds: f64,
+        count: Option<u64>,
+    },
 }
 
 /// The meta-commands with what they do, for `\?` and completion.
@@ -44,7 +47,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("\\timing [on|off]", "show how long each statement takes"),
     ("\\i FILE", "run the statements of a file"),
     ("\\o [FILE]", "send results to a file (or back to standard output)"),
-    ("\\watch [SECONDS] [c=N]", "run the previous statement or meta-command again every SECONDS (default 2), N times or until Ctrl-C"),
+    (
+        "\\watch [SECONDS] [c=N]",
+        "run the previous statement or meta-command again every SECONDS (default 2), N times or until Ctrl-C",
+    ),
 ];
 
 /// `\?`'s text.
@@ -187,12 +193,7 @@ pub fn pipeline_view(view: &Value) -> (String, Table) {
         Value::Null => String::new(),
         other => other.to_string(),
     };
-    let mut header = format!(
-        "Pipeline {} ({}): {}",
-        text(&view["id"]),
-        text(&view["name"]),
-        text(&view["status"])
-    );
+    let mut header = format!("Pipeline {} ({}): {}", text(&view["id"]), text(&view["name"]), text(&view["status"]));
     if let Some(ms) = view["uptime_ms"].as_u64() {
         header.push_str(&format!(", up {:.1} s", ms as f64 / 1000.0));
     }
@@ -213,9 +214,7 @@ pub fn pipeline_view(view: &Value) -> (String, Table) {
         header.push_str(&format!("Last error: {}\n", text(&error["message"])));
     }
     header.push_str("Operators:");
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
     let rows = view["operators"]
         .as_array()
         .map(|operators| {

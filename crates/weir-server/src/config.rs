@@ -20,6 +20,8 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// If set, filesystem tables may only use paths under these directories.
     pub filesystem_dirs: Option<Vec<PathBuf>>,
+    /// Serve a non-loopback address without a token (refused otherwise).
+    pub allow_unauthenticated: bool,
 }
 
 impl Default for ServerConfig {
@@ -30,6 +32,7 @@ impl Default for ServerConfig {
             token: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             filesystem_dirs: None,
+            allow_unauthenticated: false,
         }
     }
 }
@@ -43,6 +46,7 @@ pub struct FileConfig {
     pub token: Option<String>,
     pub max_body_bytes: Option<usize>,
     pub filesystem_dirs: Option<Vec<PathBuf>>,
+    pub allow_unauthenticated: Option<bool>,
 }
 
 impl FileConfig {
@@ -63,6 +67,41 @@ impl ServerConfig {
             token: overrides.token.or(file.token).filter(|t| !t.is_empty()),
             max_body_bytes: overrides.max_body_bytes.or(file.max_body_bytes).unwrap_or(defaults.max_body_bytes),
             filesystem_dirs: overrides.filesystem_dirs.or(file.filesystem_dirs),
+            allow_unauthenticated: overrides.allow_unauthenticated.or(file.allow_unauthenticated).unwrap_or(false),
         }
+    }
+
+    /// Refuses to serve the API to the network without a token: anyone who reached it could
+    /// run SQL that reads and writes files and connects to any Kafka address the server can
+    /// reach. Loopback addresses are the user's own machine.
+    pub fn check(&self) -> Result<(), String> {
+        if self.listen.ip().is_loopback() || self.token.is_some() || self.allow_unauthenticated {
+            return Ok(());
+        }
+        Err(format!(
+            "refusing to serve {} without a token: anyone who can reach it could run any SQL. Set one with --token or WEIR_TOKEN (clients then give it too), or say --allow-unauthenticated if that is what you want",
+            self.listen
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_network_gets_the_api_only_with_a_token_or_when_asked() {
+        let on = |listen: &str, token: Option<&str>, allow: bool| ServerConfig {
+            listen: listen.parse().unwrap_or_else(|e| panic!("{listen}: {e}")),
+            token: token.map(str::to_string),
+            allow_unauthenticated: allow,
+            ..ServerConfig::default()
+        };
+        assert!(on("127.0.0.1:8080", None, false).check().is_ok());
+        assert!(on("[::1]:8080", None, false).check().is_ok());
+        let refused = on("0.0.0.0:8080", None, false).check().unwrap_err();
+        assert!(refused.contains("--token") && refused.contains("--allow-unauthenticated"), "{refused}");
+        assert!(on("0.0.0.0:8080", Some("t"), false).check().is_ok());
+        assert!(on("0.0.0.0:8080", None, true).check().is_ok());
     }
 }

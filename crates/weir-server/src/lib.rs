@@ -19,6 +19,10 @@ pub use config::ServerConfig;
 /// Opens the data directory (resuming what was running), binds, and serves until the process
 /// ends. Calls `on_bound` with the bound address (useful with port 0).
 pub async fn serve(config: ServerConfig, on_bound: impl FnOnce(std::net::SocketAddr)) -> std::io::Result<()> {
+    config.check().map_err(std::io::Error::other)?;
+    if config.token.is_none() && !config.listen.ip().is_loopback() {
+        tracing::warn!(listen = %config.listen, "serving the API to the network without a token (--allow-unauthenticated)");
+    }
     let manager = manager::Manager::open(config.clone()).await.map_err(|e| std::io::Error::other(e.body.message))?;
     let listener = TcpListener::bind(config.listen).await?;
     let bound = listener.local_addr()?;

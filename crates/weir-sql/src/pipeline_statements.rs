@@ -24,9 +24,12 @@ pub enum PipelineCommand {
     Drop { pipeline: i64 },
 }
 
-/// The tokens of `tokens` that sqlparser is to parse, and the pipeline commands taken out, each
-/// with the number of ordinary statements written before it (so its output takes its place).
-pub fn take_commands(tokens: Vec<TokenWithSpan>) -> Result<(Vec<TokenWithSpan>, Vec<(usize, PipelineCommand)>)> {
+/// A pipeline command with the number of ordinary statements written before it (so that its
+/// output takes its place among theirs).
+pub type PlacedCommand = (usize, PipelineCommand);
+
+/// The tokens of `tokens` that sqlparser is to parse, and the pipeline commands taken out.
+pub fn take_commands(tokens: Vec<TokenWithSpan>) -> Result<(Vec<TokenWithSpan>, Vec<PlacedCommand>)> {
     let mut kept = Vec::with_capacity(tokens.len());
     let mut commands = Vec::new();
     let mut statements = 0;
@@ -63,10 +66,8 @@ struct Words<'a> {
 
 impl<'a> Words<'a> {
     fn new(group: &'a [TokenWithSpan]) -> Self {
-        let tokens: Vec<&TokenWithSpan> = group
-            .iter()
-            .filter(|t| !matches!(t.token, Token::Whitespace(_) | Token::SemiColon | Token::EOF))
-            .collect();
+        let tokens: Vec<&TokenWithSpan> =
+            group.iter().filter(|t| !matches!(t.token, Token::Whitespace(_) | Token::SemiColon | Token::EOF)).collect();
         let end = tokens.last().map_or(Location::new(1, 1), |t| t.span.end);
         Self { tokens, at: 0, end }
     }
@@ -180,7 +181,7 @@ mod tests {
 
     use super::*;
 
-    fn split(sql: &str) -> Result<(String, Vec<(usize, PipelineCommand)>)> {
+    fn split(sql: &str) -> Result<(String, Vec<PlacedCommand>)> {
         let tokens = Tokenizer::new(&GenericDialect {}, sql).tokenize_with_location().unwrap();
         let (kept, commands) = take_commands(tokens)?;
         Ok((kept.iter().map(|t| t.token.to_string()).collect(), commands))

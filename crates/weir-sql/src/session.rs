@@ -28,7 +28,7 @@ use crate::catalog::{Catalog, TableDef, ViewDef};
 use crate::error::{Error, Result, located};
 use crate::kafka_tables;
 use crate::options::{self, ConnectorOptions, parse_duration};
-use crate::pipeline_statements::{self, PipelineCommand};
+use crate::pipeline_statements::{self, PipelineCommand, PlacedCommand};
 use crate::plan_err;
 use crate::planner::{PlanOptions, Planned, SinkTarget, build_graph};
 use crate::time_clauses::{self, ClauseKind, TimeClause};
@@ -259,7 +259,7 @@ impl Session {
     async fn take_commands_before(
         &mut self,
         index: usize,
-        commands: &mut Vec<(usize, PipelineCommand)>,
+        commands: &mut Vec<PlacedCommand>,
         inserts: &mut Vec<Insert>,
         outputs: &mut Vec<Output>,
     ) -> Result<()> {
@@ -677,7 +677,11 @@ fn reading_of(table: &TableDef) -> String {
             format!("{name}: the nexmark generator, {events}{pace}, from its first event")
         }
         "filesystem" => {
-            format!("{name}: the {} files under '{}'", options.get("format").unwrap_or_default(), options.get("path").unwrap_or_default())
+            format!(
+                "{name}: the {} files under '{}'",
+                options.get("format").unwrap_or_default(),
+                options.get("path").unwrap_or_default()
+            )
         }
         other => format!("{name}: {other}"),
     }

@@ -2,6 +2,7 @@
 
 mod run;
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -37,7 +38,16 @@ enum Command {
         /// Directories filesystem tables may use (repeat, or comma-separated); any if none.
         #[arg(long, env = "WEIR_FILESYSTEM_DIRS", value_delimiter = ',')]
         filesystem_dir: Vec<PathBuf>,
-        /// A TOML file with any of: listen, data_dir, token, max_body_bytes, filesystem_dirs.
+        /// Serve a non-loopback address without a token (refused otherwise: anyone who can
+        /// reach it could run any SQL).
+        #[arg(long, env = "WEIR_ALLOW_UNAUTHENTICATED")]
+        allow_unauthenticated: bool,
+        /// Log lines as text (coloured on a terminal, unless NO_COLOR is set) or as JSON
+        /// objects, one per line, for log collectors.
+        #[arg(long, value_enum, default_value = "text", env = "WEIR_LOG_FORMAT")]
+        log_format: LogFormat,
+        /// A TOML file with any of: listen, data_dir, token, max_body_bytes, filesystem_dirs,
+        /// allow_unauthenticated.
         #[arg(long, env = "WEIR_CONFIG")]
         config: Option<PathBuf>,
     },
@@ -71,16 +81,47 @@ fn main() -> anyhow::Result<()> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(server_main(cli.command))
 }
 
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logs to standard error: JSON lines, or text coloured only where a person reads a terminal
+/// (and `NO_COLOR` is not set), so that piped logs carry no escape codes.
+fn init_logs(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => {
+            let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            logs.with_ansi(colour).init();
+        }
+    }
+}
+
 async fn server_main(command: Command) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
-        .with_writer(std::io::stderr)
-        .init();
+    let log_format = match &command {
+        Command::Serve { log_format, .. } => *log_format,
+        _ => LogFormat::Text,
+    };
+    init_logs(log_format);
     // With the `failpoints` feature, FAILPOINTS=name=action;... arms the named failpoints.
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
     match command {
-        Command::Serve { listen, data_dir, token, max_body_bytes, filesystem_dir, config } => {
+        Command::Serve {
+            listen,
+            data_dir,
+            token,
+            max_body_bytes,
+            filesystem_dir,
+            allow_unauthenticated,
+            log_format: _,
+            config,
+        } => {
             let file = match &config {
                 Some(path) => weir_server::config::FileConfig::read(path).map_err(anyhow::Error::msg)?,
                 None => weir_server::config::FileConfig::default(),
@@ -91,6 +132,7 @@ async fn server_main(command: Command) -> anyhow::Result<()> {
                 token,
                 max_body_bytes,
                 filesystem_dirs: (!filesystem_dir.is_empty()).then_some(filesystem_dir),
+                allow_unauthenticated: allow_unauthenticated.then_some(true),
             };
             let config = weir_server::ServerConfig::resolve(file, overrides);
             let listen = config.listen;

@@ -46,7 +46,10 @@ pub async fn run_file(path: &Path, options: &RunOptions) -> anyhow::Result<()> {
             Output::Done(message) => println!("{message}"),
             Output::Rows { columns, rows } => print_rows(&columns, &rows),
             Output::Command(_) => {
-                anyhow::bail!("in {}: statements about pipelines (SHOW PIPELINES, STOP PIPELINE, ...) need the service, `weir serve`", path.display())
+                anyhow::bail!(
+                    "in {}: statements about pipelines (SHOW PIPELINES, STOP PIPELINE, ...) need the service, `weir serve`",
+                    path.display()
+                )
             }
             Output::Pipeline(pipeline) => {
                 let number = running.len() + 1;
@@ -57,7 +60,12 @@ pub async fn run_file(path: &Path, options: &RunOptions) -> anyhow::Result<()> {
                 let store = StateStore::local(&dir)?;
                 let handle = weir_engine::start(pipeline.graph, pipeline.config, store, None)?;
                 println!("pipeline {number} started (checkpoints in {}): {}", dir.display(), pipeline.sql);
-                running.push(Running { number, sql: pipeline.sql, handle, preview: pipeline.preview.map(|p| p.buffer) });
+                running.push(Running {
+                    number,
+                    sql: pipeline.sql,
+                    handle,
+                    preview: pipeline.preview.map(|p| p.buffer),
+                });
             }
         }
     }

@@ -17,6 +17,9 @@ use super::generator::{NexmarkConfig, NexmarkGenerator};
 
 const POSITIONS: &str = "positions";
 
+/// The longest a paced source waits in one call (the engine wants it back within about 100 ms).
+const MAX_WAIT: Duration = Duration::from_millis(100);
+
 /// One subtask of the Nexmark source.
 pub struct NexmarkSource {
     generator: NexmarkGenerator,
@@ -77,20 +80,31 @@ impl Source for NexmarkSource {
             return Ok(SourceEvent::End);
         }
         let config = self.generator.config();
-        let (stride, batch_size) = (u64::from(config.splits.max(1)), config.batch_size.max(1));
+        let stride = u64::from(config.splits.max(1));
+        let mut batch_size = config.batch_size.max(1);
+        if !config.as_fast_as_possible {
+            // Pace to the rate: the next events are due once the events so far fit the rate.
+            // A wait longer than the engine allows a source is taken in parts (Idle between,
+            // so barriers pass), and batches hold at most a twentieth of a second's events, so a
+            // slow rate comes as a steady trickle rather than a burst per batch.
+            let (started, produced) = *self.started.get_or_insert((Instant::now(), 0));
+            let due = started + Duration::from_secs_f64(produced as f64 / self.rate.max(1e-9));
+            let wait = due.saturating_duration_since(Instant::now());
+            if wait > MAX_WAIT {
+                tokio::time::sleep(MAX_WAIT).await;
+                return Ok(SourceEvent::Idle);
+            }
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
+            batch_size = batch_size.min((self.rate / 20.0).ceil().max(1.0) as usize);
+        }
         let split = open[self.turn % open.len()];
         self.turn = self.turn.wrapping_add(1);
         let Some(next) = self.next.get_mut(&split) else { return Ok(SourceEvent::Idle) };
         let numbers: Vec<u64> = (0..batch_size as u64).map(|i| *next + i * stride).take_while(|n| *n < limit).collect();
         *next += numbers.len() as u64 * stride;
-        if !config.as_fast_as_possible {
-            // Pace to the rate: wait until this subtask's share of it allows these events.
-            let (started, produced) = *self.started.get_or_insert((Instant::now(), 0));
-            let due = started + Duration::from_secs_f64(produced as f64 / self.rate.max(1e-9));
-            let wait = due.saturating_duration_since(Instant::now()).min(Duration::from_millis(100));
-            if !wait.is_zero() {
-                tokio::time::sleep(wait).await;
-            }
+        if let Some((started, produced)) = self.started {
             self.started = Some((started, produced + numbers.len() as u64));
         }
         let batch = self.generator.batch(&numbers)?;
@@ -152,6 +166,29 @@ mod tests {
             }
         }
         seen
+    }
+
+    /// The measured rate is the configured one, within 5%, slow or fast, whatever the batch
+    /// size; and a source waiting for its next events hands control back (Idle) within 100 ms.
+    #[tokio::test]
+    async fn the_measured_rate_is_the_configured_rate() {
+        for rate in [100, 1_000, 100_000] {
+            let config = NexmarkConfig { rate, splits: 4, batch_size: 1000, ..NexmarkConfig::default() };
+            let mut source = NexmarkSource::new(config);
+            source.open(&info(0, 1), RestoredState::default()).await.unwrap();
+            let started = Instant::now();
+            let (mut events, mut longest) = (0u64, Duration::ZERO);
+            while started.elapsed() < Duration::from_secs(2) {
+                let call = Instant::now();
+                if let SourceEvent::Batch(batch) = source.next().await.unwrap() {
+                    events += batch.num_rows() as u64;
+                }
+                longest = longest.max(call.elapsed());
+            }
+            let measured = events as f64 / started.elapsed().as_secs_f64();
+            assert!((measured / rate as f64 - 1.0).abs() <= 0.05, "rate {rate}: measured {measured:.0} events/s");
+            assert!(longest <= Duration::from_millis(150), "rate {rate}: one call took {longest:?}");
+        }
     }
 
     #[tokio::test]

@@ -86,9 +86,9 @@ impl Manager {
             let live = running.get(&id);
             // Uptime and rates belong to a pipeline running now, not to one that has ended.
             let running_now = live.filter(|r| {
-                r.handle.as_ref().is_some_and(|h| {
-                    matches!(h.status().state, PipelineState::Running | PipelineState::Recovering)
-                })
+                r.handle
+                    .as_ref()
+                    .is_some_and(|h| matches!(h.status().state, PipelineState::Running | PipelineState::Recovering))
             });
             let uptime = running_now.map(|r| duration_text(r.started.elapsed().as_millis() as u64)).unwrap_or_default();
             let (rows_in, rows_out) = running_now
@@ -157,7 +157,16 @@ fn checkpoint_row(c: &Value, restored_from: Option<u64>) -> Vec<String> {
     let started = c["started_at_ms"].as_i64().map(clock_text).unwrap_or_default();
     let ms = |name: &str| format!("{} ms", c[name].as_u64().unwrap_or_default());
     let bytes = |name: &str| bytes_text(c[name].as_u64().unwrap_or_default());
-    vec![id, kind, status, started, ms("duration_ms"), bytes("state_bytes"), ms("alignment_ms"), bytes("inflight_bytes")]
+    vec![
+        id,
+        kind,
+        status,
+        started,
+        ms("duration_ms"),
+        bytes("state_bytes"),
+        ms("alignment_ms"),
+        bytes("inflight_bytes"),
+    ]
 }
 
 /// "2h 03m", "4m 05s", "12.3 s", "450 ms".

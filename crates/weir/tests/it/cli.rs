@@ -116,3 +116,45 @@ fn a_process_killed_after_a_manifest_resumes_from_that_checkpoint() {
     assert!(resumed.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&resumed.stderr));
     assert!(stdout.contains("resumed from checkpoint 2"), "{stdout}");
 }
+
+/// `weir serve` on a free port of `listen` with `extra` flags, stderr piped: the first log line
+/// it writes.
+fn first_log_line(listen: &str, extra: &[&str]) -> String {
+    let mut command = Command::new(WEIR);
+    let data = tempfile::tempdir().unwrap();
+    command.args(["serve", "--listen", listen, "--data-dir"]).arg(data.path()).args(extra);
+    command.env("RUST_LOG", "info").env_remove("NO_COLOR").env_remove("WEIR_TOKEN");
+    let mut server = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    server.kill().unwrap();
+    server.wait().unwrap();
+    line
+}
+
+#[test]
+fn logs_are_plain_when_piped_and_json_when_asked() {
+    let text = first_log_line("127.0.0.1:0", &[]);
+    assert!(text.contains("weir is listening") && !text.contains('\x1b'), "{text:?}");
+    let json: serde_json::Value =
+        serde_json::from_str(&first_log_line("127.0.0.1:0", &["--log-format", "json"])).unwrap();
+    assert_eq!(json["level"], "INFO", "{json}");
+    assert_eq!(json["fields"]["message"], "weir is listening", "{json}");
+}
+
+#[test]
+fn serve_refuses_the_network_without_a_token_unless_told() {
+    let data = tempfile::tempdir().unwrap();
+    let output = Command::new(WEIR)
+        .args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
+        .arg(data.path())
+        .env_remove("WEIR_TOKEN")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("without a token") && stderr.contains("--token"), "{stderr}");
+    // Told: it serves (on every interface, port chosen by the system; nothing connects), and warns.
+    let warned = first_log_line("0.0.0.0:0", &["--allow-unauthenticated"]);
+    assert!(warned.contains("WARN") && warned.contains("without a token"), "{warned}");
+}

@@ -12,14 +12,14 @@ use serde_json::{Value, json};
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 
 /// A `weir serve` process on a free port with its own data directory.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    address: String,
+    pub(crate) address: String,
     token: Option<String>,
 }
 
 impl Server {
-    fn start(data: &std::path::Path, extra: &[&str]) -> Self {
+    pub(crate) fn start(data: &std::path::Path, extra: &[&str]) -> Self {
         let mut command = Command::new(WEIR);
         command.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data).args(extra);
         command.env_remove("WEIR_TOKEN").env("RUST_LOG", "warn").stdout(Stdio::piped()).stderr(Stdio::null());
@@ -33,7 +33,7 @@ impl Server {
     }
 
     /// (status, body) of one request.
-    fn call(&self, method: &str, path: &str, body: Option<&[u8]>) -> (u16, String) {
+    pub(crate) fn call(&self, method: &str, path: &str, body: Option<&[u8]>) -> (u16, String) {
         let mut stream = TcpStream::connect(&self.address).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         let auth = self.token.as_ref().map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
@@ -59,21 +59,21 @@ impl Server {
         (status, body)
     }
 
-    fn json(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    pub(crate) fn json(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         let bytes = body.map(|b| b.to_string().into_bytes());
         let (status, text) = self.call(method, path, bytes.as_deref());
         (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
-    fn sql(&self, sql: &str) -> (u16, Value) {
+    pub(crate) fn sql(&self, sql: &str) -> (u16, Value) {
         self.json("POST", "/api/v1/statements", Some(json!({ "sql": sql })))
     }
 
-    fn status_of(&self, id: i64) -> String {
+    pub(crate) fn status_of(&self, id: i64) -> String {
         self.json("GET", &format!("/api/v1/pipelines/{id}"), None).1["status"].as_str().unwrap_or_default().to_string()
     }
 
-    fn wait_for_status(&self, id: i64, wanted: &str, within: Duration) {
+    pub(crate) fn wait_for_status(&self, id: i64, wanted: &str, within: Duration) {
         let started = Instant::now();
         while self.status_of(id) != wanted {
             assert!(
@@ -86,15 +86,22 @@ impl Server {
     }
 
     /// The first `n` data events of a pipeline's SSE output.
-    fn output_rows(&self, id: i64, n: usize) -> Vec<Value> {
+    pub(crate) fn output_rows(&self, id: i64, n: usize) -> Vec<Value> {
         let mut stream = TcpStream::connect(&self.address).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let auth = self.token.as_ref().map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
         write!(stream, "GET /api/v1/pipelines/{id}/output HTTP/1.1\r\nHost: x\r\n{auth}\r\n").unwrap();
         let mut rows = Vec::new();
+        // Named events (the schema first, skipped counts, the end) are not rows.
+        let mut named = false;
         for line in BufReader::new(stream).lines() {
             let line = line.unwrap();
-            if let Some(data) = line.strip_prefix("data: ")
+            if line.starts_with("event: ") {
+                named = true;
+            } else if line.is_empty() {
+                named = false;
+            } else if let Some(data) = line.strip_prefix("data: ")
+                && !named
                 && let Ok(row) = serde_json::from_str::<Value>(data)
                 && row.is_object()
             {
