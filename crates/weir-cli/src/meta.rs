@@ -235,6 +235,8 @@ pub fn pipeline_view(view: &Value) -> (String, Table) {
                         watermark.map_or(Value::Null, Value::from),
                         Value::String(lag),
                         o["bad_records"].clone(),
+                        o["late_records_dropped"].clone(),
+                        o["null_time_records"].clone(),
                         o["transactions_committed"].clone(),
                         o["transactions_aborted"].clone(),
                     ]
@@ -253,6 +255,8 @@ pub fn pipeline_view(view: &Value) -> (String, Table) {
         "watermark",
         "watermark lag",
         "bad records",
+        "late dropped",
+        "null time",
         "txns committed",
         "txns aborted",
     ];

@@ -26,6 +26,19 @@ pub struct OperatorMetrics {
     /// Transactions that writer aborted (lingering ones fenced in recovery, the open one at
     /// shutdown).
     pub transactions_aborted: AtomicU64,
+    /// Rows an event-time operator dropped because the watermark had passed where they belong
+    /// (a window already emitted), as Flink's `numLateRecordsDropped`.
+    pub late_records_dropped: AtomicU64,
+    /// Rows an event-time operator skipped because their event time was NULL.
+    pub null_time_records: AtomicU64,
+}
+
+impl OperatorMetrics {
+    /// Counts rows an event-time operator dropped: `late` ones and ones without a time.
+    pub fn dropped(&self, late: u64, null_time: u64) {
+        self.late_records_dropped.fetch_add(late, Ordering::Relaxed);
+        self.null_time_records.fetch_add(null_time, Ordering::Relaxed);
+    }
 }
 
 impl Default for OperatorMetrics {
@@ -39,6 +52,8 @@ impl Default for OperatorMetrics {
             bad_records: AtomicU64::new(0),
             transactions_committed: AtomicU64::new(0),
             transactions_aborted: AtomicU64::new(0),
+            late_records_dropped: AtomicU64::new(0),
+            null_time_records: AtomicU64::new(0),
         }
     }
 }
@@ -55,6 +70,8 @@ pub struct OperatorSample {
     pub bad_records: u64,
     pub transactions_committed: u64,
     pub transactions_aborted: u64,
+    pub late_records_dropped: u64,
+    pub null_time_records: u64,
 }
 
 /// A point-in-time copy of one channel's counters.
@@ -113,6 +130,8 @@ impl MetricsRegistry {
                     bad_records: m.bad_records.load(Ordering::Relaxed),
                     transactions_committed: m.transactions_committed.load(Ordering::Relaxed),
                     transactions_aborted: m.transactions_aborted.load(Ordering::Relaxed),
+                    late_records_dropped: m.late_records_dropped.load(Ordering::Relaxed),
+                    null_time_records: m.null_time_records.load(Ordering::Relaxed),
                 }
             })
             .collect()

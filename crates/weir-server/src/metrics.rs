@@ -52,6 +52,18 @@ pub fn prometheus_text(live: &[LivePipeline]) -> String {
         operators(|o| o.bad_records as f64),
     );
     family(
+        "weir_late_records_dropped_total",
+        "counter",
+        "Rows an event-time operator dropped because the watermark had passed their window.",
+        operators(|o| o.late_records_dropped as f64),
+    );
+    family(
+        "weir_null_time_records_total",
+        "counter",
+        "Rows an event-time operator skipped because their event time was NULL.",
+        operators(|o| o.null_time_records as f64),
+    );
+    family(
         "weir_transactions_committed_total",
         "counter",
         "Kafka transactions an operator subtask committed (a sink, or a source's dead-letter writer).",
@@ -168,6 +180,8 @@ mod tests {
                 bad_records: 0,
                 transactions_committed: 4,
                 transactions_aborted: 1,
+                late_records_dropped: 3,
+                null_time_records: 0,
             }],
             channels: vec![ChannelSample {
                 from: "kafka".into(),
@@ -184,6 +198,7 @@ mod tests {
         for line in [
             "weir_transactions_committed_total{pipeline=\"7\",operator=\"kafka_sink\",subtask=\"1\"} 4",
             "weir_transactions_aborted_total{pipeline=\"7\",operator=\"kafka_sink\",subtask=\"1\"} 1",
+            "weir_late_records_dropped_total{pipeline=\"7\",operator=\"kafka_sink\",subtask=\"1\"} 3",
             "weir_backpressure_seconds_total{pipeline=\"7\",operator=\"kafka_sink\",subtask=\"1\"} 1.5",
             "weir_channel_bytes_total{pipeline=\"7\",from=\"kafka\",from_subtask=\"0\",to=\"window\",to_subtask=\"1\"} 4096",
             "weir_restarts_total{pipeline=\"7\"} 0",

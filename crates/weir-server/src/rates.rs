@@ -79,6 +79,8 @@ mod tests {
             backpressure_ms,
             watermark: None,
             bad_records: 0,
+            late_records_dropped: 0,
+            null_time_records: 0,
             transactions_committed: 0,
             transactions_aborted: 0,
         }]

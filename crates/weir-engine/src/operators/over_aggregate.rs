@@ -30,6 +30,7 @@ use datafusion::logical_expr::Accumulator;
 use weir_state::KEY_HASH_COLUMN;
 
 use crate::error::{Error, Result};
+use crate::metrics::OperatorMetrics;
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
 use crate::operators::accumulators::{self, AggregateCall, Arguments};
 use crate::partition::key_hashes;
@@ -85,6 +86,8 @@ pub struct OverAggregate {
     partitions: HashMap<OwnedRow, Partition>,
     converter: Option<RowConverter>,
     watermark: i64,
+    /// The subtask's counters: late rows and rows without a time are counted there.
+    metrics: Arc<OperatorMetrics>,
 }
 
 impl Clone for OverAggregate {
@@ -131,6 +134,7 @@ impl OverAggregate {
             partitions: HashMap::new(),
             converter: None,
             watermark: i64::MIN,
+            metrics: Arc::default(),
         }
     }
 
@@ -259,7 +263,8 @@ impl OverAggregate {
 
 #[async_trait]
 impl Operator for OverAggregate {
-    async fn open(&mut self, _info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
+    async fn open(&mut self, info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
+        self.metrics = info.metrics.clone();
         for batch in restored.table(PENDING) {
             let rows = self.restored_rows(batch)?;
             self.pending.push(rows);
@@ -325,6 +330,9 @@ impl Operator for OverAggregate {
         let times = millis(batch.column(self.time_column))?;
         // Late rows (and rows without a time) cannot be placed in event-time order: dropped.
         let keep: BooleanArray = times.iter().map(|t| Some(t.is_some_and(|t| t > self.watermark))).collect();
+        let null_time = times.null_count() as u64;
+        let late = (times.len() as u64 - null_time).saturating_sub(keep.true_count() as u64);
+        self.metrics.dropped(late, null_time);
         let rows = RecordBatch::try_new(self.input.clone(), batch.columns().to_vec())?;
         let kept = filter_record_batch(&rows, &keep)?;
         if kept.num_rows() > 0 {

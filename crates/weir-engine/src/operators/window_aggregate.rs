@@ -22,6 +22,7 @@ use datafusion::logical_expr::Accumulator;
 use weir_state::KEY_HASH_COLUMN;
 
 use crate::error::{Error, Result};
+use crate::metrics::OperatorMetrics;
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
 use crate::operators::accumulators::{self, AggregateCall};
 use crate::partition::key_hashes;
@@ -74,6 +75,8 @@ pub struct WindowAggregate {
     /// Session windows by key, in start order, disjoint.
     sessions: HashMap<Vec<ScalarValue>, Vec<SessionWindow>>,
     watermark: i64,
+    /// The subtask's counters: late rows and rows without a time are counted there.
+    metrics: Arc<OperatorMetrics>,
 }
 
 impl Clone for WindowAggregate {
@@ -136,6 +139,7 @@ impl WindowAggregate {
             windows: BTreeMap::new(),
             sessions: HashMap::new(),
             watermark: i64::MIN,
+            metrics: Arc::default(),
         }
     }
 
@@ -235,7 +239,8 @@ impl WindowAggregate {
 
 #[async_trait]
 impl Operator for WindowAggregate {
-    async fn open(&mut self, _info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
+    async fn open(&mut self, info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
+        self.metrics = info.metrics.clone();
         let keys = self.group_columns.len() - 1;
         for batch in restored.table(WINDOWS) {
             let (starts, ends) = (millis_of(batch, START)?, millis_of(batch, END)?);
@@ -281,6 +286,7 @@ impl Operator for WindowAggregate {
         let arguments = accumulators::arguments(&self.aggregates, &batch)?;
         // The rows of each key, in time order for sessions; rows of closed windows are late.
         let mut rows_of: HashMap<Vec<ScalarValue>, Vec<u32>> = HashMap::new();
+        let (mut late, null_time) = (0u64, times.null_count() as u64);
         for row in 0..batch.num_rows() {
             if times.is_null(row) {
                 continue;
@@ -294,7 +300,9 @@ impl Operator for WindowAggregate {
         for (key, mut rows) in rows_of {
             if let WindowKind::Session { gap_ms } = self.kind {
                 rows.sort_by_key(|&r| times.value(r as usize));
+                let before = rows.len();
                 rows.retain(|&r| times.value(r as usize) + gap_ms > self.watermark);
+                late += (before - rows.len()) as u64;
                 // Runs of rows less than a gap apart, each a session merged into the open ones.
                 let mut run: Vec<u32> = Vec::new();
                 for (i, &row) in rows.iter().enumerate() {
@@ -313,11 +321,14 @@ impl Operator for WindowAggregate {
             }
             let mut rows_of_window: BTreeMap<(i64, i64), Vec<u32>> = BTreeMap::new();
             for &row in &rows {
+                let mut placed = false;
                 for (start, end) in self.windows_of(times.value(row as usize)) {
                     if end > self.watermark {
                         rows_of_window.entry((end, start)).or_default().push(row);
+                        placed = true;
                     }
                 }
+                late += u64::from(!placed);
             }
             for (window, rows) in rows_of_window {
                 let fresh = match self.windows.get(&window).is_some_and(|g| g.contains_key(&key)) {
@@ -329,6 +340,7 @@ impl Operator for WindowAggregate {
                 accumulators::feed(accumulators, &arguments, &rows, false)?;
             }
         }
+        self.metrics.dropped(late, null_time);
         Ok(())
     }
 
@@ -422,5 +434,61 @@ impl WindowAggregate {
             arrays.push(array);
         }
         Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::TimestampMillisecondArray;
+    use datafusion::functions_aggregate::count::count_udaf;
+    use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+    use datafusion::physical_expr::expressions::col;
+
+    use super::*;
+    use crate::SubtaskInfo;
+
+    fn rows(times: &[Option<i64>]) -> RecordBatch {
+        let schema = Schema::new(vec![Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true)]);
+        RecordBatch::try_new(Arc::new(schema), vec![Arc::new(TimestampMillisecondArray::from(times.to_vec()))]).unwrap()
+    }
+
+    fn count_per_window(kind: WindowKind) -> WindowAggregate {
+        let schema = rows(&[]).schema();
+        let count = AggregateExprBuilder::new(count_udaf(), vec![col("ts", &schema).unwrap()])
+            .schema(schema.clone())
+            .alias("n")
+            .build()
+            .unwrap();
+        let output = Schema::new(vec![
+            Field::new(START, DataType::Timestamp(TimeUnit::Millisecond, None), false),
+            Field::new("n", DataType::Int64, true),
+        ]);
+        let count = AggregateCall { function: Arc::new(count), filter: None };
+        WindowAggregate::new(kind, vec!["ts".into()], Vec::new(), vec![count], Vec::new(), Arc::new(output))
+    }
+
+    /// Rows whose every window the watermark has passed are counted as late and dropped, rows
+    /// without a time as such; rows of open windows are neither.
+    #[tokio::test]
+    async fn late_rows_and_rows_without_a_time_are_counted() {
+        let kinds = [
+            WindowKind::Tumbling { size_ms: 10 },
+            WindowKind::Hopping { slide_ms: 5, size_ms: 10 },
+            WindowKind::Session { gap_ms: 10 },
+        ];
+        for kind in kinds {
+            let info = SubtaskInfo::new("window", 0, 1);
+            let mut window = count_per_window(kind);
+            window.open(&info, RestoredState::default()).await.unwrap();
+            let mut out = Collector::default();
+            window.process_batch(0, rows(&[Some(120), Some(200)]), &mut out).await.unwrap();
+            window.process_watermark(105, &mut out).await.unwrap();
+            // 50 (every window of it ends by 60, or 65 for a hop from 55) is late; 100 is still
+            // in an open window (it ends at 110); one row has no time.
+            window.process_batch(0, rows(&[Some(50), None, Some(100), Some(51)]), &mut out).await.unwrap();
+            let late = info.metrics.late_records_dropped.load(std::sync::atomic::Ordering::Relaxed);
+            let null_time = info.metrics.null_time_records.load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!((late, null_time), (2, 1), "{kind:?}");
+        }
     }
 }

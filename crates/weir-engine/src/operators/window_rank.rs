@@ -17,6 +17,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use weir_state::KEY_HASH_COLUMN;
 
 use crate::error::{Error, Result};
+use crate::metrics::OperatorMetrics;
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
 use crate::operators::numbering::Numbering;
 use crate::partition::key_hashes;
@@ -41,6 +42,8 @@ pub struct WindowRank {
     output: SchemaRef,
     buffered: BTreeMap<i64, Vec<RecordBatch>>,
     watermark: i64,
+    /// The subtask's counters: late rows and rows without a window are counted there.
+    metrics: Arc<OperatorMetrics>,
 }
 
 impl WindowRank {
@@ -63,6 +66,7 @@ impl WindowRank {
             output,
             buffered: BTreeMap::new(),
             watermark: i64::MIN,
+            metrics: Arc::default(),
         }
     }
 
@@ -75,11 +79,15 @@ impl WindowRank {
             .downcast_ref::<Int64Array>()
             .ok_or_else(|| Error::Graph("window starts did not cast to milliseconds".into()))?;
         let mut rows_of: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+        let mut late = 0u64;
         for row in 0..batch.num_rows() {
             if starts.is_valid(row) && starts.value(row) + self.size_ms > self.watermark {
                 rows_of.entry(starts.value(row) + self.size_ms).or_default().push(row as u32);
+            } else if starts.is_valid(row) {
+                late += 1;
             }
         }
+        self.metrics.dropped(late, starts.null_count() as u64);
         for (end, rows) in rows_of {
             let indices = UInt32Array::from(rows);
             let columns =
@@ -148,7 +156,8 @@ impl WindowRank {
 
 #[async_trait]
 impl Operator for WindowRank {
-    async fn open(&mut self, _info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
+    async fn open(&mut self, info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
+        self.metrics = info.metrics.clone();
         for batch in restored.table(ROWS) {
             let rows = RecordBatch::try_new(self.input.clone(), batch.columns()[1..].to_vec())?;
             self.buffer(&rows)?;
