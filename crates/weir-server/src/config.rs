@@ -18,7 +18,8 @@ pub struct ServerConfig {
     /// If set, every API route needs `Authorization: Bearer <token>` (health checks do not).
     pub token: Option<String>,
     pub max_body_bytes: usize,
-    /// If set, filesystem tables may only use paths under these directories.
+    /// Directories filesystem tables may use besides `<data dir>/files` (where relative paths
+    /// go); none else if unset.
     pub filesystem_dirs: Option<Vec<PathBuf>>,
     /// Serve a non-loopback address without a token (refused otherwise).
     pub allow_unauthenticated: bool,
@@ -69,6 +70,11 @@ impl ServerConfig {
             filesystem_dirs: overrides.filesystem_dirs.or(file.filesystem_dirs),
             allow_unauthenticated: overrides.allow_unauthenticated.or(file.allow_unauthenticated).unwrap_or(false),
         }
+    }
+
+    /// Where filesystem tables' relative paths go, and the one directory they may always use.
+    pub fn files_dir(&self) -> PathBuf {
+        self.data_dir.join("files")
     }
 
     /// Refuses to serve the API to the network without a token: anyone who reached it could

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use weir_engine::{PipelineHandle, PipelineState, PipelineStatus};
-use weir_sql::{Output, PlannedPipeline, Preview, Session};
+use weir_sql::{FileRoots, Output, PlannedPipeline, Preview, Session};
 use weir_state::StateStore;
 
 mod commands;
@@ -99,8 +99,10 @@ impl Manager {
     pub async fn open(config: ServerConfig) -> ApiResult<Arc<Self>> {
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| ApiError::internal(format!("data directory {}: {e}", config.data_dir.display())))?;
+        let files = config.files_dir();
+        std::fs::create_dir_all(&files).map_err(|e| ApiError::internal(format!("{}: {e}", files.display())))?;
         let store = Store::open(&config.data_dir.join("weir.sqlite"))?;
-        let mut session = Session::new();
+        let mut session = new_session(&config)?;
         for sql in store.catalog().await? {
             session
                 .execute(&sql)
@@ -133,7 +135,6 @@ impl Manager {
     /// pipelines.
     pub async fn statements(self: &Arc<Self>, sql: &str) -> ApiResult<Vec<StatementResult>> {
         let mut session = self.session.lock().await;
-        self.check_paths(sql)?;
         // Pipelines of this request get names no earlier or later request can have.
         let request = uuid::Uuid::new_v4().simple().to_string();
         let user_name = session.options.get("pipeline.name").cloned();
@@ -162,31 +163,6 @@ impl Manager {
             });
         }
         Ok(results)
-    }
-
-    /// Filesystem tables must stay inside the configured directories.
-    fn check_paths(&self, sql: &str) -> ApiResult<()> {
-        if !sql.to_ascii_lowercase().contains("filesystem") {
-            return Ok(());
-        }
-        let Some(allowed) = &self.config.filesystem_dirs else { return Ok(()) };
-        // The path option's value: every quoted string after `path`.
-        let lower = sql.to_ascii_lowercase();
-        for (at, _) in lower.match_indices("path") {
-            let rest = &sql[at..];
-            let Some(start) = rest.find('\'') else { continue };
-            let Some(len) = rest[start + 1..].find('\'') else { continue };
-            let path = PathBuf::from(&rest[start + 1..start + 1 + len]);
-            let normal = path.components().all(|c| !matches!(c, std::path::Component::ParentDir));
-            if !normal || !allowed.iter().any(|dir| path.starts_with(dir)) {
-                return Err(ApiError::bad_request(format!(
-                    "path '{}' is outside the directories filesystem tables may use ({})",
-                    path.display(),
-                    allowed.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
-                )));
-            }
-        }
-        Ok(())
     }
 
     async fn create(self: &Arc<Self>, planned: PlannedPipeline, options: &str) -> ApiResult<(i64, String, bool)> {
@@ -395,7 +371,7 @@ impl Manager {
             return Err(ApiError::conflict(format!("pipeline {id} is running already")));
         }
         // Planned as it was: the catalog as persisted, the options it was created with, its name.
-        let mut session = Session::new();
+        let mut session = new_session(&self.config)?;
         for sql in self.store.catalog().await? {
             session.execute(&sql).await.map_err(ApiError::from)?;
         }
@@ -502,6 +478,17 @@ impl Manager {
             })
             .collect()
     }
+}
+
+/// A session of the service: its filesystem tables confined to the data directory's `files`
+/// (where relative paths go) and the directories the configuration lists.
+fn new_session(config: &ServerConfig) -> ApiResult<Session> {
+    let files = config.filesystem_dirs.as_deref().unwrap_or_default();
+    let roots = FileRoots::new(&config.files_dir(), files)
+        .map_err(|e| ApiError::internal(format!("the filesystem directories: {e}")))?;
+    let mut session = Session::new();
+    session.files = Some(roots);
+    Ok(session)
 }
 
 /// The names of `graph`'s sources (no inputs) and sinks (no outputs).

@@ -25,4 +25,4 @@ pub mod window_table_functions;
 
 pub use error::{Error, Result};
 pub use pipeline_statements::PipelineCommand;
-pub use session::{Output, PlannedPipeline, Preview, Session};
+pub use session::{FileRoots, Output, PlannedPipeline, Preview, Session};

@@ -2,6 +2,7 @@
 //! to the next pipeline.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,6 +60,45 @@ pub struct PlannedPipeline {
     pub config: PipelineConfig,
     /// For a bare SELECT: where its rows appear, and what a reader is told before them.
     pub preview: Option<Preview>,
+}
+
+/// The directories filesystem tables may use: a root that relative paths are taken under, and
+/// the others listed. Paths are compared as written, made absolute (no `..`); links are not
+/// followed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRoots {
+    pub root: PathBuf,
+    pub allowed: Vec<PathBuf>,
+}
+
+impl FileRoots {
+    /// `root` and `allowed`, made absolute.
+    pub fn new(root: &Path, allowed: &[PathBuf]) -> std::io::Result<Self> {
+        let allowed = allowed.iter().map(std::path::absolute).collect::<std::io::Result<_>>()?;
+        Ok(Self { root: std::path::absolute(root)?, allowed })
+    }
+
+    /// `path` (relative ones under the root), if it is inside the root or an allowed directory.
+    pub fn confine(&self, path: &str) -> Result<String, String> {
+        let given = Path::new(path);
+        if given.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+            return Err(format!("path '{path}' goes up with '..': name a directory inside {}", self.roots()));
+        }
+        let resolved = if given.is_absolute() { given.to_path_buf() } else { self.root.join(given) };
+        if resolved.starts_with(&self.root) || self.allowed.iter().any(|dir| resolved.starts_with(dir)) {
+            return Ok(resolved.display().to_string());
+        }
+        Err(format!(
+            "path '{path}' is outside the directories filesystem tables may use ({}); a relative path is taken under {}",
+            self.roots(),
+            self.root.display()
+        ))
+    }
+
+    fn roots(&self) -> String {
+        let all = std::iter::once(&self.root).chain(&self.allowed);
+        all.map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+    }
 }
 
 /// A bare SELECT's output: the buffer its rows go to, and what a reader needs before the first
@@ -125,6 +165,8 @@ pub struct Session {
     pub catalog_log: Vec<String>,
     /// A name every pipeline planned now takes instead (see [`Session::execute_named`]).
     fixed_name: Option<String>,
+    /// Where filesystem tables may read and write (a service's confinement); anywhere if none.
+    pub files: Option<FileRoots>,
     context: SessionContext,
 }
 
@@ -213,6 +255,7 @@ impl Session {
             pipelines: 0,
             catalog_log: Vec::new(),
             fixed_name: None,
+            files: None,
             context,
         }
     }
@@ -408,8 +451,13 @@ impl Session {
             options.insert("partition.fields".into(), names.join(","));
             create.hive_distribution = HiveDistributionStyle::NONE;
         }
-        let connector =
+        let mut connector =
             options::validate(options).map_err(|message| Error::Options { table: name.clone(), message })?;
+        if let (Some(files), Some(path)) = (&self.files, connector.values.get_mut("path"))
+            && connector.connector == "filesystem"
+        {
+            *path = files.confine(path).map_err(|message| Error::Options { table: name.clone(), message })?;
+        }
         let schema = if connector.connector == "nexmark" {
             if !create.columns.is_empty() {
                 plan_err!("table '{name}': the nexmark connector has a fixed schema; leave out the column list");
@@ -806,6 +854,24 @@ mod tests {
         assert_eq!(again.catalog.tables["docs"].connector.get("partition.fields"), Some("dt"));
         again.execute(&pipeline.sql).await.unwrap_or_else(|e| panic!("{}: {e}", pipeline.sql));
         again.execute("SELECT * FROM per_second").await.unwrap();
+    }
+
+    /// A confined session takes relative paths under its root and refuses paths elsewhere.
+    #[tokio::test]
+    async fn filesystem_tables_stay_inside_the_allowed_directories() {
+        let mut session = Session::new();
+        let files = FileRoots::new(Path::new("/srv/weir/files"), &[PathBuf::from("/data/in")]).unwrap();
+        session.files = Some(files);
+        let table = |name: &str, path: &str| {
+            format!("CREATE TABLE {name} (a BIGINT) WITH (connector = 'filesystem', path = '{path}', format = 'json')")
+        };
+        run(&mut session, &(table("here", "out/a") + ";" + &table("listed", "/data/in/x"))).await;
+        assert_eq!(session.catalog.tables["here"].connector.get("path"), Some("/srv/weir/files/out/a"));
+        assert_eq!(session.catalog.tables["listed"].connector.get("path"), Some("/data/in/x"));
+        let refused = error(&mut session, &table("etc", "/etc")).await;
+        assert!(refused.contains("'/etc' is outside") && refused.contains("/srv/weir/files, /data/in"), "{refused}");
+        let up = error(&mut session, &table("up", "out/../../x")).await;
+        assert!(up.contains("'..'"), "{up}");
     }
 
     /// Pipeline statements come back in their place among the others; a bare SELECT's preview

@@ -35,7 +35,8 @@ enum Command {
         /// Largest request body in bytes [default: 1048576].
         #[arg(long, env = "WEIR_MAX_BODY_BYTES")]
         max_body_bytes: Option<usize>,
-        /// Directories filesystem tables may use (repeat, or comma-separated); any if none.
+        /// Directories filesystem tables may use besides <data dir>/files, where relative paths
+        /// go (repeat, or comma-separated).
         #[arg(long, env = "WEIR_FILESYSTEM_DIRS", value_delimiter = ',')]
         filesystem_dir: Vec<PathBuf>,
         /// Serve a non-loopback address without a token (refused otherwise: anyone who can

@@ -257,22 +257,28 @@ fn errors_are_json_4xx_with_a_stable_code() {
     let big = json!({ "sql": "x".repeat(5000) }).to_string();
     let (status, text) = server.call("POST", "/api/v1/statements", Some(big.as_bytes()));
     assert_eq!(status, 413, "{text}");
-    expect(
-        server.sql("CREATE TABLE f (a BIGINT) WITH (connector = 'filesystem', path = '/etc', format = 'json')"),
-        400,
-        "bad_request",
-    );
+    // Filesystem tables: inside <data dir>/files (relative paths go there) or a listed directory.
+    let (status, refused) =
+        server.sql("CREATE TABLE f (a BIGINT) WITH (connector = 'filesystem', path = '/etc', format = 'json')");
+    assert_eq!((status, refused["code"].as_str()), (400, Some("sql_invalid")), "{refused}");
+    let files = data.path().join("files");
+    let message = refused["message"].as_str().unwrap();
+    assert!(message.contains(&files.display().to_string()) && message.contains(dir), "names the roots: {message}");
     expect(
         server.sql(&format!(
             "CREATE TABLE f (a BIGINT) WITH (connector = 'filesystem', path = '{dir}/../x', format = 'json')"
         )),
         400,
-        "bad_request",
+        "sql_invalid",
     );
     let (status, body) = server.sql(&format!(
-        "CREATE TABLE f (a BIGINT) WITH (connector = 'filesystem', path = '{dir}/out', format = 'json')"
+        "CREATE TABLE f (a BIGINT) WITH (connector = 'filesystem', path = '{dir}/out', format = 'json');
+         CREATE TABLE g (a BIGINT) WITH (connector = 'filesystem', path = 'g', format = 'json')"
     ));
     assert_eq!(status, 200, "{body}");
+    let (_, tables) = server.json("GET", "/api/v1/tables", None);
+    let g = tables.as_array().unwrap().iter().find(|t| t["name"] == "g").unwrap();
+    assert_eq!(g["options"]["path"], files.join("g").display().to_string(), "{g}");
 
     // A running pipeline cannot be resumed; a stopped one cannot be stopped.
     let (_, created) = server.sql(&format!("{NEXMARK} SELECT bid.price FROM nexmark WHERE event_type = 2"));
@@ -439,12 +445,12 @@ fn a_killed_server_resumes_its_kafka_pipeline_exactly_once() {
 #[test]
 fn a_failing_pipeline_does_not_disturb_another() {
     let data = tempfile::tempdir().unwrap();
-    let input = tempfile::tempdir().unwrap();
-    std::fs::write(input.path().join("broken.json"), "this is not JSON\n").unwrap();
+    let input = data.path().join("files").join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    std::fs::write(input.join("broken.json"), "this is not JSON\n").unwrap();
     let server = Server::start(data.path(), &[]);
     let (status, body) = server.sql(&format!(
-        "{NEXMARK} CREATE TABLE broken (a BIGINT) WITH (connector = 'filesystem', path = '{}', format = 'json');",
-        input.path().display()
+        "{NEXMARK} CREATE TABLE broken (a BIGINT) WITH (connector = 'filesystem', path = 'in', format = 'json');"
     ));
     assert_eq!(status, 200, "{body}");
     let (_, bad) = server.sql("SELECT a FROM broken");
