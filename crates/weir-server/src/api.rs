@@ -44,6 +44,7 @@ pub struct StatementsRequest {
 #[serde(deny_unknown_fields)]
 pub struct ResumeRequest {
     /// Run at this parallelism instead (state is re-split by key).
+    #[schema(minimum = 1, maximum = 256)]
     pub parallelism: Option<usize>,
     /// Resume from this kept checkpoint rather than the latest.
     pub checkpoint: Option<u64>,
@@ -156,12 +157,14 @@ async fn list_pipelines(State(state): State<AppState>) -> ApiResult<Json<Vec<Pip
 }
 
 #[utoipa::path(get, path = "/api/v1/pipelines/{id}",
+    params(("id" = i64, Path, description = "the pipeline's id")),
     responses((status = 200, body = PipelineView), (status = 404, body = ErrorBody)))]
 async fn get_pipeline(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<PipelineView>> {
     Ok(Json(state.manager.get(pipeline_id(&id)?).await?))
 }
 
 #[utoipa::path(post, path = "/api/v1/pipelines/{id}/stop",
+    params(("id" = i64, Path, description = "the pipeline's id")),
     responses((status = 202, description = "stopping with a savepoint"), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn stop_pipeline(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<StatusCode> {
     state.manager.stop(pipeline_id(&id)?, false).await?;
@@ -169,13 +172,15 @@ async fn stop_pipeline(State(state): State<AppState>, Path(id): Path<String>) ->
 }
 
 #[utoipa::path(post, path = "/api/v1/pipelines/{id}/stop-now",
+    params(("id" = i64, Path, description = "the pipeline's id")),
     responses((status = 204, description = "stopped, no savepoint"), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn stop_pipeline_now(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<StatusCode> {
     state.manager.stop(pipeline_id(&id)?, true).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(post, path = "/api/v1/pipelines/{id}/resume", request_body = ResumeRequest,
+#[utoipa::path(post, path = "/api/v1/pipelines/{id}/resume",
+    params(("id" = i64, Path, description = "the pipeline's id")), request_body = ResumeRequest,
     responses((status = 204, description = "running again"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn resume_pipeline(
     State(state): State<AppState>,
@@ -195,6 +200,7 @@ async fn resume_pipeline(
 }
 
 #[utoipa::path(delete, path = "/api/v1/pipelines/{id}",
+    params(("id" = i64, Path, description = "the pipeline's id")),
     responses((status = 204, description = "deleted with its checkpoints"), (status = 404, body = ErrorBody)))]
 async fn delete_pipeline(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<StatusCode> {
     state.manager.delete(pipeline_id(&id)?).await?;
@@ -202,6 +208,7 @@ async fn delete_pipeline(State(state): State<AppState>, Path(id): Path<String>) 
 }
 
 #[utoipa::path(get, path = "/api/v1/pipelines/{id}/checkpoints",
+    params(("id" = i64, Path, description = "the pipeline's id")),
     responses((status = 200, description = "checkpoints: id, kind, status, start, duration, alignment, state and in-flight bytes"), (status = 404, body = ErrorBody)))]
 async fn checkpoints(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
     let list = state.manager.checkpoints(pipeline_id(&id)?).await?;
@@ -218,6 +225,7 @@ async fn checkpoints(State(state): State<AppState>, Path(id): Path<String>) -> A
 }
 
 #[utoipa::path(get, path = "/api/v1/pipelines/{id}/checkpoints/{checkpoint}",
+    params(("id" = i64, Path, description = "the pipeline's id"), ("checkpoint" = u64, Path, description = "the checkpoint's id")),
     responses((status = 200, description = "one checkpoint with its per-task breakdown"), (status = 404, body = ErrorBody)))]
 async fn checkpoint(
     State(state): State<AppState>,
@@ -230,6 +238,7 @@ async fn checkpoint(
 }
 
 #[utoipa::path(get, path = "/api/v1/pipelines/{id}/output",
+    params(("id" = i64, Path, description = "the pipeline's id")),
     responses((status = 200, description = "Server-Sent Events: first a `schema` event (columns with their types, whether rows are changes, where each source starts reading), then one JSON object per row (with `_change` for updating results; `skipped` events count rows dropped before they were read), and an `end` event with the pipeline's final status once it has ended and every row was sent"), (status = 404, body = ErrorBody)))]
 async fn output(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
     let id = pipeline_id(&id)?;

@@ -72,7 +72,7 @@ pub struct PipelineView {
     /// Per operator subtask: records in and out and their rates over the last seconds,
     /// back-pressure (total and ratio), watermark, bad records, transactions committed and
     /// aborted.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Vec<Object>)]
     pub operators: Vec<OperatorView>,
     pub errors: Vec<ErrorView>,
     pub transitions: Vec<crate::store::Transition>,

@@ -193,6 +193,26 @@ fn every_route_works_over_http() {
     for path in ["/api/v1/statements", "/api/v1/pipelines/{id}/resume", "/api/v1/pipelines/{id}/output"] {
         assert!(openapi["paths"].get(path).is_some(), "{path} missing from the OpenAPI document");
     }
+    // Every operation declares its path parameters, so generated clients can call it.
+    for (path, item) in openapi["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            for name in ["id", "checkpoint"].into_iter().filter(|n| path.contains(&format!("{{{n}}}"))) {
+                let declared = operation["parameters"]
+                    .as_array()
+                    .is_some_and(|p| p.iter().any(|p| p["name"] == name && p["in"] == "path"));
+                assert!(declared, "{method} {path} does not declare its path parameter '{name}'");
+            }
+        }
+    }
+    // The view's own fields follow the record's (flattened): allOf [record, fields].
+    let operators = &openapi["components"]["schemas"]["PipelineView"]["allOf"][1]["properties"]["operators"];
+    assert_eq!(operators["type"], "array", "{operators}");
+    let parallelism = &openapi["components"]["schemas"]["ResumeRequest"]["properties"]["parallelism"];
+    assert_eq!(
+        (parallelism["minimum"].as_u64(), parallelism["maximum"].as_u64()),
+        (Some(1), Some(256)),
+        "{parallelism}"
+    );
 
     // Stop with a savepoint, resume at another parallelism, stop now, delete.
     assert_eq!(server.call("POST", &format!("/api/v1/pipelines/{id}/stop"), None).0, 202);
