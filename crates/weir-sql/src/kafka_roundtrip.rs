@@ -293,6 +293,10 @@ async fn kafka_mistakes_fail_at_planning_with_what_to_do() {
     )
     .await;
     assert!(e.contains("a window or interval join of an updating (changelog) input is not supported"), "{e}");
+    // A source topic the brokers do not have fails once, naming it, rather than a source
+    // that retries forever.
+    let e = error(&mut session, "INSERT INTO plain SELECT word, 1 FROM src".into()).await;
+    assert!(e.contains("table 'src': kafka topic 't-in' does not exist on 127.0.0.1:"), "{e}");
     session.execute("SET checkpoint.interval = 'off'").await.unwrap();
     let e = error(&mut session, "INSERT INTO plain SELECT word, 1 FROM src".into()).await;
     assert!(e.contains("checkpoint.interval is 'off'"), "{e}");

@@ -242,6 +242,33 @@ pub async fn check_against_brokers(checks: &[TransactionTimeout]) -> Result<()> 
     Ok(())
 }
 
+/// The topics a Kafka source table reads, to be checked against its brokers before the
+/// pipeline starts: a missing one would make the source retry forever.
+#[derive(Debug, Clone)]
+pub struct SourceTopics {
+    pub table: String,
+    pub connection: KafkaConnection,
+    pub topics: Vec<String>,
+}
+
+/// Fails naming the first source topic its brokers do not have.
+pub async fn check_source_topics(checks: &[SourceTopics]) -> Result<()> {
+    for check in checks {
+        let missing = match check.connection.missing_topics(&check.topics).await {
+            Ok(missing) => missing,
+            Err(message) => plan_err!("table '{}': cannot check its topics on the brokers: {message}", check.table),
+        };
+        if let Some(topic) = missing.first() {
+            plan_err!(
+                "table '{}': kafka topic '{topic}' does not exist on {}: create it, or correct the table's 'topic'",
+                check.table,
+                check.connection.bootstrap
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Whether reading `table` gives a changelog (Debezium change events) rather than appends.
 pub fn is_changelog_source(table: &TableDef) -> bool {
     table.connector.connector == "kafka" && table.connector.get("format") == Some("debezium_json")

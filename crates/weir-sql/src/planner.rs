@@ -40,7 +40,7 @@ use weir_engine::{Graph, NodeId, Partitioning, ProcessingTime};
 
 use crate::catalog::TableDef;
 use crate::error::{Error, Result};
-use crate::kafka_tables::{self, TransactionTimeout};
+use crate::kafka_tables::{self, SourceTopics, TransactionTimeout};
 use crate::plan_err;
 use crate::window_functions::{
     CUMULATE_ENDS, DESCRIPTOR, HOP, HOP_STARTS, SESSION, TUMBLE, interval_ms, window_list_fits, window_of_end,
@@ -173,6 +173,7 @@ struct Planner<'a> {
     sources: HashMap<String, NodeId>,
     used_names: HashMap<String, usize>,
     transaction_timeouts: Vec<TransactionTimeout>,
+    source_topics: Vec<SourceTopics>,
     /// Limits on ROW_NUMBER() set by a filter above its window node (by the node's address in
     /// the plan being planned): `WHERE rn <= N` makes a top-N.
     rank_limits: HashMap<usize, u64>,
@@ -187,6 +188,8 @@ pub struct Planned {
     pub updating: Vec<bool>,
     /// Kafka transaction timeouts to check against each broker's maximum.
     pub transaction_timeouts: Vec<TransactionTimeout>,
+    /// Kafka topics read, to check that the brokers have them.
+    pub source_topics: Vec<SourceTopics>,
 }
 
 /// `expr` without aliases.
@@ -489,6 +492,11 @@ impl Planner<'_> {
                 let node_name = self.name(name);
                 let (config, check) = kafka_tables::source_config(table, self.options, &node_name)?;
                 self.transaction_timeouts.extend(check);
+                self.source_topics.push(SourceTopics {
+                    table: table.name.clone(),
+                    connection: config.connection.clone(),
+                    topics: config.topics.clone(),
+                });
                 (node_name, Arc::new(move |_| Ok(Box::new(KafkaSource::new(config.clone())))))
             }
             other => plan_err!(
@@ -1427,6 +1435,7 @@ pub fn build_graph(
         sources: HashMap::new(),
         used_names: HashMap::new(),
         transaction_timeouts: Vec::new(),
+        source_topics: Vec::new(),
         rank_limits: HashMap::new(),
     };
     let mut updating = Vec::with_capacity(queries.len());
@@ -1441,5 +1450,6 @@ pub fn build_graph(
         sources: planner.sources.into_keys().collect(),
         updating,
         transaction_timeouts: planner.transaction_timeouts,
+        source_topics: planner.source_topics,
     })
 }

@@ -71,6 +71,27 @@ impl KafkaConnection {
     }
 }
 
+impl KafkaConnection {
+    /// Those of `topics` the brokers do not have. Asks for every topic's metadata (asking for
+    /// one by name would let a broker with `auto.create.topics.enable` create it).
+    pub async fn missing_topics(&self, topics: &[String]) -> Result<Vec<String>, String> {
+        let config = self.client_config(&[]);
+        let bootstrap = self.bootstrap.clone();
+        let topics = topics.to_vec();
+        blocking(move || {
+            let admin: AdminClient<QuietContext> =
+                config.create_with_context(QuietContext).map_err(|e| format!("admin client for {bootstrap}: {e}"))?;
+            let metadata = admin
+                .inner()
+                .fetch_metadata(None, ADMIN_TIMEOUT)
+                .map_err(|e| format!("the metadata of {bootstrap}: {e}"))?;
+            let known: Vec<&str> = metadata.topics().iter().map(|t| t.name()).collect();
+            Ok(topics.into_iter().filter(|t| !known.contains(&t.as_str())).collect())
+        })
+        .await
+    }
+}
+
 /// Client-level errors of weir's Kafka clients, logged as what they are: librdkafka reports a
 /// broker that went away (and reconnects by itself) and a partition's end (with
 /// `enable.partition.eof`) through the same callback as real errors.
