@@ -104,12 +104,7 @@ impl Connection {
             return Err(Error::Unauthorized { url: self.url.clone(), token_given: self.token.is_some() });
         }
         if !(200..300).contains(&status) {
-            return Err(match serde_json::from_str::<ErrorBody>(&text) {
-                Ok(body) => {
-                    Error::Server { code: body.code, message: body.message, line: body.line, column: body.column }
-                }
-                Err(_) => Error::Protocol(format!("HTTP {status}: {text}")),
-            });
+            return Err(refusal(status, &text));
         }
         let text = if text.is_empty() { "null" } else { text.as_str() };
         serde_json::from_str(text).map_err(|e| Error::Protocol(format!("{e} in the answer {text}")))
@@ -135,17 +130,22 @@ impl Connection {
     pub fn output(&self, id: i64) -> Result<mpsc::Receiver<OutputEvent>> {
         let request = self.authorized(self.agent.get(format!("{}/api/v1/pipelines/{id}/output", self.url)));
         let mut response = request.call().map_err(|e| self.unreachable(e))?;
-        if response.status().as_u16() != 200 {
-            let text = response.body_mut().read_to_string().unwrap_or_default();
-            return Err(match serde_json::from_str::<ErrorBody>(&text) {
-                Ok(body) => Error::Server { code: body.code, message: body.message, line: None, column: None },
-                Err(_) => Error::Protocol(text),
-            });
+        let status = response.status().as_u16();
+        if status != 200 {
+            return Err(refusal(status, &response.body_mut().read_to_string().unwrap_or_default()));
         }
         let (sender, receiver) = mpsc::channel();
         let reader = BufReader::new(response.into_body().into_reader());
         std::thread::spawn(move || read_events(reader, &sender));
         Ok(receiver)
+    }
+}
+
+/// The server's refusal of a request: its JSON error, or the answer as it came.
+fn refusal(status: u16, text: &str) -> Error {
+    match serde_json::from_str::<ErrorBody>(text) {
+        Ok(body) => Error::Server { code: body.code, message: body.message, line: body.line, column: body.column },
+        Err(_) => Error::Protocol(format!("HTTP {status}: {text}")),
     }
 }
 

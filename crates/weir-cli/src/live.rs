@@ -79,7 +79,7 @@ pub fn show(connection: &Connection, id: i64, out: &mut dyn Write, settings: &Li
     let mut columns: Vec<(String, String)> = Vec::new();
     let mut updating = false;
     let mut gathered: Vec<(String, Vec<Value>)> = Vec::new();
-    let mut live: Option<Tableau> = None;
+    let mut live: Option<Live> = None;
     let mut all = Materialized::default();
     let mut received = 0u64;
     let ending = loop {
@@ -114,7 +114,7 @@ pub fn show(connection: &Connection, id: i64, out: &mut dyn Write, settings: &Li
                     columns.iter().map(|(name, _)| row.remove(name).unwrap_or(Value::Null)).collect();
                 all.apply(&op, values.clone());
                 match live.as_mut() {
-                    Some(live) => live_row(out, settings, live, &columns, updating, &op, values)?,
+                    Some(live) => live_row(out, settings, live, updating, &op, values)?,
                     None => {
                         gathered.push((op, values));
                         // A screenful on a terminal; elsewhere enough to size the columns.
@@ -169,21 +169,19 @@ fn start_live(
     columns: &[(String, String)],
     updating: bool,
     gathered: &[(String, Vec<Value>)],
-) -> Result<Tableau> {
+) -> Result<Live> {
     let shown = shown_columns(columns, updating);
     let first: Vec<Vec<Value>> = gathered.iter().map(|(op, row)| shown_row(updating, op, row.clone())).collect();
     let page = settings.terminal.map_or(usize::MAX, |(_, height)| height.saturating_sub(3));
-    let mut live = Tableau::new(&shown, &first, page);
+    let names: Vec<String> = shown.iter().map(|(n, _)| n.clone()).collect();
+    let mut live = Live { table: Tableau::new(&shown, &first, page), names };
     match settings.format {
-        Format::Aligned => live.start(out)?,
-        Format::Csv => {
-            let names: Vec<String> = shown.iter().map(|(n, _)| n.clone()).collect();
-            writeln!(out, "{}", display::csv_line(&names))?;
-        }
+        Format::Aligned => live.table.start(out)?,
+        Format::Csv => writeln!(out, "{}", display::csv_line(&live.names))?,
         Format::Json => {}
     }
     for (op, row) in gathered {
-        live_row(out, settings, &mut live, columns, updating, op, row.clone())?;
+        live_row(out, settings, &mut live, updating, op, row.clone())?;
     }
     out.flush()?;
     Ok(live)
@@ -199,25 +197,29 @@ fn shown_row(updating: bool, op: &str, row: Vec<Value>) -> Vec<Value> {
     op.into_iter().chain(row).collect()
 }
 
+/// The live table and the names of the columns it shows (`op` first for changes).
+struct Live {
+    table: Tableau,
+    names: Vec<String>,
+}
+
 fn live_row(
     out: &mut dyn Write,
     settings: &LiveSettings,
-    live: &mut Tableau,
-    columns: &[(String, String)],
+    live: &mut Live,
     updating: bool,
     op: &str,
     row: Vec<Value>,
 ) -> Result<()> {
     let row = shown_row(updating, op, row);
     match settings.format {
-        Format::Aligned => live.row(out, &row),
+        Format::Aligned => live.table.row(out, &row),
         Format::Csv => {
             writeln!(out, "{}", display::csv_line(&row.iter().map(display::text).collect::<Vec<_>>()))?;
             Ok(out.flush()?)
         }
         Format::Json => {
-            let names: Vec<String> = shown_columns(columns, updating).into_iter().map(|(n, _)| n).collect();
-            writeln!(out, "{}", display::json_line(&names, &row))?;
+            writeln!(out, "{}", display::json_line(&live.names, &row))?;
             Ok(out.flush()?)
         }
     }

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use crate::connection::TableView;
-use crate::display::{Expanded, Table};
+use crate::display::{Expanded, Table, text};
 use crate::error::{Error, Result};
 
 /// One meta-command.
@@ -188,11 +188,6 @@ pub fn describe(table: &TableView) -> (Table, Vec<String>) {
 
 /// `\dp ID`: a header (status, SQL, dataflow, errors) and the operators' table.
 pub fn pipeline_view(view: &Value) -> (String, Table) {
-    let text = |v: &Value| match v {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    };
     let mut header = format!("Pipeline {} ({}): {}", text(&view["id"]), text(&view["name"]), text(&view["status"]));
     if let Some(ms) = view["uptime_ms"].as_u64() {
         header.push_str(&format!(", up {:.1} s", ms as f64 / 1000.0));

@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use weir_engine::{PipelineHandle, PipelineState, PipelineStatus};
+use weir_engine::graph::NodeKind;
+use weir_engine::{NodeId, PipelineHandle, PipelineState, PipelineStatus};
 use weir_sql::{FileRoots, Output, PlannedPipeline, Preview, Session};
 use weir_state::StateStore;
 
@@ -50,6 +51,13 @@ struct Running {
     last: Option<PipelineStatus>,
     /// Recent operator counters, for rates.
     rates: RateWindow,
+}
+
+impl Running {
+    /// The engine's status now, or the last one seen once the handle is gone.
+    fn status(&self) -> Option<PipelineStatus> {
+        self.handle.as_ref().map(PipelineHandle::status).or_else(|| self.last.clone())
+    }
 }
 
 pub struct Manager {
@@ -280,7 +288,7 @@ impl Manager {
         let transitions = self.store.transitions(id).await?;
         let running = self.lock();
         let live = running.get(&id);
-        let status = live.and_then(|r| r.handle.as_ref().map(PipelineHandle::status).or_else(|| r.last.clone()));
+        let status = live.and_then(Running::status);
         let operators = live.filter(|r| r.handle.is_some()).map(|r| r.rates.views()).unwrap_or_default();
         Ok(PipelineView {
             uptime_ms: live.filter(|r| r.handle.is_some()).map(|r| r.started.elapsed().as_millis() as u64),
@@ -306,7 +314,7 @@ impl Manager {
         }
         let live = {
             let running = self.lock();
-            running.get(&id).and_then(|r| r.handle.as_ref().map(PipelineHandle::status).or_else(|| r.last.clone()))
+            running.get(&id).and_then(Running::status)
         };
         for report in live.map(|s| s.checkpoints).unwrap_or_default() {
             if let Ok(value) = serde_json::to_value(&report) {
@@ -433,10 +441,9 @@ impl Manager {
         let running = self.lock();
         let Some(live) = running.get(&id) else { return Some("dropped") };
         let Some(handle) = live.handle.as_ref() else { return Some("stopped") };
-        match handle.status().state {
-            PipelineState::Running | PipelineState::Recovering => None,
-            state => Some(status_name(state)),
-        }
+        // Asked every 200 ms per reader: the full status (with its checkpoint history) only
+        // once the run is over.
+        handle.is_finished().then(|| status_name(handle.status().state))
     }
 
     /// Tables and views with their schemas and options (secrets redacted).
@@ -491,19 +498,12 @@ fn new_session(config: &ServerConfig) -> ApiResult<Session> {
     Ok(session)
 }
 
-/// The names of `graph`'s sources (no inputs) and sinks (no outputs).
+/// The names of `graph`'s sources and sinks (nodes without outputs).
 fn ends_of(graph: &weir_engine::Graph) -> (Vec<String>, Vec<String>) {
-    let nodes = graph.nodes();
-    let mut fed = vec![false; nodes.len()];
-    let mut feeds = vec![false; nodes.len()];
-    for edge in graph.edges() {
-        feeds[edge.from.0] = true;
-        fed[edge.to.0] = true;
-    }
-    let names = |keep: &dyn Fn(usize) -> bool| {
-        nodes.iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, n)| n.name.clone()).collect::<Vec<_>>()
-    };
-    (names(&|i| !fed[i]), names(&|i| !feeds[i]))
+    let nodes = graph.nodes().iter().enumerate();
+    let sources = nodes.clone().filter(|(_, n)| matches!(n.kind, NodeKind::Source(_)));
+    let sinks = nodes.filter(|(i, _)| graph.outgoing(NodeId(*i)).next().is_none());
+    (sources.map(|(_, n)| n.name.clone()).collect(), sinks.map(|(_, n)| n.name.clone()).collect())
 }
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]

@@ -103,7 +103,7 @@ impl Manager {
                     )
                 })
                 .unwrap_or_default();
-            let status = live.and_then(|r| r.handle.as_ref().map(|h| h.status()).or_else(|| r.last.clone()));
+            let status = live.and_then(super::Running::status);
             (uptime, rows_in, rows_out, status.map(|s| s.restarts.to_string()).unwrap_or_default())
         };
         Ok(vec![
@@ -125,8 +125,7 @@ impl Manager {
         let restored_from = {
             let running = self.lock();
             let live = running.get(&id);
-            live.and_then(|r| r.handle.as_ref().map(|h| h.status()).or_else(|| r.last.clone()))
-                .and_then(|s| s.restored_from)
+            live.and_then(super::Running::status).and_then(|s| s.restored_from)
         };
         let rows = checkpoints.iter().map(|c| checkpoint_row(c, restored_from)).collect();
         Ok(StatementResult::Rows { columns: CHECKPOINT_COLUMNS.iter().map(|c| c.to_string()).collect(), rows })
