@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs weir's whole test suite: starts the real Kafka broker (tests/kafka/broker.sh) unless
-# WEIR_KAFKA_BOOTSTRAP names one, runs every crate's tests against it, and stops the broker
-# again if this script started it.
+# WEIR_KAFKA_BOOTSTRAP names one, runs every crate's tests against it, then the web page's tests
+# in a headless browser (tests/web/run.sh), and stops the broker again if this script started
+# it. Arguments go to cargo test (and skip the web tests).
 #
 # Builds go to $CARGO_TARGET_DIR (default ~/.cache/weir/target), outside the clone, so a fresh
 # clone on the same machine reuses earlier builds.
@@ -24,4 +25,10 @@ if [[ $started_broker == yes ]]; then
 fi
 echo "run.sh: Kafka at $WEIR_KAFKA_BOOTSTRAP" >&2
 
-cargo test --workspace --all-features --no-fail-fast "$@"
+status=0
+cargo test --workspace --all-features --no-fail-fast "$@" || status=$?
+if [[ $# -eq 0 ]]; then
+  echo "run.sh: the web page's tests" >&2
+  bash tests/web/run.sh || status=$?
+fi
+exit $status

@@ -31,6 +31,15 @@ pub struct OperatorMetrics {
     pub late_records_dropped: AtomicU64,
     /// Rows an event-time operator skipped because their event time was NULL.
     pub null_time_records: AtomicU64,
+    /// The transactional writer's transactions now: open (taking records), and pre-committed
+    /// (flushed at a barrier, waiting for that checkpoint to complete).
+    pub transactions_open: AtomicU64,
+    pub transactions_pending: AtomicU64,
+    /// Wall-clock ms at which the oldest transaction not yet committed began (`i64::MIN` when
+    /// none): the broker aborts it at `transaction.timeout.ms` after that.
+    pub oldest_transaction_began_ms: AtomicI64,
+    /// The writer's `transaction.timeout.ms`; 0 for an operator without transactions.
+    pub transaction_timeout_ms: AtomicU64,
 }
 
 impl OperatorMetrics {
@@ -54,6 +63,10 @@ impl Default for OperatorMetrics {
             transactions_aborted: AtomicU64::new(0),
             late_records_dropped: AtomicU64::new(0),
             null_time_records: AtomicU64::new(0),
+            transactions_open: AtomicU64::new(0),
+            transactions_pending: AtomicU64::new(0),
+            oldest_transaction_began_ms: AtomicI64::new(i64::MIN),
+            transaction_timeout_ms: AtomicU64::new(0),
         }
     }
 }
@@ -72,6 +85,19 @@ pub struct OperatorSample {
     pub transactions_aborted: u64,
     pub late_records_dropped: u64,
     pub null_time_records: u64,
+    /// Present for a transactional writer only.
+    pub transactions: Option<TransactionsSample>,
+}
+
+/// A transactional writer's transactions at one moment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TransactionsSample {
+    pub open: u64,
+    pub pending: u64,
+    pub committed: u64,
+    pub aborted: u64,
+    pub oldest_began_ms: Option<i64>,
+    pub timeout_ms: u64,
 }
 
 /// A point-in-time copy of one channel's counters.
@@ -120,6 +146,16 @@ impl MetricsRegistry {
             .iter()
             .map(|(operator, subtask, m)| {
                 let watermark = m.watermark.load(Ordering::Relaxed);
+                let timeout_ms = m.transaction_timeout_ms.load(Ordering::Relaxed);
+                let oldest = m.oldest_transaction_began_ms.load(Ordering::Relaxed);
+                let transactions = (timeout_ms > 0).then(|| TransactionsSample {
+                    open: m.transactions_open.load(Ordering::Relaxed),
+                    pending: m.transactions_pending.load(Ordering::Relaxed),
+                    committed: m.transactions_committed.load(Ordering::Relaxed),
+                    aborted: m.transactions_aborted.load(Ordering::Relaxed),
+                    oldest_began_ms: (oldest != i64::MIN).then_some(oldest),
+                    timeout_ms,
+                });
                 OperatorSample {
                     operator: operator.clone(),
                     subtask: *subtask,
@@ -132,6 +168,7 @@ impl MetricsRegistry {
                     transactions_aborted: m.transactions_aborted.load(Ordering::Relaxed),
                     late_records_dropped: m.late_records_dropped.load(Ordering::Relaxed),
                     null_time_records: m.null_time_records.load(Ordering::Relaxed),
+                    transactions,
                 }
             })
             .collect()

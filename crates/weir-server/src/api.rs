@@ -21,8 +21,9 @@ use serde::Deserialize;
 use subtle::ConstantTimeEq;
 use utoipa::OpenApi;
 
+use crate::dataflow::{Dataflow, DataflowEdge, DataflowNode, NodeRole};
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::manager::{Manager, PipelineView, StatementResult, TableView};
+use crate::manager::{Manager, PipelineSummary, PipelineView, StatementResult, TableView};
 use crate::metrics::prometheus_text;
 use crate::store::{PipelineRecord, Transition};
 
@@ -72,7 +73,12 @@ pub struct ResumeRequest {
         ResumeRequest,
         StatementResult,
         PipelineRecord,
+        PipelineSummary,
         PipelineView,
+        Dataflow,
+        DataflowNode,
+        DataflowEdge,
+        NodeRole,
         Transition,
         TableView,
         ConnectorsView,
@@ -105,6 +111,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .nest("/api/v1", api)
         .merge(metrics)
         .route("/healthz", get(|| async { "ok" }))
+        .merge(crate::web::routes())
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state)
@@ -151,9 +158,9 @@ async fn statements(
     Ok(Json(state.manager.statements(&request.sql).await?))
 }
 
-#[utoipa::path(get, path = "/api/v1/pipelines", responses((status = 200, body = [PipelineRecord])))]
-async fn list_pipelines(State(state): State<AppState>) -> ApiResult<Json<Vec<PipelineRecord>>> {
-    Ok(Json(state.manager.list().await?))
+#[utoipa::path(get, path = "/api/v1/pipelines", responses((status = 200, body = [PipelineSummary])))]
+async fn list_pipelines(State(state): State<AppState>) -> ApiResult<Json<Vec<PipelineSummary>>> {
+    Ok(Json(state.manager.summaries().await?))
 }
 
 #[utoipa::path(get, path = "/api/v1/pipelines/{id}",

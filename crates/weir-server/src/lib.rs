@@ -1,15 +1,17 @@
 //! `weir serve`: streaming SQL over HTTP. [`api`] holds the routes, [`manager`] the pipelines
 //! and their lifecycle, [`store`] what survives a restart (SQLite in the data directory),
 //! [`config`] the typed configuration, [`metrics`] the Prometheus page, [`rates`] the
-//! per-operator rates.
+//! per-operator rates, [`dataflow`] the graph as data for the web page, [`web`] the page.
 
 pub mod api;
 pub mod config;
+pub mod dataflow;
 pub mod error;
 pub mod manager;
 pub mod metrics;
 pub mod rates;
 pub mod store;
+pub mod web;
 
 use tokio::net::TcpListener;
 use tracing::info;

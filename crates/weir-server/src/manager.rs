@@ -14,14 +14,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use weir_engine::graph::NodeKind;
-use weir_engine::{NodeId, PipelineHandle, PipelineState, PipelineStatus};
+use weir_engine::{PipelineHandle, PipelineState, PipelineStatus};
 use weir_sql::{FileRoots, Output, PlannedPipeline, Preview, Session};
 use weir_state::StateStore;
 
 mod commands;
 
+pub use commands::PipelineSummary;
+
 use crate::config::ServerConfig;
+use crate::dataflow::Dataflow;
 use crate::error::{ApiError, ApiResult};
 use crate::metrics::LivePipeline;
 use crate::rates::{OperatorView, RateWindow};
@@ -43,9 +45,7 @@ struct Running {
     handle: Option<PipelineHandle>,
     preview: Option<Preview>,
     graph: String,
-    /// The graph's source and sink operators, by name: where rows come in and go out.
-    sources: Vec<String>,
-    sinks: Vec<String>,
+    dataflow: Dataflow,
     started: Instant,
     /// The engine's last status, kept after the handle is gone.
     last: Option<PipelineStatus>,
@@ -75,11 +75,15 @@ pub struct PipelineView {
     pub uptime_ms: Option<u64>,
     /// The dataflow graph, as EXPLAIN shows it.
     pub graph: Vec<String>,
+    /// The same graph as data, to draw (empty once the service restarted without resuming it).
+    pub dataflow: Dataflow,
     pub restarts: Option<u32>,
     pub restored_from: Option<u64>,
     /// Per operator subtask: records in and out and their rates over the last seconds,
-    /// back-pressure (total and ratio), watermark, bad records, transactions committed and
-    /// aborted.
+    /// back-pressure (total and ratio), watermark and its lag behind the wall clock, bad and
+    /// late records, and for a transactional writer its transactions (open, pre-committed
+    /// waiting for a checkpoint, committed, aborted, when the oldest not committed began, and
+    /// the transaction timeout).
     #[schema(value_type = Vec<Object>)]
     pub operators: Vec<OperatorView>,
     pub errors: Vec<ErrorView>,
@@ -197,7 +201,7 @@ impl Manager {
         let dir = self.checkpoint_dir(id);
         let store = StateStore::local(&dir).map_err(|e| ApiError::internal(format!("{}: {e}", dir.display())))?;
         let graph = planned.graph.describe(planned.config.chaining);
-        let (sources, sinks) = ends_of(&planned.graph);
+        let dataflow = Dataflow::of(&planned.graph, planned.config.chaining);
         let handle = weir_engine::start(planned.graph, planned.config, store, None)
             .map_err(|e| ApiError::bad_request(format!("starting the pipeline: {e}")))?;
         self.lock().insert(
@@ -206,8 +210,7 @@ impl Manager {
                 handle: Some(handle),
                 preview: planned.preview,
                 graph,
-                sources,
-                sinks,
+                dataflow,
                 started: Instant::now(),
                 last: None,
                 rates: RateWindow::default(),
@@ -293,6 +296,7 @@ impl Manager {
         Ok(PipelineView {
             uptime_ms: live.filter(|r| r.handle.is_some()).map(|r| r.started.elapsed().as_millis() as u64),
             graph: live.map(|r| r.graph.lines().map(str::to_string).collect()).unwrap_or_default(),
+            dataflow: live.map(|r| r.dataflow.clone()).unwrap_or_default(),
             restarts: status.as_ref().map(|s| s.restarts),
             restored_from: status.as_ref().and_then(|s| s.restored_from),
             operators,
@@ -496,14 +500,6 @@ fn new_session(config: &ServerConfig) -> ApiResult<Session> {
     let mut session = Session::new();
     session.files = Some(roots);
     Ok(session)
-}
-
-/// The names of `graph`'s sources and sinks (nodes without outputs).
-fn ends_of(graph: &weir_engine::Graph) -> (Vec<String>, Vec<String>) {
-    let nodes = graph.nodes().iter().enumerate();
-    let sources = nodes.clone().filter(|(_, n)| matches!(n.kind, NodeKind::Source(_)));
-    let sinks = nodes.filter(|(i, _)| graph.outgoing(NodeId(*i)).next().is_none());
-    (sources.map(|(_, n)| n.name.clone()).collect(), sinks.map(|(_, n)| n.name.clone()).collect())
 }
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]

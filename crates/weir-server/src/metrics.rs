@@ -75,6 +75,12 @@ pub fn prometheus_text(live: &[LivePipeline]) -> String {
         "Kafka transactions an operator subtask aborted (lingering ones in recovery, the open one at shutdown).",
         operators(|o| o.transactions_aborted as f64),
     );
+    family(
+        "weir_transactions_open",
+        "gauge",
+        "Kafka transactions of an operator subtask taking records or pre-committed, waiting for their checkpoint.",
+        operators(|o| o.transactions.as_ref().map_or(0.0, |t| (t.open + t.pending) as f64)),
+    );
     let channels = |value: fn(&ChannelSample) -> f64| {
         samples(
             live,
@@ -182,6 +188,7 @@ mod tests {
                 transactions_aborted: 1,
                 late_records_dropped: 3,
                 null_time_records: 0,
+                transactions: None,
             }],
             channels: vec![ChannelSample {
                 from: "kafka".into(),

@@ -25,6 +25,8 @@ pub struct OperatorView {
     pub records_out_per_second: f64,
     /// The share of the time the subtask could not hand on its output (0 to 1).
     pub backpressure_ratio: f64,
+    /// How far the watermark is behind the server's wall clock.
+    pub watermark_lag_ms: Option<i64>,
 }
 
 impl RateWindow {
@@ -38,6 +40,7 @@ impl RateWindow {
     /// The newest sample of every operator subtask with its rates (zero until two samples).
     pub fn views(&self) -> Vec<OperatorView> {
         let Some((newest_at, newest)) = self.samples.back() else { return Vec::new() };
+        let wall_clock_ms = crate::store::now_ms();
         let oldest = self.samples.front().filter(|(t, _)| t < newest_at);
         newest
             .iter()
@@ -56,6 +59,7 @@ impl RateWindow {
                     _ => (0.0, 0.0, 0.0),
                 };
                 OperatorView {
+                    watermark_lag_ms: now.watermark.map(|w| wall_clock_ms - w),
                     counters: now.clone(),
                     records_in_per_second,
                     records_out_per_second,
@@ -81,6 +85,7 @@ mod tests {
             bad_records: 0,
             late_records_dropped: 0,
             null_time_records: 0,
+            transactions: None,
             transactions_committed: 0,
             transactions_aborted: 0,
         }]

@@ -159,6 +159,23 @@ struct Slot {
     state: SlotState,
     /// What the snapshot records while the slot is pending.
     pending: Option<PendingTransaction>,
+    /// Wall-clock ms its transaction began, while open or pending.
+    began_ms: Option<i64>,
+}
+
+/// Copies the pool's transactions into the subtask's gauges (what the web page's exactly-once
+/// panel shows): open, pending, and when the oldest of them began.
+fn publish(metrics: &OperatorMetrics, slots: &[Slot]) {
+    let open = slots.iter().filter(|s| s.state == SlotState::Open).count() as u64;
+    let pending = slots.iter().filter(|s| matches!(s.state, SlotState::Pending(_))).count() as u64;
+    let oldest = slots
+        .iter()
+        .filter(|s| matches!(s.state, SlotState::Open | SlotState::Pending(_)))
+        .filter_map(|s| s.began_ms)
+        .min();
+    metrics.transactions_open.store(open, Ordering::Relaxed);
+    metrics.transactions_pending.store(pending, Ordering::Relaxed);
+    metrics.oldest_transaction_began_ms.store(oldest.unwrap_or(i64::MIN), Ordering::Relaxed);
 }
 
 enum Mode {
@@ -211,8 +228,9 @@ impl KafkaWriter {
                 };
                 let slots = (0..POOL_SIZE)
                     .map(|k| self.slot_id(info.subtask, k))
-                    .map(|id| Slot { state: state(&id), id, producer: None, pending: None })
+                    .map(|id| Slot { state: state(&id), id, producer: None, pending: None, began_ms: None })
                     .collect();
+                self.metrics.transaction_timeout_ms.store(u64::from(self.timeout_ms.max(1)), Ordering::Relaxed);
                 Mode::Transactional { slots, current: None }
             }
             Delivery::AtLeastOnce | Delivery::None => {
@@ -346,7 +364,9 @@ impl KafkaWriter {
                         let id = slot.id.clone();
                         blocking(move || producer.begin_transaction().map_err(|e| format!("{id}: begin: {e}"))).await?;
                         slot.state = SlotState::Open;
+                        slot.began_ms = Some(weir_engine::operators::state_ttl::now_ms());
                         *current = Some(k);
+                        publish(&self.metrics, slots);
                         k
                     }
                 };
@@ -407,6 +427,7 @@ impl KafkaWriter {
                     producer_epoch: description.producer_epoch,
                 });
                 slot.state = SlotState::Pending(checkpoint);
+                publish(&self.metrics, slots);
                 Ok(())
             }
         }
@@ -483,10 +504,12 @@ impl KafkaWriter {
                     });
                     slot.state = SlotState::Committed { released_by: None };
                     slot.pending = None;
+                    slot.began_ms = None;
                 }
                 _ => {}
             }
         }
+        publish(&self.metrics, slots);
         Ok(())
     }
 
@@ -500,6 +523,9 @@ impl KafkaWriter {
             blocking(move || producer.abort_transaction(BLOCKING_TIMEOUT).map_err(|e| format!("{id}: abort: {e}")))
                 .await?;
             self.metrics.transactions_aborted.fetch_add(1, Ordering::Relaxed);
+            slots[*k].state = SlotState::Free;
+            slots[*k].began_ms = None;
+            publish(&self.metrics, slots);
         }
         // Destroying a librdkafka client waits for its threads: not on an async worker.
         let mode = self.mode.take();

@@ -9,8 +9,27 @@ use weir_engine::PipelineState;
 use weir_sql::PipelineCommand;
 
 use super::{Manager, StatementResult};
+use crate::dataflow::NodeRole;
 use crate::error::ApiResult;
+use crate::rates::OperatorView;
 use crate::store::{PipelineRecord, now_ms};
+
+/// A pipeline as its list shows it: the stored record and how it is doing now.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct PipelineSummary {
+    #[serde(flatten)]
+    pub record: PipelineRecord,
+    /// Set while it runs (or recovers).
+    pub uptime_ms: Option<u64>,
+    /// Rows its sources read and its sinks received per second, over the last seconds.
+    pub records_in_per_second: Option<f64>,
+    pub records_out_per_second: Option<f64>,
+    pub last_checkpoint: Option<u64>,
+    /// When that checkpoint completed (ms since the epoch).
+    pub last_checkpoint_at_ms: Option<i64>,
+    pub restarts: Option<u32>,
+    pub last_error: Option<String>,
+}
 
 /// The columns of `SHOW PIPELINES`.
 const PIPELINE_COLUMNS: [&str; 10] = [
@@ -61,63 +80,54 @@ impl Manager {
     }
 
     async fn show_pipelines(&self) -> ApiResult<StatementResult> {
-        let mut rows = Vec::new();
-        for record in self.list().await? {
-            rows.push(self.pipeline_row(record).await?);
-        }
+        let rows = self.summaries().await?.into_iter().map(pipeline_row).collect();
         Ok(StatementResult::Rows { columns: PIPELINE_COLUMNS.iter().map(|c| c.to_string()).collect(), rows })
     }
 
-    /// One pipeline as `SHOW PIPELINES` shows it.
-    async fn pipeline_row(&self, record: PipelineRecord) -> ApiResult<Vec<String>> {
+    /// Every pipeline with what its list shows (`GET /pipelines`, `SHOW PIPELINES`).
+    pub async fn summaries(&self) -> ApiResult<Vec<PipelineSummary>> {
+        let mut summaries = Vec::new();
+        for record in self.list().await? {
+            summaries.push(self.summary(record).await?);
+        }
+        Ok(summaries)
+    }
+
+    async fn summary(&self, record: PipelineRecord) -> ApiResult<PipelineSummary> {
         let id = record.id;
         let checkpoints = self.checkpoints(id).await?;
         let last = checkpoints.iter().rev().find(|c| c["status"]["status"] == "completed");
-        let (last_checkpoint, age) = match last {
-            Some(c) => {
-                let done_at = c["started_at_ms"].as_i64().unwrap_or(0) + c["duration_ms"].as_i64().unwrap_or(0);
-                (c["id"].to_string(), format!("{} ago", duration_text((now_ms() - done_at).max(0) as u64)))
-            }
-            None => (String::new(), String::new()),
-        };
-        let last_error = self.store.errors(id).await?.pop().map(|(_, message)| message).unwrap_or_default();
-        let (uptime, rows_in, rows_out, restarts) = {
-            let running = self.lock();
-            let live = running.get(&id);
-            // Uptime and rates belong to a pipeline running now, not to one that has ended.
-            let running_now = live.filter(|r| {
-                r.handle
-                    .as_ref()
-                    .is_some_and(|h| matches!(h.status().state, PipelineState::Running | PipelineState::Recovering))
-            });
-            let uptime = running_now.map(|r| duration_text(r.started.elapsed().as_millis() as u64)).unwrap_or_default();
-            let (rows_in, rows_out) = running_now
-                .map(|r| {
-                    let views = r.rates.views();
-                    let sum = |names: &[String], rate: &dyn Fn(&crate::rates::OperatorView) -> f64| {
-                        views.iter().filter(|v| names.contains(&v.counters.operator)).map(rate).sum::<f64>()
-                    };
-                    (
-                        format!("{:.0}", sum(&r.sources, &|v| v.records_out_per_second)),
-                        format!("{:.0}", sum(&r.sinks, &|v| v.records_in_per_second)),
-                    )
-                })
-                .unwrap_or_default();
-            let status = live.and_then(super::Running::status);
-            (uptime, rows_in, rows_out, status.map(|s| s.restarts.to_string()).unwrap_or_default())
-        };
-        Ok(vec![
-            id.to_string(),
-            record.name,
-            record.status,
-            uptime,
-            rows_in,
-            rows_out,
-            last_checkpoint,
-            age,
-            restarts,
+        let last_checkpoint = last.and_then(|c| {
+            let done_at = c["started_at_ms"].as_i64()? + c["duration_ms"].as_i64()?;
+            Some((c["id"].as_u64()?, done_at))
+        });
+        let last_error = self.store.errors(id).await?.pop().map(|(_, message)| message);
+        let running = self.lock();
+        let live = running.get(&id);
+        // Uptime and rates belong to a pipeline running now, not to one that has ended.
+        let running_now = live.filter(|r| {
+            r.handle
+                .as_ref()
+                .is_some_and(|h| matches!(h.status().state, PipelineState::Running | PipelineState::Recovering))
+        });
+        let rates = running_now.map(|r| {
+            let views = r.rates.views();
+            let sum = |kind: NodeRole, rate: &dyn Fn(&OperatorView) -> f64| {
+                let names = r.dataflow.names(kind);
+                views.iter().filter(|v| names.contains(&v.counters.operator.as_str())).map(rate).sum::<f64>()
+            };
+            (sum(NodeRole::Source, &|v| v.records_out_per_second), sum(NodeRole::Sink, &|v| v.records_in_per_second))
+        });
+        Ok(PipelineSummary {
+            uptime_ms: running_now.map(|r| r.started.elapsed().as_millis() as u64),
+            records_in_per_second: rates.map(|r| r.0),
+            records_out_per_second: rates.map(|r| r.1),
+            last_checkpoint: last_checkpoint.map(|c| c.0),
+            last_checkpoint_at_ms: last_checkpoint.map(|c| c.1),
+            restarts: live.and_then(super::Running::status).map(|s| s.restarts),
             last_error,
-        ])
+            record,
+        })
     }
 
     async fn show_checkpoints(&self, id: i64) -> ApiResult<StatementResult> {
@@ -130,6 +140,24 @@ impl Manager {
         let rows = checkpoints.iter().map(|c| checkpoint_row(c, restored_from)).collect();
         Ok(StatementResult::Rows { columns: CHECKPOINT_COLUMNS.iter().map(|c| c.to_string()).collect(), rows })
     }
+}
+
+/// One pipeline as `SHOW PIPELINES` shows it.
+fn pipeline_row(summary: PipelineSummary) -> Vec<String> {
+    let rate = |r: Option<f64>| r.map(|r| format!("{r:.0}")).unwrap_or_default();
+    let age = summary.last_checkpoint_at_ms.map(|at| format!("{} ago", duration_text((now_ms() - at).max(0) as u64)));
+    vec![
+        summary.record.id.to_string(),
+        summary.record.name,
+        summary.record.status,
+        summary.uptime_ms.map(duration_text).unwrap_or_default(),
+        rate(summary.records_in_per_second),
+        rate(summary.records_out_per_second),
+        summary.last_checkpoint.map(|c| c.to_string()).unwrap_or_default(),
+        age.unwrap_or_default(),
+        summary.restarts.map(|r| r.to_string()).unwrap_or_default(),
+        summary.last_error.unwrap_or_default(),
+    ]
 }
 
 /// One checkpoint report (as the engine serialises it) as a row of `SHOW CHECKPOINTS`.

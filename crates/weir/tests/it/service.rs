@@ -183,6 +183,16 @@ fn every_route_works_over_http() {
     assert!(view["graph"][0].as_str().unwrap().contains("nexmark"), "{view}");
     assert!(view["operators"].as_array().is_some_and(|o| !o.is_empty()), "{view}");
     assert!(view["uptime_ms"].is_u64());
+    // The graph as data for the web page: operators with their role, edges with partitioning.
+    let nodes = view["dataflow"]["nodes"].as_array().unwrap();
+    assert_eq!(nodes[0]["role"], "source", "{view}");
+    assert_eq!(nodes.last().unwrap()["role"], "sink", "{view}");
+    assert_eq!(view["dataflow"]["edges"].as_array().unwrap().len(), nodes.len() - 1, "a chain: {view}");
+    assert!(view["operators"].as_array().unwrap().iter().all(|o| o.get("watermark_lag_ms").is_some()), "{view}");
+    // The list's summary: rates while running, the last checkpoint.
+    let (_, list) = server.json("GET", "/api/v1/pipelines", None);
+    assert!(list[0]["records_in_per_second"].is_f64(), "{list}");
+    assert!(list[0]["last_checkpoint"].is_u64(), "{list}");
 
     let (status, metrics) = server.call("GET", "/metrics", None);
     assert_eq!(status, 200);
@@ -207,6 +217,10 @@ fn every_route_works_over_http() {
     // The view's own fields follow the record's (flattened): allOf [record, fields].
     let operators = &openapi["components"]["schemas"]["PipelineView"]["allOf"][1]["properties"]["operators"];
     assert_eq!(operators["type"], "array", "{operators}");
+    let dataflow = &openapi["components"]["schemas"]["PipelineView"]["allOf"][1]["properties"]["dataflow"];
+    assert!(dataflow.to_string().contains("Dataflow"), "{dataflow}");
+    let summary = &openapi["components"]["schemas"]["PipelineSummary"]["allOf"][1]["properties"];
+    assert!(summary.get("records_out_per_second").is_some(), "{summary}");
     let parallelism = &openapi["components"]["schemas"]["ResumeRequest"]["properties"]["parallelism"];
     assert_eq!(
         (parallelism["minimum"].as_u64(), parallelism["maximum"].as_u64()),
@@ -329,6 +343,12 @@ fn a_token_guards_every_api_route() {
         assert_eq!((status, &body["code"]), (401, &json!("unauthorized")), "{method} {path}");
     }
     assert_eq!(server.call("GET", "/healthz", None).0, 200, "health checks stay open");
+    // The page holds no data (it asks for the token and sends it): it loads without one.
+    let (status, page) = server.call("GET", "/", None);
+    assert_eq!(status, 200);
+    assert!(page.contains("<title>weir</title>") && page.contains("/ui/app.js"), "{page}");
+    assert_eq!(server.call("GET", "/ui/app.js", None).0, 200);
+    assert_eq!(server.call("GET", "/ui/elsewhere.js", None).0, 404);
     server.token = Some("wrong".into());
     assert_eq!(server.json("GET", "/api/v1/tables", None).0, 401);
 }
