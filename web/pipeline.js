@@ -82,7 +82,10 @@ export function mountPipeline(main, id, tab) {
     replace(header,
       h('h1', {}, `Pipeline ${id}: `, h('span', { class: 'name' }, view.name), view.preview ? h('span', { class: 'tag' }, 'preview') : null),
       h('dl', { class: 'facts' }, facts.map(([k, v]) => h('div', {}, h('dt', {}, k), h('dd', {}, v)))),
-      actionButtons(id, view.status, refresh, 'view'));
+      actionButtons(id, view.status, (action) => {
+        if (action === 'delete') location.hash = '#/';
+        else refresh();
+      }, 'view'));
   }
 
   function renderTab(view, checkpoints) {

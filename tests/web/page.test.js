@@ -211,7 +211,17 @@ INSERT INTO bids_out SELECT bid.auction, bid.price FROM nexmark WHERE event_type
       Number((await row.locator('[data-field="committed"]').textContent()).replaceAll(',', '')) > 0);
     assert.match(await row.locator('td').first().textContent(), /sink|bids_out/);
     await screenshot(page, '09-exactly-once');
-    await api(server, 'POST', `/pipelines/${id}/stop-now`);
+    // Stop now, then delete, from the pipeline's own buttons.
+    await page.locator(`#view-stop-now-${id}`).click();
+    await page.locator('#confirm-dialog').getByText('without a savepoint').waitFor();
+    await page.locator('#confirm-ok').click();
+    await page.locator('.pipeline-header .status-stopped').waitFor();
+    await page.locator(`#view-delete-${id}`).click();
+    await page.locator('#confirm-dialog').getByText('cannot be undone').waitFor();
+    await page.locator('#confirm-ok').click();
+    await page.waitForURL(/#\/$/);
+    await page.locator('#toast').getByText(`Deleted pipeline ${id}.`).waitFor();
+    assert.equal(await page.locator(`tr[data-pipeline="${id}"]`).count(), 0);
     assert.deepEqual(problems, []);
     await context.close();
   });
