@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::message::BarrierKind;
 
-/// The delivery guarantee a pipeline's checkpoints give (DESIGN.md, "three modes").
+/// The delivery guarantee a pipeline's checkpoints give (ARCHITECTURE.md, "Barriers").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckpointMode {
     /// Aligned by default; `unaligned` lets barriers overtake queued data; `aligned_timeout`

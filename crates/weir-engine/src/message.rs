@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use datafusion::arrow::record_batch::RecordBatch;
 
-/// How the tasks treat one checkpoint's barriers (the modes of DESIGN.md's contract).
+/// How the tasks treat one checkpoint's barriers (ARCHITECTURE.md, "Barriers").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BarrierKind {
     /// Exactly-once, aligned: an input that delivered the barrier is blocked until all have.

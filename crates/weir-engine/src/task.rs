@@ -1,6 +1,6 @@
 //! The task runner: one subtask of one chain, on a tokio task. It reads its input channels,
 //! drives its operators, queues their output, and handles barriers for every checkpoint mode
-//! (DESIGN.md, "the contract"):
+//! (ARCHITECTURE.md, "Barriers"):
 //!
 //! - aligned: an input that delivered barrier n is not read until every input has; then the
 //!   chain snapshots and the barrier follows the data already queued on the outputs;

@@ -258,3 +258,39 @@ async fn a_partitioned_table_with_rolling_files_gets_every_row_once_across_a_kil
         assert!(out.path().join("bucketed/bucket=2/channel=even%2Fx").is_dir());
     }
 }
+
+/// A directory is read whole, whatever its files are called; a path that is not there is an
+/// error at planning, naming it; a file not in the format fails the run, naming the file.
+#[tokio::test]
+async fn every_file_of_a_directory_is_read_and_a_missing_path_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    std::fs::create_dir_all(input.join("day=2")).unwrap();
+    std::fs::write(input.join("events.jsonl"), "{\"id\": 1}\n{\"id\": 2}\n").unwrap();
+    std::fs::write(input.join("more.ndjson"), "{\"id\": 3}\n").unwrap();
+    std::fs::write(input.join("day=2").join("part-0"), "{\"id\": 4}\n").unwrap();
+    std::fs::write(input.join(".hidden.json"), "{\"id\": 99}\n").unwrap();
+    let mut session = Session::new();
+    let create = |name: &str, path: &Path| {
+        format!(
+            "CREATE TABLE {name} (id BIGINT) WITH (connector = 'filesystem', path = '{}', format = 'json')",
+            path.display()
+        )
+    };
+    session.execute(&create("ev", &input)).await.unwrap();
+    assert_eq!(rows_of(&mut session, "SELECT id FROM ev").await, ["1", "2", "3", "4"]);
+
+    let missing = dir.path().join("not-there");
+    session.execute(&create("gone", &missing)).await.unwrap();
+    let error = session.execute("SELECT id FROM gone").await.unwrap_err().to_string();
+    assert!(error.contains("not-there") && error.contains("does not exist"), "{error}");
+
+    std::fs::write(input.join("notes.txt"), "these are not JSON lines\n").unwrap();
+    let planned = pipeline(&mut session, "SELECT id FROM ev").await;
+    let state = tempfile::tempdir().unwrap();
+    let store = weir_state::StateStore::local(state.path()).unwrap();
+    let mut config = planned.config;
+    config.restart.max_restarts = Some(0);
+    let error = weir_engine::start(planned.graph, config, store, None).unwrap().wait().await.unwrap_err().to_string();
+    assert!(error.contains("notes.txt"), "{error}");
+}

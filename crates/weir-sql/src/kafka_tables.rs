@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use weir_connectors::kafka::{
     BadRecords, Delivery, KafkaConnection, KafkaSinkConfig, KafkaSourceConfig, SinkFormat, SourceFormat, StartupMode,
+    pool_size,
 };
 
 use crate::catalog::TableDef;
@@ -165,6 +166,7 @@ pub fn source_config(
         delivery: delivery(table),
         transactional_id_prefix: prefix(table, options, node),
         transaction_timeout_ms: timeout_ms,
+        transactional_ids_per_subtask: pool_size(options.max_concurrent_checkpoints),
         event_time: table.event_time.as_ref().map(|(column, delay)| (column.clone(), delay.as_millis() as i64)),
         idle_timeout: options_of.duration("watermark.idle_timeout").unwrap_or(DEFAULT_IDLE_TIMEOUT),
         discovery_interval: options_of
@@ -212,6 +214,7 @@ pub fn sink_config(
         delivery: delivery(table),
         transactional_id_prefix: prefix(table, options, node),
         transaction_timeout_ms: timeout_ms,
+        transactional_ids_per_subtask: pool_size(options.max_concurrent_checkpoints),
     };
     // Builds one, so a format that does not fit the table fails here rather than at run time.
     if let Err(message) = weir_connectors::kafka::KafkaSink::new(config.clone()) {

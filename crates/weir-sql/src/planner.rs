@@ -160,6 +160,8 @@ pub struct PlanOptions {
     pub checkpoint_interval: Option<Duration>,
     /// Checkpoints align barriers (exactly-once), rather than at-least-once.
     pub exactly_once_checkpoints: bool,
+    /// Checkpoints in flight at once: sizes the Kafka writers' pools of transactional ids.
+    pub max_concurrent_checkpoints: usize,
     /// Time-to-live of the state of updating aggregates and regular joins.
     pub state_ttl: Option<Duration>,
 }
@@ -480,6 +482,14 @@ impl Planner<'_> {
             }
             "filesystem" => {
                 let (path, format, partitioning) = filesystem_options(table)?;
+                // A source path is read at once: one that is not there is the user's mistake,
+                // not an empty input (a sink's path, by contrast, is made when written).
+                if !path.exists() {
+                    plan_err!(
+                        "table '{name}': path '{}' does not exist: a filesystem table is read from an existing file or directory",
+                        path.display()
+                    );
+                }
                 let schema = table.schema.clone();
                 (
                     self.name(name),

@@ -633,6 +633,7 @@ impl Session {
             pipeline_name: name.to_string(),
             checkpoint_interval: config.checkpoint.interval,
             exactly_once_checkpoints: !matches!(config.checkpoint.mode, CheckpointMode::AtLeastOnce),
+            max_concurrent_checkpoints: config.checkpoint.max_concurrent,
         };
         let state = self.context.state();
         let planned = build_graph(&queries, &state, &|name| self.catalog.tables.get(name).cloned(), &options)?;

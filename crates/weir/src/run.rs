@@ -1,8 +1,9 @@
 //! `weir run FILE`: runs a SQL file in this process, without the service. DDL and SET apply in
 //! order; each INSERT or SELECT starts a pipeline with its own checkpoint directory under
 //! `<data dir>/run/<file name>/<n>`. weir waits for the pipelines (bounded ones finish; Ctrl-C
-//! stops unbounded ones, keeping their checkpoints for `--resume`), then prints the rows each
-//! SELECT produced.
+//! stops unbounded ones with a savepoint, so their Kafka transactions are committed and none is
+//! left open; a second Ctrl-C stops them at once, as a crash would; either way `--resume`
+//! continues from their checkpoints), then prints the rows each SELECT produced.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use weir_engine::operators::PreviewBuffer;
-use weir_engine::{CheckpointStatus, PipelineHandle};
+use weir_engine::{CheckpointStatus, PipelineHandle, PipelineState};
 use weir_sql::{Output, Session};
 use weir_state::StateStore;
 
@@ -82,10 +83,20 @@ pub async fn run_file(path: &Path, options: &RunOptions) -> anyhow::Result<()> {
                 continue;
             }
             let resumed = status.restored_from.map(|id| format!(", resumed from checkpoint {id}")).unwrap_or_default();
-            println!("pipeline {} finished: {completed} checkpoints{resumed}", pipeline.number);
+            if status.state == PipelineState::Stopped {
+                println!(
+                    "pipeline {} stopped with a savepoint after {completed} checkpoints{resumed}; --resume continues it",
+                    pipeline.number
+                );
+            } else {
+                println!("pipeline {} finished: {completed} checkpoints{resumed}", pipeline.number);
+            }
         } else {
             pipeline.handle.kill().await;
-            println!("pipeline {} stopped after {completed} checkpoints; --resume continues it", pipeline.number);
+            println!(
+                "pipeline {} stopped at once after {completed} checkpoints; --resume continues it from the last",
+                pipeline.number
+            );
         }
         if let Some(preview) = pipeline.preview {
             print_preview(&pipeline.sql, &preview, options.max_rows)?;
@@ -97,16 +108,26 @@ pub async fn run_file(path: &Path, options: &RunOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Until every pipeline finished, or Ctrl-C.
+/// Until every pipeline finished. The first Ctrl-C stops them with a savepoint (a last
+/// checkpoint, its transactions committed, the rest aborted: nothing left open to pin a
+/// reader); a second one stops them at once.
 async fn wait_for(running: &[Running]) {
-    let all_finished = async {
+    let all_finished = || async {
         while !running.iter().all(|r| r.handle.is_finished()) {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
     tokio::select! {
-        _ = all_finished => {}
-        _ = tokio::signal::ctrl_c() => eprintln!("stopping"),
+        _ = all_finished() => return,
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    eprintln!("stopping with a savepoint (Ctrl-C again stops at once)");
+    for pipeline in running.iter().filter(|r| !r.handle.is_finished()) {
+        pipeline.handle.request_stop();
+    }
+    tokio::select! {
+        _ = all_finished() => {}
+        _ = tokio::signal::ctrl_c() => eprintln!("stopping at once"),
     }
 }
 

@@ -1,6 +1,6 @@
-//! The bounded file source. The files under the directory, in its partition directories too
-//! (sorted by path; names starting with `.` or `_` are skipped, so a sink's pending files are
-//! not read), are shared among subtasks by index; a partitioned table's partition columns are
+//! The bounded file source. Every file under the directory, in its partition directories too,
+//! whatever its extension (sorted by path; names starting with `.` or `_` are skipped, so a
+//! sink's pending files are not read), are shared among subtasks by index; a partitioned table's partition columns are
 //! filled in from each file's directory. The snapshot holds how many rows of each file were
 //! read, and is restored as a union so that any parallelism takes over the files it now owns
 //! where they were left.
@@ -66,13 +66,14 @@ impl Source for FileSource {
     async fn open(&mut self, info: &SubtaskInfo, restored: RestoredState) -> weir_engine::Result<()> {
         self.info = Some(info.clone());
         let path = self.path.clone();
-        let extension = self.format.extension();
         let names = blocking(move || {
             if path.is_file() {
                 return Ok(vec![String::new()]);
             }
-            let mut names: Vec<String> =
-                files_under(&path, true)?.into_iter().filter(|name| name.ends_with(extension)).collect();
+            // Every visible file, whatever its name (as Flink reads a directory): `events.jsonl`
+            // holds JSON as much as `events.json` does, and one that is not in the format fails
+            // by name rather than being passed over in silence.
+            let mut names = files_under(&path, true)?;
             names.sort();
             Ok(names)
         })

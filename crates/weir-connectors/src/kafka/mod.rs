@@ -24,7 +24,7 @@ pub mod test_broker;
 
 pub use connection::KafkaConnection;
 pub use encode::SinkFormat;
-pub use producer_pool::Delivery;
+pub use producer_pool::{Delivery, pool_size};
 pub use sink::{KafkaSink, KafkaSinkConfig};
 pub use source::{BadRecords, KafkaSource, KafkaSourceConfig, SourceFormat, StartupMode};
 pub use transactions::{

@@ -48,9 +48,18 @@ use weir_engine::{RestoredState, StateTable, SubtaskInfo};
 use super::connection::KafkaConnection;
 use super::transactions::{EndTxnOutcome, PendingTransaction, TransactionResult, TransactionsClient};
 
-/// Transactional ids per subtask. Three rotate in steady state (open, pending, committed but
-/// still listed by the latest snapshot); the rest absorb checkpoints that abort.
-pub const POOL_SIZE: usize = 8;
+/// Transactional ids per subtask with `max_concurrent` checkpoints in flight: one open, one
+/// pending per checkpoint in flight, one committed but still listed by a snapshot per
+/// checkpoint in flight; five more absorb checkpoints that abort. (8 with one checkpoint at a
+/// time; with 4 or more in flight a fixed 8 ran dry.)
+pub fn pool_size(max_concurrent: usize) -> usize {
+    2 * max_concurrent.max(1) + 6
+}
+
+/// Recovery probes this many ids of each subtask at most (the pool at the largest
+/// `checkpoint.max_concurrent`, 16): a pipeline resumed with a smaller setting still finds the
+/// ids an earlier run used.
+const MAX_POOL_SIZE: usize = 2 * 16 + 6;
 /// The longest a blocking librdkafka call (init, flush, commit) may take.
 const BLOCKING_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -190,6 +199,7 @@ pub(crate) struct KafkaWriter {
     delivery: Delivery,
     prefix: String,
     timeout_ms: u32,
+    pool_size: usize,
     client: TransactionsClient,
     mode: Option<Mode>,
     /// The subtask's counters: transactions committed and aborted.
@@ -198,16 +208,18 @@ pub(crate) struct KafkaWriter {
 
 impl KafkaWriter {
     /// `prefix`: the transactional ids' prefix (exactly-once only); `timeout_ms`: their
-    /// transaction timeout.
+    /// transaction timeout; `pool_size`: ids per subtask ([`pool_size`]).
     pub(crate) fn new(
         connection: KafkaConnection,
         topic: String,
         delivery: Delivery,
         prefix: String,
         timeout_ms: u32,
+        pool_size: usize,
     ) -> Self {
         let client = TransactionsClient::new(&connection.bootstrap);
-        Self { connection, topic, delivery, prefix, timeout_ms, client, mode: None, metrics: Arc::default() }
+        let pool_size = pool_size.clamp(1, MAX_POOL_SIZE);
+        Self { connection, topic, delivery, prefix, timeout_ms, pool_size, client, mode: None, metrics: Arc::default() }
     }
 
     fn slot_id(&self, subtask: usize, k: usize) -> String {
@@ -226,7 +238,7 @@ impl KafkaWriter {
                 let state = |id: &String| {
                     if committed.contains(id) { SlotState::Committed { released_by: None } } else { SlotState::Free }
                 };
-                let slots = (0..POOL_SIZE)
+                let slots = (0..self.pool_size)
                     .map(|k| self.slot_id(info.subtask, k))
                     .map(|id| Slot { state: state(&id), id, producer: None, pending: None, began_ms: None })
                     .collect();
@@ -312,7 +324,7 @@ impl KafkaWriter {
             {
                 break;
             }
-            for k in 0..POOL_SIZE {
+            for k in 0..MAX_POOL_SIZE {
                 let id = self.slot_id(old, k);
                 let Some(state) = self.describe(&id).await.map_err(OpenError::Retry)? else { break };
                 if !committed.contains(&id) && matches!(state.as_str(), "Ongoing" | "PrepareAbort") {
@@ -347,7 +359,8 @@ impl KafkaWriter {
                     None => {
                         let Some(k) = slots.iter().position(|s| s.state == SlotState::Free) else {
                             return Err(format!(
-                                "all {POOL_SIZE} transactional ids of this subtask hold transactions that are not committed yet: checkpoints are not completing"
+                                "all {} transactional ids of this subtask hold transactions that are not committed yet: checkpoints are not completing",
+                                slots.len()
                             ));
                         };
                         let slot = &mut slots[k];
@@ -631,4 +644,72 @@ pub(crate) async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, String> + Send + 'static,
 ) -> Result<T, String> {
     tokio::task::spawn_blocking(work).await.map_err(|e| format!("Kafka client task failed: {e}"))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_broker::TestBroker;
+    use super::*;
+
+    fn record(n: usize) -> OutRecord {
+        OutRecord { key: None, value: Some(n.to_string().into_bytes()), headers: Vec::new() }
+    }
+
+    /// The worst case at the largest `checkpoint.max_concurrent` (16): every checkpoint in
+    /// flight holds a pending transaction while the previous round's committed ids are still
+    /// reserved, and one more transaction is open. A fixed pool of 8 ran dry at the 9th.
+    #[tokio::test]
+    async fn the_pool_holds_every_transaction_of_the_most_checkpoints_in_flight() {
+        let broker = TestBroker::get().unwrap_or_else(|e| panic!("no Kafka broker for tests: {e}"));
+        let topic = broker.create_topic("pool", 1).await.unwrap();
+        let max_concurrent = 16;
+        let mut writer = KafkaWriter::new(
+            KafkaConnection::new(broker.bootstrap()),
+            topic.clone(),
+            Delivery::ExactlyOnce,
+            TestBroker::unique_name("pool"),
+            60_000,
+            pool_size(max_concurrent),
+        );
+        let info = SubtaskInfo::new("sink", 0, 1);
+        writer.open(&info, &RestoredState::default()).await.unwrap();
+        let mut written = 0;
+        let mut checkpoint = 0;
+        for _round in 0..2 {
+            // A full window of checkpoints in flight, each pre-committing a transaction.
+            for _ in 0..max_concurrent {
+                writer.write(vec![record(written)]).await.unwrap();
+                written += 1;
+                checkpoint += 1;
+                writer.pre_commit(checkpoint).await.unwrap();
+            }
+            // And the transaction after them, open.
+            writer.write(vec![record(written)]).await.unwrap();
+            written += 1;
+            let gauges = (
+                info.metrics.transactions_open.load(Ordering::Relaxed),
+                info.metrics.transactions_pending.load(Ordering::Relaxed),
+            );
+            assert_eq!(gauges, (1, max_concurrent as u64), "the panel's gauges");
+            // Then they all complete (the open one stays open into the next round).
+            writer.commit(checkpoint).await.unwrap();
+        }
+        checkpoint += 1;
+        writer.pre_commit(checkpoint).await.unwrap();
+        writer.commit(checkpoint).await.unwrap();
+        assert_eq!(info.metrics.oldest_transaction_began_ms.load(Ordering::Relaxed), i64::MIN, "none left open");
+        writer.close().await.unwrap();
+        let read = broker.read_to_end(&topic, "read_committed").unwrap();
+        let mut values: Vec<usize> = read
+            .iter()
+            .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).parse().unwrap())
+            .collect();
+        values.sort_unstable();
+        assert_eq!(values, (0..written).collect::<Vec<_>>(), "every record once");
+        assert_eq!(
+            info.metrics.transactions_committed.load(Ordering::Relaxed),
+            2 * max_concurrent as u64 + 1,
+            "each transaction committed"
+        );
+    }
 }

@@ -26,6 +26,8 @@ pub struct KafkaSinkConfig {
     /// distinct between pipelines and sinks.
     pub transactional_id_prefix: String,
     pub transaction_timeout_ms: u32,
+    /// Transactional ids per subtask (`producer_pool::pool_size` of the checkpoints in flight).
+    pub transactional_ids_per_subtask: usize,
 }
 
 pub struct KafkaSink {
@@ -44,6 +46,7 @@ impl KafkaSink {
             config.delivery,
             config.transactional_id_prefix,
             config.transaction_timeout_ms,
+            config.transactional_ids_per_subtask,
         );
         Ok(Self { encoder, writer, info: None })
     }

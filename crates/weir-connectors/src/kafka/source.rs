@@ -87,6 +87,8 @@ pub struct KafkaSourceConfig {
     pub delivery: Delivery,
     pub transactional_id_prefix: String,
     pub transaction_timeout_ms: u32,
+    /// The dead-letter writer's transactional ids per subtask.
+    pub transactional_ids_per_subtask: usize,
     /// (event-time column, allowed delay in ms): the source emits watermarks.
     pub event_time: Option<(String, i64)>,
     pub idle_timeout: Duration,
@@ -543,6 +545,7 @@ impl Source for KafkaSource {
                 self.config.delivery,
                 format!("{}-dead-letters", self.config.transactional_id_prefix),
                 self.config.transaction_timeout_ms,
+                self.config.transactional_ids_per_subtask,
             );
             let context = format!("dead-letter topic {topic}: ");
             writer.open(info, &restored).await.map_err(|e| e.for_subtask(info, &context))?;
@@ -662,6 +665,7 @@ mod tests {
             delivery: Delivery::ExactlyOnce,
             transactional_id_prefix: "p".into(),
             transaction_timeout_ms: 60_000,
+            transactional_ids_per_subtask: 8,
             event_time: Some(("ts".into(), 1_000)),
             idle_timeout: Duration::from_secs(5),
             discovery_interval: Duration::from_secs(10),

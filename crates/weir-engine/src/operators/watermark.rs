@@ -1,5 +1,5 @@
 //! Assigns watermarks from an event-time column: the largest event time seen so far minus the
-//! allowed out-of-orderness (DESIGN.md: bounded out-of-orderness). Records pass through
+//! allowed out-of-orderness (bounded out-of-orderness, as Flink's). Records pass through
 //! unchanged; a watermark follows each batch that advanced it.
 
 use async_trait::async_trait;

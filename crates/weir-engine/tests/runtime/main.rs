@@ -1,4 +1,4 @@
-//! The runtime against the contract (DESIGN.md): each checkpoint mode, failures at random and
+//! The runtime against its contract (ARCHITECTURE.md, "The runtime"): each checkpoint mode, failures at random and
 //! at every named step, concurrent checkpoints, failing snapshot writes, rescaling, retention.
 
 // Test helpers panic on failure: that is how a test fails.

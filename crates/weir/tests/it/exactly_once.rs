@@ -507,3 +507,66 @@ fn a_pending_transaction_that_cannot_commit_fails_loudly() {
     assert!(log.contains("cannot be committed: InvalidProducerEpoch"), "{log}");
     assert!(log.contains("its records are not in the output"), "{log}");
 }
+
+/// Ctrl-C on `weir run` stops with a savepoint: with no checkpoint due for a minute, the
+/// savepoint is what commits the rows, and no transaction is left open to pin a reader. A
+/// second Ctrl-C stops at once, as a crash would (`--resume` recovers).
+#[test]
+fn ctrl_c_on_weir_run_stops_with_a_savepoint_and_twice_at_once() {
+    use weir_connectors::kafka::TransactionsClient;
+
+    let _serial = crate::kafka_serial();
+    // The second Ctrl-C must land while the savepoint is under way: a failpoint holds it.
+    let cases: &[bool] = if cfg!(feature = "failpoints") { &[false, true] } else { &[false] };
+    for &twice in cases {
+        let topic = create_topic("ctrl-c", 1);
+        let prefix = TestBroker::unique_name("ctrl-c");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("ctrl_c.sql");
+        std::fs::write(
+            &file,
+            format!(
+                "CREATE TABLE gen WITH (connector = 'nexmark', rate = '2000');
+                 SET checkpoint.interval = '1 min';
+                 CREATE TABLE out (auction BIGINT) WITH (connector = 'kafka', \"bootstrap.servers\" = '{}',
+                   topic = '{topic}', format = 'json', delivery = 'exactly_once', \"transactional_id.prefix\" = '{prefix}');
+                 INSERT INTO out SELECT bid.auction FROM gen WHERE event_type = 2;",
+                broker().bootstrap()
+            ),
+        )
+        .unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+        command.arg("run").arg(&file).arg("--data-dir").arg(dir.path()).env("RUST_LOG", "warn");
+        if twice {
+            command.env("FAILPOINTS", "weir::after_manifest_before_notify=sleep(10000)");
+        }
+        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        std::thread::sleep(Duration::from_secs(4));
+        let interrupt =
+            || assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+        interrupt();
+        if twice {
+            std::thread::sleep(Duration::from_millis(1000));
+            interrupt();
+        }
+        let status = wait(&mut child, Duration::from_secs(60)).expect("weir run did not stop");
+        let mut stdout = String::new();
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        assert!(status.success(), "{stdout}\n{stderr}");
+        assert!(stderr.contains("stopping with a savepoint (Ctrl-C again stops at once)"), "{stderr}");
+        let ids: Vec<String> = (0..8).map(|k| format!("{prefix}-0-{k}")).collect();
+        let client = TransactionsClient::new(broker().bootstrap());
+        let states: Vec<Option<String>> =
+            ids.iter().map(|id| runtime().block_on(client.describe(id)).unwrap().map(|d| d.state)).collect();
+        if twice {
+            assert!(stdout.contains("pipeline 1 stopped at once after "), "{stdout}\n{stderr}");
+        } else {
+            assert!(stdout.contains("pipeline 1 stopped with a savepoint after 1 checkpoints"), "{stdout}\n{stderr}");
+            let committed = broker().read_to_end(&topic, "read_committed").unwrap();
+            assert!(committed.len() > 100, "the savepoint committed the bids: {} records", committed.len());
+            assert!(!states.iter().any(|s| s.as_deref() == Some("Ongoing")), "no transaction left open: {states:?}");
+        }
+    }
+}
