@@ -46,6 +46,8 @@ struct Running {
     preview: Option<Preview>,
     graph: String,
     dataflow: Dataflow,
+    /// Its exactly-once Kafka writers' transactional id prefixes.
+    prefixes: Vec<String>,
     started: Instant,
     /// The engine's last status, kept after the handle is gone.
     last: Option<PipelineStatus>,
@@ -61,6 +63,8 @@ impl Running {
 }
 
 pub struct Manager {
+    /// This process's claim on the data directory, for as long as the manager lives.
+    _lock: weir_state::DataDirLock,
     config: ServerConfig,
     store: Store,
     session: tokio::sync::Mutex<Session>,
@@ -109,8 +113,7 @@ fn status_name(state: PipelineState) -> &'static str {
 impl Manager {
     /// Opens the data directory, rebuilds the catalog and resumes what was running.
     pub async fn open(config: ServerConfig) -> ApiResult<Arc<Self>> {
-        std::fs::create_dir_all(&config.data_dir)
-            .map_err(|e| ApiError::internal(format!("data directory {}: {e}", config.data_dir.display())))?;
+        let lock = weir_state::DataDirLock::acquire(&config.data_dir, "weir serve").map_err(ApiError::internal)?;
         let files = config.files_dir();
         std::fs::create_dir_all(&files).map_err(|e| ApiError::internal(format!("{}: {e}", files.display())))?;
         let store = Store::open(&config.data_dir.join("weir.sqlite"))?;
@@ -122,7 +125,9 @@ impl Manager {
                 .map_err(|e| ApiError::internal(format!("replaying the catalog ({sql}): {e}")))?;
         }
         session.catalog_log.clear();
+        session.number_pipelines_after(usize::try_from(store.next_pipeline_id().await? - 1).unwrap_or(0));
         let manager = Arc::new(Self {
+            _lock: lock,
             config,
             store,
             session: tokio::sync::Mutex::new(session),
@@ -149,12 +154,14 @@ impl Manager {
         let mut session = self.session.lock().await;
         // Pipelines of this request get names no earlier or later request can have.
         let request = uuid::Uuid::new_v4().simple().to_string();
+        let generated = format!("w{}", &request[..12]);
         let user_name = session.options.get("pipeline.name").cloned();
         if user_name.is_none() {
-            session.options.insert("pipeline.name".into(), format!("w{}", &request[..12]));
+            session.options.insert("pipeline.name".into(), generated.clone());
         }
         let outputs = session.execute(sql).await;
-        if user_name.is_none() {
+        // The generated name goes again; a `SET pipeline.name` of this request stays.
+        if session.options.get("pipeline.name") == Some(&generated) {
             session.options.remove("pipeline.name");
         }
         let logged = std::mem::take(&mut session.catalog_log);
@@ -178,8 +185,17 @@ impl Manager {
     }
 
     async fn create(self: &Arc<Self>, planned: PlannedPipeline, options: &str) -> ApiResult<(i64, String, bool)> {
-        let id = self.store.next_pipeline_id().await?;
         let name = planned.name.clone();
+        // The name makes the Kafka transactional ids: a second pipeline of one name (a
+        // `SET pipeline.name` used twice) would fence the first's transactions.
+        if let Some(other) = self.store.pipelines().await?.into_iter().find(|p| p.name == name) {
+            return Err(ApiError::conflict(format!(
+                "pipeline {} is named '{name}' already, and a pipeline's name makes its Kafka transactional ids: SET pipeline.name to another name (or DROP PIPELINE {})",
+                other.id, other.id
+            )));
+        }
+        let id = self.store.next_pipeline_id().await?;
+        self.check_prefixes(id, &planned.transactional_prefixes)?;
         let preview = planned.preview.is_some();
         let parallelism = planned.graph.nodes().iter().map(|n| n.parallelism).max().unwrap_or(1) as i64;
         let record = PipelineRecord {
@@ -202,6 +218,8 @@ impl Manager {
         let store = StateStore::local(&dir).map_err(|e| ApiError::internal(format!("{}: {e}", dir.display())))?;
         let graph = planned.graph.describe(planned.config.chaining);
         let dataflow = Dataflow::of(&planned.graph, planned.config.chaining);
+        let prefixes = planned.transactional_prefixes.clone();
+        self.check_prefixes(id, &prefixes)?;
         let handle = weir_engine::start(planned.graph, planned.config, store, None)
             .map_err(|e| ApiError::bad_request(format!("starting the pipeline: {e}")))?;
         self.lock().insert(
@@ -211,6 +229,7 @@ impl Manager {
                 preview: planned.preview,
                 graph,
                 dataflow,
+                prefixes,
                 started: Instant::now(),
                 last: None,
                 rates: RateWindow::default(),
@@ -219,6 +238,21 @@ impl Manager {
         self.store.set_status(id, "running", None).await?;
         tokio::spawn(self.clone().watch(id));
         Ok(())
+    }
+
+    /// Refuses transactional id prefixes that a running pipeline other than `id` writes with.
+    fn check_prefixes(&self, id: i64, prefixes: &[String]) -> ApiResult<()> {
+        let running = self.lock();
+        let clash = running
+            .iter()
+            .filter(|(other, r)| **other != id && r.handle.is_some())
+            .find_map(|(other, r)| r.prefixes.iter().find(|p| prefixes.contains(p)).map(|p| (*other, p.clone())));
+        match clash {
+            Some((other, prefix)) => Err(ApiError::conflict(format!(
+                "pipeline {other} writes Kafka transactions with ids starting '{prefix}' already: two writers with one prefix fence each other (set another 'transactional_id.prefix', or stop pipeline {other})"
+            ))),
+            None => Ok(()),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Running>> {

@@ -297,6 +297,26 @@ async fn kafka_mistakes_fail_at_planning_with_what_to_do() {
     // that retries forever.
     let e = error(&mut session, "INSERT INTO plain SELECT word, 1 FROM src".into()).await;
     assert!(e.contains("table 'src': kafka topic 't-in' does not exist on 127.0.0.1:"), "{e}");
+    // Two exactly-once writers of one pipeline with one transactional id prefix would fence
+    // each other.
+    session
+        .execute(&format!(
+            "CREATE TABLE gen WITH (connector = 'nexmark');
+             CREATE TABLE fixed_a (word VARCHAR) WITH ({}, format = 'json', \"transactional_id.prefix\" = 'same');
+             CREATE TABLE fixed_b (word VARCHAR) WITH ({}, format = 'json', \"transactional_id.prefix\" = 'same')",
+            kafka("t-out", ""),
+            kafka("t-out", "")
+        ))
+        .await
+        .unwrap();
+    let e = error(
+        &mut session,
+        "INSERT INTO fixed_a SELECT bid.channel FROM gen WHERE event_type = 2;
+         INSERT INTO fixed_b SELECT person.name FROM gen WHERE event_type = 0"
+            .into(),
+    )
+    .await;
+    assert!(e.contains("table 'fixed_b': its transactional ids would start 'same' as table 'fixed_a''s do"), "{e}");
     session.execute("SET checkpoint.interval = 'off'").await.unwrap();
     let e = error(&mut session, "INSERT INTO plain SELECT word, 1 FROM src".into()).await;
     assert!(e.contains("checkpoint.interval is 'off'"), "{e}");

@@ -178,6 +178,13 @@ pub fn source_config(
     Ok((config, check))
 }
 
+/// The transactional ids' prefix of a source's exactly-once dead-letter writer, if it has one.
+pub fn dead_letter_prefix(config: &KafkaSourceConfig) -> Option<String> {
+    let dead_letters = matches!(config.bad_records, BadRecords::DeadLetter { .. });
+    (dead_letters && config.delivery == Delivery::ExactlyOnce)
+        .then(|| weir_connectors::kafka::source::dead_letter_prefix(&config.transactional_id_prefix))
+}
+
 /// A Kafka table written by graph node `node`; `updating`: the query's result is a changelog.
 pub fn sink_config(
     table: &TableDef,

@@ -27,7 +27,7 @@ use datafusion::physical_expr::expressions::{Column as PhysicalColumn, Literal};
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::unnest::{ListUnnest, UnnestExec};
 use weir_connectors::filesystem::{FileFormat, FileSink, FileSinkConfig, FileSource, HivePartitions};
-use weir_connectors::kafka::{KafkaSink, KafkaSource};
+use weir_connectors::kafka::{Delivery, KafkaSink, KafkaSource};
 use weir_connectors::nexmark::{NexmarkConfig, NexmarkSource};
 use weir_engine::changelog::{Change, changelog_schema};
 use weir_engine::graph::SourceFactory;
@@ -176,6 +176,8 @@ struct Planner<'a> {
     used_names: HashMap<String, usize>,
     transaction_timeouts: Vec<TransactionTimeout>,
     source_topics: Vec<SourceTopics>,
+    /// (table, prefix) of each exactly-once Kafka writer planned so far.
+    transactional_prefixes: Vec<(String, String)>,
     /// Limits on ROW_NUMBER() set by a filter above its window node (by the node's address in
     /// the plan being planned): `WHERE rn <= N` makes a top-N.
     rank_limits: HashMap<usize, u64>,
@@ -192,6 +194,9 @@ pub struct Planned {
     pub transaction_timeouts: Vec<TransactionTimeout>,
     /// Kafka topics read, to check that the brokers have them.
     pub source_topics: Vec<SourceTopics>,
+    /// The prefixes of the transactional ids its exactly-once Kafka writers use (distinct: two
+    /// writers with one prefix fence each other).
+    pub transactional_prefixes: Vec<String>,
 }
 
 /// `expr` without aliases.
@@ -366,6 +371,18 @@ fn interval_bounds(filter: &Expr, schema: &DFSchema, left_width: usize) -> Optio
 }
 
 impl Planner<'_> {
+    /// Records that `table`'s exactly-once writer uses transactional ids starting `prefix`;
+    /// refuses a prefix another writer of the pipeline has.
+    fn claim_prefix(&mut self, table: &str, prefix: String) -> Result<()> {
+        if let Some((other, _)) = self.transactional_prefixes.iter().find(|(_, p)| *p == prefix) {
+            plan_err!(
+                "table '{table}': its transactional ids would start '{prefix}' as table '{other}''s do in this pipeline, and two writers with one prefix fence each other: give each its own 'transactional_id.prefix' (or leave it unset: each sink then gets its own)"
+            );
+        }
+        self.transactional_prefixes.push((table.to_string(), prefix));
+        Ok(())
+    }
+
     /// A node name not used yet in this graph: `base`, then `base_2`, ...
     fn name(&mut self, base: &str) -> String {
         let count = self.used_names.entry(base.to_string()).or_insert(0);
@@ -502,6 +519,9 @@ impl Planner<'_> {
                 let node_name = self.name(name);
                 let (config, check) = kafka_tables::source_config(table, self.options, &node_name)?;
                 self.transaction_timeouts.extend(check);
+                if let Some(prefix) = kafka_tables::dead_letter_prefix(&config) {
+                    self.claim_prefix(&table.name, prefix)?;
+                }
                 self.source_topics.push(SourceTopics {
                     table: table.name.clone(),
                     connection: config.connection.clone(),
@@ -1382,6 +1402,9 @@ impl Planner<'_> {
                     "kafka" => {
                         let (config, check) = kafka_tables::sink_config(target, updating, self.options, &name)?;
                         self.transaction_timeouts.extend(check);
+                        if config.delivery == Delivery::ExactlyOnce {
+                            self.claim_prefix(&target.name, config.transactional_id_prefix.clone())?;
+                        }
                         self.graph.add_operator(
                             &name,
                             parallelism,
@@ -1446,6 +1469,7 @@ pub fn build_graph(
         used_names: HashMap::new(),
         transaction_timeouts: Vec::new(),
         source_topics: Vec::new(),
+        transactional_prefixes: Vec::new(),
         rank_limits: HashMap::new(),
     };
     let mut updating = Vec::with_capacity(queries.len());
@@ -1461,5 +1485,6 @@ pub fn build_graph(
         updating,
         transaction_timeouts: planner.transaction_timeouts,
         source_topics: planner.source_topics,
+        transactional_prefixes: planner.transactional_prefixes.into_iter().map(|(_, prefix)| prefix).collect(),
     })
 }

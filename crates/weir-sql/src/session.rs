@@ -60,6 +60,9 @@ pub struct PlannedPipeline {
     pub config: PipelineConfig,
     /// For a bare SELECT: where its rows appear, and what a reader is told before them.
     pub preview: Option<Preview>,
+    /// Its exactly-once Kafka writers' transactional id prefixes: a service refuses to run two
+    /// pipelines sharing one.
+    pub transactional_prefixes: Vec<String>,
 }
 
 /// The directories filesystem tables may use: a root that relative paths are taken under, and
@@ -334,7 +337,14 @@ impl Session {
             queries.push(self.insert_query(insert).await?);
         }
         let (name, planned, config) = self.plan_pipeline(queries).await?;
-        Ok(Output::Pipeline(Box::new(PlannedPipeline { name, sql, graph: planned.graph, config, preview: None })))
+        Ok(Output::Pipeline(Box::new(PlannedPipeline {
+            name,
+            sql,
+            graph: planned.graph,
+            config,
+            preview: None,
+            transactional_prefixes: planned.transactional_prefixes,
+        })))
     }
 
     async fn run(&mut self, statement: Statement) -> Result<Output> {
@@ -403,8 +413,14 @@ impl Session {
                 let reading = sources.iter().filter_map(|t| self.catalog.tables.get(t)).map(reading_of).collect();
                 let updating = planned.updating.first().copied().unwrap_or(false);
                 let preview = Preview { buffer, columns, updating, reading };
-                let graph = planned.graph;
-                Ok(Output::Pipeline(Box::new(PlannedPipeline { name, sql, graph, config, preview: Some(preview) })))
+                Ok(Output::Pipeline(Box::new(PlannedPipeline {
+                    name,
+                    sql,
+                    graph: planned.graph,
+                    config,
+                    preview: Some(preview),
+                    transactional_prefixes: planned.transactional_prefixes,
+                })))
             }
             Statement::Insert(insert) => self.insert_pipeline(vec![insert]).await,
             Statement::Explain { statement, .. } => {
@@ -682,6 +698,13 @@ impl Session {
             checkpoint.retained = n;
         }
         config
+    }
+
+    /// Numbers the next pipelines after `n` (their names are `<pipeline.name>-<number>`): a
+    /// service that restarts continues after the pipelines it has, so a name set again does
+    /// not give a new pipeline an earlier one's Kafka transactional ids.
+    pub fn number_pipelines_after(&mut self, n: usize) {
+        self.pipelines = self.pipelines.max(n);
     }
 
     /// The pipeline option `name` as set, if it was.

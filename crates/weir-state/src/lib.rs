@@ -8,12 +8,14 @@
 //! retention keeps the last k completed checkpoints, deleting every file no retained manifest
 //! names.
 
+pub mod dir_lock;
 pub mod error;
 pub mod key_range;
 pub mod manifest;
 mod parquet_codec;
 pub mod store;
 
+pub use dir_lock::DataDirLock;
 pub use error::{Error, Result};
 pub use key_range::{KEY_HASH_COLUMN, owner_of};
 pub use manifest::{Manifest, StateFile};

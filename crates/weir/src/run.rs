@@ -5,6 +5,7 @@
 //! left open; a second Ctrl-C stops them at once, as a crash would; either way `--resume`
 //! continues from their checkpoints), then prints the rows each SELECT produced.
 
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -35,11 +36,16 @@ struct Running {
 pub async fn run_file(path: &Path, options: &RunOptions) -> anyhow::Result<()> {
     let sql = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let stem = path.file_stem().map_or_else(|| "sql".into(), |s| s.to_string_lossy().into_owned());
+    let _lock = weir_state::DataDirLock::acquire(&options.data_dir, &format!("weir run {}", path.display()))
+        .map_err(anyhow::Error::msg)?;
     let mut session = Session::new();
-    // The file's pipelines name their Kafka transactional ids after it (a SET in the file
-    // overrides), so a --resume run recovers the transactions of the run before it.
+    // The file's pipelines name their Kafka transactional ids after it and this data
+    // directory's identity for it (a SET in the file overrides), so a --resume run recovers the
+    // transactions of the run before it, and the same file run from another data directory
+    // does not fence them.
     let name: String = stem.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
-    session.options.insert("pipeline.name".into(), format!("run-{name}"));
+    let identity = run_identity(&options.data_dir.join("run").join(&stem))?;
+    session.options.insert("pipeline.name".into(), format!("run-{name}-{identity}"));
     let outputs = session.execute(&sql).await.with_context(|| format!("in {}", path.display()))?;
     let mut running = Vec::new();
     for output in outputs {
@@ -106,6 +112,23 @@ pub async fn run_file(path: &Path, options: &RunOptions) -> anyhow::Result<()> {
         anyhow::bail!("a pipeline failed");
     }
     Ok(())
+}
+
+/// The identity of a file's runs in one data directory (`dir` is `<data dir>/run/<file>`): made
+/// at the first run and kept by every later one.
+fn run_identity(dir: &Path) -> anyhow::Result<String> {
+    let file = dir.join("identity");
+    if let Ok(identity) = std::fs::read_to_string(&file)
+        && !identity.trim().is_empty()
+    {
+        return Ok(identity.trim().to_string());
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // RandomState's keys are random per process: eight hex digits that no other directory shares
+    // but by a 1 in 4 billion chance.
+    let identity = format!("{:08x}", RandomState::new().build_hasher().finish() as u32);
+    std::fs::write(&file, &identity).with_context(|| format!("writing {}", file.display()))?;
+    Ok(identity)
 }
 
 /// Until every pipeline finished. The first Ctrl-C stops them with a savepoint (a last

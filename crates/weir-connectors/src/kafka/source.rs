@@ -543,7 +543,7 @@ impl Source for KafkaSource {
                 self.config.connection.clone(),
                 topic.clone(),
                 self.config.delivery,
-                format!("{}-dead-letters", self.config.transactional_id_prefix),
+                dead_letter_prefix(&self.config.transactional_id_prefix),
                 self.config.transaction_timeout_ms,
                 self.config.transactional_ids_per_subtask,
             );
@@ -642,6 +642,12 @@ impl Source for KafkaSource {
         .await
         .map_err(|e| self.error(e))
     }
+}
+
+/// The transactional ids' prefix of the dead-letter writer of a source whose own prefix is
+/// `prefix`.
+pub fn dead_letter_prefix(prefix: &str) -> String {
+    format!("{prefix}-dead-letters")
 }
 
 #[cfg(test)]

@@ -481,12 +481,13 @@ fn a_pending_transaction_that_cannot_commit_fails_loudly() {
     let outputs = outputs(pipeline);
     let runs = Runs::new(&pipeline.sql(&outputs, "exactly_once"));
     runs.crash_with(false, "weir::after_manifest_before_notify=2*off->return");
-    // `weir run` names the ids run-<file>-<pipeline>-<sink>-<subtask>-<k>.
+    // `weir run` names the ids run-<file>-<identity>-<pipeline>-<sink>-<subtask>-<k>.
+    let identity = std::fs::read_to_string(runs.dir.path().join("run/pipeline/identity")).unwrap();
     let client = TransactionsClient::new(broker().bootstrap());
     let mut fenced = Vec::new();
     for subtask in 0..2 {
         for k in 0..8 {
-            let id = format!("run-pipeline-1-out_a-{subtask}-{k}");
+            let id = format!("run-pipeline-{identity}-1-out_a-{subtask}-{k}");
             let state = runtime().block_on(client.describe(&id)).unwrap().map(|d| d.state);
             if state.as_deref() == Some("Ongoing") {
                 runtime().block_on(client.fence(&id, 60_000)).unwrap();
@@ -502,7 +503,7 @@ fn a_pending_transaction_that_cannot_commit_fails_loudly() {
     });
     let log = runs.log();
     assert!(!status.success(), "{log}");
-    assert!(log.contains(": the pending transaction run-pipeline-1-out_a-"), "{log}");
+    assert!(log.contains(&format!(": the pending transaction run-pipeline-{identity}-1-out_a-")), "{log}");
     assert!(log.contains("restoring checkpoint "), "{log}");
     assert!(log.contains("cannot be committed: InvalidProducerEpoch"), "{log}");
     assert!(log.contains("its records are not in the output"), "{log}");
@@ -568,5 +569,63 @@ fn ctrl_c_on_weir_run_stops_with_a_savepoint_and_twice_at_once() {
             assert!(committed.len() > 100, "the savepoint committed the bids: {} records", committed.len());
             assert!(!states.iter().any(|s| s.as_deref() == Some("Ongoing")), "no transaction left open: {states:?}");
         }
+    }
+}
+
+/// Two `weir run`s of files with the same name, from two data directories, to one broker: each
+/// data directory gives the file's pipelines their own transactional ids, so neither fences the
+/// other and both commit.
+#[test]
+fn the_same_file_run_from_two_data_directories_does_not_collide() {
+    let _serial = crate::kafka_serial();
+    let runs: Vec<(tempfile::TempDir, String)> = (0..2)
+        .map(|_| {
+            let dir = tempfile::tempdir().unwrap();
+            let topic = create_topic("same-file", 1);
+            std::fs::write(
+                dir.path().join("same.sql"),
+                format!(
+                    "CREATE TABLE gen WITH (connector = 'nexmark', rate = '2000');
+                     SET checkpoint.interval = '500 ms';
+                     CREATE TABLE out (auction BIGINT) WITH (connector = 'kafka', \"bootstrap.servers\" = '{}',
+                       topic = '{topic}', format = 'json', delivery = 'exactly_once');
+                     INSERT INTO out SELECT bid.auction FROM gen WHERE event_type = 2;",
+                    broker().bootstrap()
+                ),
+            )
+            .unwrap();
+            (dir, topic)
+        })
+        .collect();
+    let mut children: Vec<Child> = runs
+        .iter()
+        .map(|(dir, _)| {
+            Command::new(WEIR)
+                .arg("run")
+                .arg(dir.path().join("same.sql"))
+                .arg("--data-dir")
+                .arg(dir.path())
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(5));
+    for child in &children {
+        assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    }
+    for (child, (_, topic)) in children.iter_mut().zip(&runs) {
+        let status = wait(child, Duration::from_secs(60)).expect("weir run did not stop");
+        let mut stdout = String::new();
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        assert!(status.success(), "{stdout}\n{stderr}");
+        assert!(!stderr.to_lowercase().contains("fenced"), "one run fenced the other:\n{stderr}");
+        assert!(stdout.contains("pipeline 1 stopped with a savepoint"), "{stdout}\n{stderr}");
+        let committed = broker().read_to_end(topic, "read_committed").unwrap();
+        assert!(committed.len() > 100, "{topic}: {} records committed", committed.len());
     }
 }

@@ -524,3 +524,62 @@ fn a_failing_pipeline_does_not_disturb_another() {
     assert!(operators.iter().any(|o| o["records_out_per_second"].as_f64() > Some(0.0)), "{view}");
     assert!(operators.iter().all(|o| o["backpressure_ratio"].as_f64().is_some_and(|r| (0.0..=1.0).contains(&r))));
 }
+
+/// Nothing lets two pipelines write with one set of Kafka transactional ids: a second process
+/// on the data directory is refused (naming the first), a pipeline name set again after a
+/// restart still names a new pipeline (the name makes the ids), and an explicit prefix a
+/// running pipeline uses is refused.
+#[test]
+fn pipelines_never_share_kafka_transactional_ids() {
+    use weir_connectors::kafka::test_broker::TestBroker;
+
+    let _serial = crate::kafka_serial();
+    let broker = TestBroker::get().unwrap_or_else(|e| panic!("no Kafka broker for tests: {e}"));
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), &[]);
+    let second = Command::new(WEIR)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data.path())
+        .env_remove("WEIR_TOKEN")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "a second server on one data directory started");
+    assert!(stderr.contains("is in use by weir serve (pid "), "{stderr}");
+
+    // A name set again after a restart still names a new pipeline, not the earlier one.
+    let (status, body) = server.sql(
+        "CREATE TABLE gen WITH (connector = 'nexmark', rate = '200'); SET pipeline.name = 'mine';
+         SELECT bid.auction FROM gen WHERE event_type = 2",
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body[2]["name"], "mine-1", "{body}");
+    drop(server);
+    let server = Server::start(data.path(), &[]);
+    let (status, body) = server.sql("SET pipeline.name = 'mine'; SELECT bid.price FROM gen WHERE event_type = 2");
+    assert_eq!(status, 200, "{body}");
+    assert_ne!(body[1]["name"], "mine-1", "{body}");
+
+    let prefix = TestBroker::unique_name("shared");
+    let (status, body) = server.sql(&format!(
+        "CREATE TABLE out (auction BIGINT) WITH (connector = 'kafka', \"bootstrap.servers\" = '{}',
+           topic = '{prefix}', format = 'json', \"transactional_id.prefix\" = '{prefix}')",
+        broker.bootstrap()
+    ));
+    assert_eq!(status, 200, "{body}");
+    let insert = "INSERT INTO out SELECT bid.auction FROM gen WHERE event_type = 2";
+    let (status, body) = server.sql(&format!("SET pipeline.name = 'first'; {insert}"));
+    assert_eq!(status, 200, "{body}");
+    let first = body[1]["id"].as_i64().unwrap();
+    let (status, body) = server.sql(&format!("SET pipeline.name = 'second'; {insert}"));
+    assert_eq!(status, 409, "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("pipeline {first} writes Kafka transactions with ids starting '{prefix}")),
+        "{message}"
+    );
+    // Once the first has stopped, the prefix is free.
+    assert_eq!(server.call("POST", &format!("/api/v1/pipelines/{first}/stop-now"), None).0, 204);
+    let (status, body) = server.sql(&format!("SET pipeline.name = 'third'; {insert}"));
+    assert_eq!(status, 200, "{body}");
+}
