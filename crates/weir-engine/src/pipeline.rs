@@ -266,6 +266,32 @@ async fn supervise(
     }
 }
 
+/// The newest completed checkpoint's manifest could not be read. A manifest that does not parse
+/// will not parse on a retry: a fatal error, naming it. Restoring an older checkpoint instead
+/// is not done silently: the newest was complete, so its sinks may have committed its
+/// transactions, and replaying from an older one would write those records again. The user
+/// may choose to (an explicit restore of an older checkpoint).
+fn unreadable(store: &StateStore, newest: u64, completed: &[u64], error: weir_state::Error) -> Error {
+    if !matches!(error, weir_state::Error::Manifest { .. }) {
+        return error.into();
+    }
+    let older: Vec<u64> = completed.iter().copied().filter(|id| *id < newest).collect();
+    let choice = match older.last() {
+        Some(previous) => format!(
+            "restoring an older checkpoint could write again what checkpoint {newest} committed; to accept that, resume from one explicitly (kept: {older:?}; RESUME PIPELINE n FROM CHECKPOINT {previous})"
+        ),
+        None => "no older checkpoint is kept: start the pipeline over (DROP PIPELINE and run it again)".to_string(),
+    };
+    Error::Fatal {
+        operator: "pipeline".into(),
+        subtask: 0,
+        message: format!(
+            "the newest checkpoint's manifest {} cannot be read ({error}), so the pipeline cannot be restored from it; {choice}",
+            store.manifest_location(newest)
+        ),
+    }
+}
+
 /// One attempt: restore, build, run until finished or failed. Dropping it (a kill, or the
 /// supervisor moving on) aborts every task of the attempt.
 async fn run_attempt(
@@ -276,21 +302,22 @@ async fn run_attempt(
     shared: &Arc<SharedStatus>,
     next_id: &Arc<AtomicU64>,
 ) -> Result<()> {
-    let latest = store.latest_manifest().await?;
-    if let Some(manifest) = &latest {
+    let completed = store.completed_checkpoints().await?;
+    if let Some(&newest) = completed.last() {
         // New checkpoints are numbered after every existing one, even when an older one is
         // restored.
-        next_id.fetch_max(manifest.checkpoint_id + 1, Ordering::SeqCst);
+        next_id.fetch_max(newest + 1, Ordering::SeqCst);
     }
-    let manifest = match config.restore_from {
-        Some(id) if shared.completed_checkpoints() == 0 => {
+    let manifest = match (config.restore_from, completed.last()) {
+        (Some(id), _) if shared.completed_checkpoints() == 0 => {
             Some(store.manifest(id).await.map_err(|e| Error::Fatal {
                 operator: "pipeline".into(),
                 subtask: 0,
                 message: format!("checkpoint {id} cannot be restored: {e}"),
             })?)
         }
-        _ => latest,
+        (_, Some(&newest)) => Some(store.manifest(newest).await.map_err(|e| unreadable(store, newest, &completed, e))?),
+        (_, None) => None,
     };
     let registry = Arc::new(MetricsRegistry::default());
     *shared.metrics.lock().unwrap_or_else(|p| p.into_inner()) = registry.clone();

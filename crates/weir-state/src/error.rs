@@ -25,6 +25,12 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("syncing {path} to disk: {source}")]
+    Sync {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("state encoding task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
 }

@@ -37,11 +37,16 @@ pub struct RetentionReport {
 pub struct StateStore {
     store: Arc<dyn ObjectStore>,
     root: Path,
+    /// For a local directory: written files are synced to disk, with the directories that name
+    /// them, before they count (object_store's local store does not sync). A checkpoint must
+    /// survive a host crash, not only a process crash: a manifest that outlived its state files,
+    /// or a completed checkpoint that vanished after its sinks committed, loses data.
+    local_dir: Option<std::path::PathBuf>,
 }
 
 impl StateStore {
     pub fn new(store: Arc<dyn ObjectStore>, root: Path) -> Self {
-        Self { store, root }
+        Self { store, root, local_dir: None }
     }
 
     /// A store in a local directory, created if missing.
@@ -49,7 +54,8 @@ impl StateStore {
         let directory_error = |source| Error::Directory { path: dir.display().to_string(), source };
         std::fs::create_dir_all(dir).map_err(directory_error)?;
         let store = LocalFileSystem::new_with_prefix(dir)?;
-        Ok(Self::new(Arc::new(store), Path::default()))
+        let local_dir = std::path::absolute(dir).map_err(directory_error)?;
+        Ok(Self { local_dir: Some(local_dir), ..Self::new(Arc::new(store), Path::default()) })
     }
 
     /// Encodes `batches` as one Parquet file (off the async workers) and stores it.
@@ -73,6 +79,7 @@ impl StateStore {
         ]);
         let bytes = encoded.len() as u64;
         self.store.put(&self.absolute(&relative), PutPayload::from(encoded)).await?;
+        self.sync(&relative).await?;
         Ok(StateFile {
             operator: operator.to_string(),
             subtask,
@@ -122,9 +129,41 @@ impl StateStore {
         let checkpoint_id = manifest.checkpoint_id;
         let json = serde_json::to_vec_pretty(manifest).map_err(|source| Error::Manifest { checkpoint_id, source })?;
         let options = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
-        match self.store.put_opts(&self.manifest_path(checkpoint_id), PutPayload::from(json), options).await {
+        let path = self.manifest_path(checkpoint_id);
+        match self.store.put_opts(&path, PutPayload::from(json), options).await {
             Err(object_store::Error::AlreadyExists { .. }) => Err(Error::ManifestExists(checkpoint_id)),
             other => other.map(|_| ()).map_err(Error::from),
+        }?;
+        self.sync(&Path::from(self.relative(&path))).await
+    }
+
+    /// Syncs the local file `relative` and every directory from it up to the store's root.
+    async fn sync(&self, relative: &Path) -> Result<()> {
+        let Some(root) = self.local_dir.clone() else { return Ok(()) };
+        let file = relative.parts().fold(root.clone(), |path, part| path.join(part.as_ref()));
+        tokio::task::spawn_blocking(move || {
+            let synced = |path: &std::path::Path| {
+                std::fs::File::open(path)
+                    .and_then(|f| f.sync_all())
+                    .map_err(|source| Error::Sync { path: path.display().to_string(), source })
+            };
+            synced(&file)?;
+            let mut directory = file.parent();
+            while let Some(dir) = directory.filter(|d| d.starts_with(&root)) {
+                synced(dir)?;
+                directory = dir.parent();
+            }
+            Ok(())
+        })
+        .await?
+    }
+
+    /// Where checkpoint `checkpoint_id`'s manifest is, for messages.
+    pub fn manifest_location(&self, checkpoint_id: u64) -> String {
+        let relative = self.relative(&self.manifest_path(checkpoint_id));
+        match &self.local_dir {
+            Some(dir) => dir.join(relative).display().to_string(),
+            None => relative,
         }
     }
 

@@ -240,3 +240,43 @@ async fn a_fatal_error_fails_the_pipeline_without_restarts() {
         assert_eq!((status.state, status.restarts), (PipelineState::Failed, 0), "{status:?}");
     }
 }
+
+/// A newest manifest that is garbage (a torn write, a disk that lied) fails the restore for good,
+/// naming the file and what the user can do, rather than restoring an older checkpoint behind
+/// their back (its sinks may have committed the newest one's transactions already); an explicit
+/// restore of the older one then runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_newest_manifest_is_reported_not_skipped() {
+    let mut a = spec("a", 51, 2, 400, 20);
+    a.delay_per_batch = vec![Duration::from_millis(2); 2];
+    let b = spec("b", 52, 2, 10, 10);
+    let log = TxnLog::new();
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::local(dir.path()).unwrap();
+    let graph = keyed_count_graph(&a, &b, 2, &log);
+    let first = start(graph.clone(), config(CheckpointMode::aligned(), 20), store.clone(), None).unwrap();
+    await_completed(&first, 2, Duration::from_secs(20)).await;
+    first.kill().await;
+    let completed = store.completed_checkpoints().await.unwrap();
+    let (newest, previous) = (completed[completed.len() - 1], completed[completed.len() - 2]);
+    let location = store.manifest_location(newest);
+    let json = std::fs::read_to_string(&location).unwrap();
+    std::fs::write(&location, &json[..json.len() / 2]).unwrap();
+
+    let second = start(graph.clone(), config(CheckpointMode::aligned(), 20), store.clone(), None).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !second.is_finished() {
+        assert!(tokio::time::Instant::now() < deadline, "still running: {:?}", second.status());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let status = second.status();
+    let error = second.wait().await.unwrap_err().to_string();
+    assert_eq!((status.state, status.restarts), (PipelineState::Failed, 0), "{status:?}");
+    assert!(error.contains(&format!("manifest {location} cannot be read")), "{error}");
+    assert!(error.contains(&format!("RESUME PIPELINE n FROM CHECKPOINT {previous}")), "{error}");
+
+    let mut explicit = config(CheckpointMode::aligned(), 20);
+    explicit.restore_from = Some(previous);
+    let status = finish(start(graph, explicit, store.clone(), None).unwrap()).await;
+    assert_eq!(status.restored_from, Some(previous));
+}
