@@ -269,8 +269,22 @@ async fn kafka_mistakes_fail_at_planning_with_what_to_do() {
         .unwrap();
     let e = error(&mut session, "INSERT INTO plain SELECT word, count(*) FROM src GROUP BY word".into()).await;
     assert!(e.contains("format 'json' takes append-only rows") && e.contains("'upsert'"), "{e}");
+    // The checkpoint timeout (10 min), the interval (10 s), the longest back-off (30 s), 60 s.
     let e = error(&mut session, "INSERT INTO short SELECT word FROM src".into()).await;
-    assert!(e.contains("transaction.timeout.ms = 30000 is 50000 ms short"), "{e}");
+    assert!(e.contains("transaction.timeout.ms = 30000 is 670000 ms short"), "{e}");
+    session.execute("SET checkpoint.timeout = '1 min'").await.unwrap();
+    let e = error(&mut session, "INSERT INTO short SELECT word FROM src".into()).await;
+    assert!(e.contains("transaction.timeout.ms = 30000 is 130000 ms short") && e.contains("checkpoint.timeout"), "{e}");
+    // The librdkafka pass-through would override the checked value without a word.
+    session
+        .execute(&format!(
+            "CREATE TABLE passed (word VARCHAR) WITH ({}, format = 'json', \"kafka.transaction.timeout.ms\" = '1000')",
+            kafka("t-out", "")
+        ))
+        .await
+        .unwrap();
+    let e = error(&mut session, "INSERT INTO passed SELECT word FROM src".into()).await;
+    assert!(e.contains("not as the librdkafka pass-through 'kafka.transaction.timeout.ms'"), "{e}");
     let e = error(&mut session, "INSERT INTO long SELECT word FROM src".into()).await;
     assert!(e.contains("exceeds the broker's transaction.max.timeout.ms = 900000 by 2700000 ms"), "{e}");
     let e = error(&mut session, "INSERT INTO keyless SELECT word FROM src".into()).await;

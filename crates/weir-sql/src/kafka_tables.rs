@@ -56,11 +56,19 @@ fn prefix(table: &TableDef, options: &PlanOptions, node: &str) -> String {
         .map_or_else(|| format!("{}-{node}", options.pipeline_name), str::to_string)
 }
 
-/// The transaction timeout of a table that writes transactionally, checked against the
-/// checkpoint interval: the broker aborts a transaction open longer than it, and a pending
-/// transaction stays open from its barrier until the next checkpoint completes (or, after a
-/// crash, until recovery commits it).
+/// The transaction timeout of a table that writes transactionally, checked against how long a
+/// pre-committed transaction may have to stay open: the broker aborts a transaction open longer
+/// than it, with the records a completed checkpoint promised. A pending transaction stays open
+/// from its barrier until its checkpoint completes (up to checkpoint.timeout), or, if that one
+/// fails, until the next does (an interval later); after a crash, until the restart (up to the
+/// longest back-off) and its recovery commit it.
 fn transaction_timeout(table: &TableDef, options: &PlanOptions) -> Result<(u32, Option<TransactionTimeout>)> {
+    if table.connector.get("kafka.transaction.timeout.ms").is_some() {
+        plan_err!(
+            "table '{}': give the transaction timeout as 'transaction.timeout.ms' (checked against the checkpoints), not as the librdkafka pass-through 'kafka.transaction.timeout.ms'",
+            table.name
+        );
+    }
     let timeout_ms = table.connector.integer("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS);
     if delivery(table) != Delivery::ExactlyOnce {
         return Ok((timeout_ms as u32, None));
@@ -77,12 +85,15 @@ fn transaction_timeout(table: &TableDef, options: &PlanOptions) -> Result<(u32, 
             table.name
         );
     }
-    let required = (interval * 2 + TIMEOUT_MARGIN).as_millis() as u64;
+    let required =
+        (options.checkpoint_timeout + interval + options.max_restart_backoff + TIMEOUT_MARGIN).as_millis() as u64;
     if timeout_ms < required {
         plan_err!(
-            "table '{}': transaction.timeout.ms = {timeout_ms} is {} ms short: with checkpoint.interval {interval:?} it must be at least {required} (twice the interval plus {}s for the checkpoint and a recovery), or the broker aborts pending transactions before they commit",
+            "table '{}': transaction.timeout.ms = {timeout_ms} is {} ms short: it must be at least {required}, the checkpoint timeout ({:?}, checkpoint.timeout) plus the interval ({interval:?}) plus the longest restart back-off ({:?}) plus {}s for recovery, or the broker may abort a pre-committed transaction before it commits (raise it, or lower checkpoint.timeout)",
             table.name,
             required - timeout_ms,
+            options.checkpoint_timeout,
+            options.max_restart_backoff,
             TIMEOUT_MARGIN.as_secs()
         );
     }

@@ -162,6 +162,10 @@ pub struct PlanOptions {
     pub exactly_once_checkpoints: bool,
     /// Checkpoints in flight at once: sizes the Kafka writers' pools of transactional ids.
     pub max_concurrent_checkpoints: usize,
+    /// How long a checkpoint may take, and the longest wait before a restart: with the
+    /// interval, how long a pre-committed transaction may have to stay open.
+    pub checkpoint_timeout: Duration,
+    pub max_restart_backoff: Duration,
     /// Time-to-live of the state of updating aggregates and regular joins.
     pub state_ttl: Option<Duration>,
 }

@@ -127,6 +127,7 @@ pub const PIPELINE_OPTIONS: &[(&str, &str)] = &[
     ("checkpoint.aligned_timeout", "a duration such as '100 ms'"),
     ("checkpoint.interval", "a duration such as '10 s', or 'off'"),
     ("checkpoint.max_concurrent", "an integer from 1 to 16"),
+    ("checkpoint.timeout", "a duration such as '2 min' (a checkpoint not complete by then is aborted)"),
     ("checkpoint.retained", "an integer from 1 to 1000"),
     ("parallelism", "an integer from 1 to 256"),
     ("state.ttl", "a duration such as '1 hour', or 'off' (updating aggregates and regular joins)"),
@@ -143,6 +144,7 @@ fn check_pipeline_option(name: &str, value: &str) -> Result<(), String> {
         "checkpoint.mode" => matches!(value, "exactly_once" | "at_least_once"),
         "checkpoint.unaligned" => matches!(value, "true" | "false"),
         "checkpoint.aligned_timeout" => parse_duration(value).is_ok(),
+        "checkpoint.timeout" => parse_duration(value).is_ok_and(|d| !d.is_zero()),
         "checkpoint.interval" | "state.ttl" => value == "off" || parse_duration(value).is_ok_and(|d| !d.is_zero()),
         "checkpoint.max_concurrent" => in_range(1, 16),
         "checkpoint.retained" => in_range(1, 1000),
@@ -650,6 +652,8 @@ impl Session {
             checkpoint_interval: config.checkpoint.interval,
             exactly_once_checkpoints: !matches!(config.checkpoint.mode, CheckpointMode::AtLeastOnce),
             max_concurrent_checkpoints: config.checkpoint.max_concurrent,
+            checkpoint_timeout: config.checkpoint.timeout,
+            max_restart_backoff: config.restart.max_backoff,
         };
         let state = self.context.state();
         let planned = build_graph(&queries, &state, &|name| self.catalog.tables.get(name).cloned(), &options)?;
@@ -693,6 +697,9 @@ impl Session {
         };
         if let Some(n) = self.option("checkpoint.max_concurrent").and_then(|v| v.parse().ok()) {
             checkpoint.max_concurrent = n;
+        }
+        if let Some(timeout) = duration("checkpoint.timeout") {
+            checkpoint.timeout = timeout;
         }
         if let Some(n) = self.option("checkpoint.retained").and_then(|v| v.parse().ok()) {
             checkpoint.retained = n;
