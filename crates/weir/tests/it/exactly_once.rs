@@ -417,6 +417,8 @@ fn crashed_at_each_dangerous_step(pipeline: Pipeline) {
         "weir::after_snapshot_before_ack",
         // The manifest is written (the decision is commit), no sink told.
         "weir::after_manifest_before_notify",
+        // Half of the tasks told "complete" (their sinks may have committed), the rest not.
+        "weir::mid_notify",
         // Some sink subtasks committed, others not.
         "weir::after_transaction_commit",
     ] {
@@ -536,6 +538,28 @@ fn a_pending_transaction_that_cannot_commit_fails_loudly() {
     assert!(log.contains("restoring checkpoint "), "{log}");
     assert!(log.contains("cannot be committed: InvalidProducerEpoch"), "{log}");
     assert!(log.contains("its records are not in the output"), "{log}");
+}
+
+/// Crashed with transactions pending at parallelism 2, resumed at 3 and crashed the same way,
+/// resumed at 1 to the end: each recovery commits what the checkpoint recorded for the old
+/// subtasks it takes over and aborts the rest, so the output is still exactly once.
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs the failpoints feature (tests/run.sh builds with it)")]
+fn rescaled_two_three_one_through_crashes_is_exactly_once() {
+    let _serial = crate::kafka_serial();
+    let pipeline = Pipeline::FilterProject;
+    let outputs = outputs(pipeline);
+    let sql = pipeline.sql(&outputs, "exactly_once");
+    assert!(sql.contains("SET parallelism = '2';"), "{sql}");
+    let runs = Runs::new(&sql);
+    runs.crash_with(false, "weir::after_manifest_before_notify=2*off->return");
+    std::fs::write(&runs.file, sql.replace("SET parallelism = '2';", "SET parallelism = '3';")).unwrap();
+    runs.crash_with(true, "weir::after_manifest_before_notify=2*off->return");
+    std::fs::write(&runs.file, sql.replace("SET parallelism = '2';", "SET parallelism = '1';")).unwrap();
+    runs.finish();
+    let log = runs.log();
+    assert!(log.contains("recovery committed a pending transaction"), "{log}");
+    assert_exactly_once(pipeline, &outputs, &log);
 }
 
 /// Ctrl-C on `weir run` stops with a savepoint: with no checkpoint due for a minute, the
