@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs weir's whole test suite: starts the real Kafka broker (tests/kafka/broker.sh) unless
 # WEIR_KAFKA_BOOTSTRAP names one, runs every crate's tests against it, then the web page's tests
-# in a headless browser (tests/web/run.sh), and stops the broker again if this script started
-# it. Arguments go to cargo test (and skip the web tests).
+# in a headless browser (tests/web/run.sh) and the REST API fuzzed against its OpenAPI document
+# (tests/api/run.sh), and stops the broker again if this script started it. Arguments go to
+# cargo test (and skip the other two).
 #
 # Builds go to $CARGO_TARGET_DIR (default ~/.cache/weir/target), outside the clone, so a fresh
 # clone on the same machine reuses earlier builds.
@@ -30,5 +31,7 @@ cargo test --workspace --all-features --no-fail-fast "$@" || status=$?
 if [[ $# -eq 0 ]]; then
   echo "run.sh: the web page's tests" >&2
   bash tests/web/run.sh || status=$?
+  echo "run.sh: the REST API fuzzed by schemathesis" >&2
+  bash tests/api/run.sh || status=$?
 fi
 exit $status
