@@ -25,7 +25,7 @@ data=$(mktemp -d)
 token=fuzz-token
 "$WEIR_BIN" serve --listen 127.0.0.1:0 --data-dir "$data/weir" --token "$token" >"$data/stdout" 2>"$data/stderr" &
 server=$!
-trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$data"' EXIT
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true; rm -rf "$data"' EXIT
 url=""
 for _ in $(seq 100); do
   url=$(sed -n 's/^weir listening on //p' "$data/stdout")
