@@ -32,9 +32,9 @@ use weir_connectors::nexmark::{NexmarkConfig, NexmarkSource};
 use weir_engine::changelog::{Change, changelog_schema};
 use weir_engine::graph::SourceFactory;
 use weir_engine::operators::{
-    ALL_IN_ONE, AggregateCall, Blackhole, Expiry, Frame, JoinKind, JoinSide, Numbering, OverAggregate, PreviewBuffer,
-    PreviewSink, Stateless, Step, StreamingJoin, TopN, UpdatingAggregate, WatermarkAssigner, WindowAggregate,
-    WindowKind, WindowRank, join_key_column,
+    ALL_IN_ONE, AggregateCall, Blackhole, Expiry, Frame, JoinKind, JoinSide, LateRows, Numbering, OverAggregate,
+    PreviewBuffer, PreviewSink, Stateless, Step, StreamingJoin, TopN, UpdatingAggregate, WatermarkAssigner,
+    WindowAggregate, WindowKind, WindowRank, join_key_column,
 };
 use weir_engine::{Graph, NodeId, Partitioning, ProcessingTime};
 
@@ -1253,8 +1253,8 @@ impl Planner<'_> {
                 // Of several (window_start, window_end), the one complete first.
                 && expiry[0].is_none_or(|e| e.after_ms > *size_ms)
             {
-                expiry =
-                    [Some(Expiry { column: li, after_ms: *size_ms }), Some(Expiry { column: ri, after_ms: *size_ms })];
+                let window = |column| Some(Expiry { column, after_ms: *size_ms, late: LateRows::Drop });
+                expiry = [window(li), window(ri)];
             }
         }
         let window_join = expiry[0].is_some();
@@ -1274,8 +1274,12 @@ impl Planner<'_> {
             // A left row can match right rows up to `right_minus_left` after it, which arrive
             // until the watermark passes that plus their lateness; and the other way round.
             expiry = [
-                Some(Expiry { column: l, after_ms: right_minus_left + right_late + 1 }),
-                Some(Expiry { column: r - left_width, after_ms: left_minus_right + left_late + 1 }),
+                Some(Expiry { column: l, after_ms: right_minus_left + right_late + 1, late: LateRows::Match }),
+                Some(Expiry {
+                    column: r - left_width,
+                    after_ms: left_minus_right + left_late + 1,
+                    late: LateRows::Match,
+                }),
             ];
         }
         if inputs_updating && expiry[0].is_some() {

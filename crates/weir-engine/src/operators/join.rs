@@ -83,6 +83,18 @@ impl JoinKind {
 pub struct Expiry {
     pub column: usize,
     pub after_ms: i64,
+    pub late: LateRows,
+}
+
+/// What becomes of a row that arrives when the watermark has passed its expiry already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LateRows {
+    /// Joined with the rows still kept, and emitted NULL-padded by an outer side if none
+    /// matched, as Flink's interval join does.
+    Match,
+    /// Dropped and counted (`late_records_dropped`; a NULL time as `null_time_records`), as
+    /// Flink's window join does: its window was joined and emitted already.
+    Drop,
 }
 
 /// One input of a join.
@@ -124,6 +136,8 @@ pub struct StreamingJoin {
     ended: [bool; 2],
     /// A side that has delivered a changelog: its stored rows are kept for its retractions.
     changelog: [bool; 2],
+    /// The subtask's counters (late rows dropped).
+    metrics: Arc<crate::metrics::OperatorMetrics>,
 }
 
 /// A batch of one side, split for joining.
@@ -203,6 +217,7 @@ impl StreamingJoin {
             watermark: i64::MIN,
             ended: [false; 2],
             changelog: [false; 2],
+            metrics: Arc::default(),
         }
     }
 
@@ -410,6 +425,11 @@ impl StreamingJoin {
                 _ => i64::MAX,
             };
             let late = expires_at <= self.watermark;
+            if late && self.sides[side].expiry.is_some_and(|e| e.late == LateRows::Drop) {
+                let null_time = times.as_ref().is_some_and(|t| !t.is_valid(row));
+                self.metrics.dropped(u64::from(!null_time), u64::from(null_time));
+                continue;
+            }
             if has_null_key[row] || late {
                 if late && self.kind.emits_unmatched(side) && !self.updating() && matched[row] == 0 {
                     let own = values.iter().map(|c| c.slice(row, 1)).collect();
@@ -571,7 +591,8 @@ impl StreamingJoin {
 
 #[async_trait]
 impl Operator for StreamingJoin {
-    async fn open(&mut self, _info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
+    async fn open(&mut self, info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
+        self.metrics = info.metrics.clone();
         let keys = self.key_types.len();
         for side in 0..2 {
             let width = self.sides[side].schema.fields().len();
@@ -907,7 +928,10 @@ mod tests {
     #[tokio::test]
     async fn an_interval_join_drops_rows_the_watermark_has_passed_and_holds_its_watermark_back() {
         // Right rows up to 10 ms after the left one: left rows expire 11 ms after their time.
-        let expiry = [Some(Expiry { column: 1, after_ms: 11 }), Some(Expiry { column: 1, after_ms: 1 })];
+        let expiry = [
+            Some(Expiry { column: 1, after_ms: 11, late: LateRows::Match }),
+            Some(Expiry { column: 1, after_ms: 1, late: LateRows::Match }),
+        ];
         let mut join = join(JoinKind::Left, expiry);
         assert!(feed(&mut join, 0, rows("l", &[(1, 100), (2, 100)])).await.is_empty(), "waits for expiry");
         assert_eq!(feed(&mut join, 1, rows("r", &[(1, 105)])).await, ["+I 1 1"]);
@@ -917,6 +941,23 @@ mod tests {
         assert_eq!(lines(&out), ["+I 2 NULL"], "the unmatched left row, once it can no longer match");
         assert_eq!(out.watermark, Some(100), "held back by the longest expiry");
         assert_eq!(stored(&join), 0, "all state dropped");
+    }
+
+    /// A window join drops a row whose window was joined already, and counts it, where an
+    /// interval join (above) would still emit a late outer row NULL-padded.
+    #[tokio::test]
+    async fn a_window_join_drops_and_counts_rows_of_windows_already_joined() {
+        let window = Some(Expiry { column: 1, after_ms: 10, late: LateRows::Drop });
+        let mut join = join(JoinKind::Left, [window, window]);
+        assert!(feed(&mut join, 0, rows("l", &[(1, 100)])).await.is_empty(), "waits for the window's end");
+        let mut out = Collector::default();
+        join.process_watermark(110, &mut out).await.unwrap();
+        assert_eq!(lines(&out), ["+I 1 NULL"], "the window [100, 110) joined: its unmatched left row");
+        assert!(feed(&mut join, 0, rows("l", &[(2, 100)])).await.is_empty(), "late: dropped, not NULL-padded");
+        // The time column of a window join is the window's start.
+        assert!(feed(&mut join, 1, rows("r", &[(1, 100)])).await.is_empty(), "late on the other side too");
+        assert_eq!(join.metrics.late_records_dropped.load(std::sync::atomic::Ordering::Relaxed), 2);
+        assert_eq!(stored(&join), 0, "nothing kept of a window already joined");
     }
 
     #[tokio::test]

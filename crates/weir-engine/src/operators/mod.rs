@@ -15,7 +15,7 @@ pub mod window_aggregate;
 pub mod window_rank;
 
 pub use accumulators::AggregateCall;
-pub use join::{Expiry, JoinKind, JoinSide, StreamingJoin, join_key_column};
+pub use join::{Expiry, JoinKind, JoinSide, LateRows, StreamingJoin, join_key_column};
 pub use numbering::Numbering;
 pub use over_aggregate::{Frame, OverAggregate};
 pub use sinks::{Blackhole, PreviewBuffer, PreviewSink};
