@@ -4,7 +4,7 @@
 // node shows its parallelism, records in and out per second and is coloured by back-pressure as
 // Flink's are (OK under 10%, low under 50%, high above); edges carry their partitioning.
 
-import { h, s } from './dom.js';
+import { h, s, table } from './dom.js';
 import * as format from './format.js';
 
 const NODE_W = 165;
@@ -131,17 +131,16 @@ export function subtaskTable(name, operators) {
   const rows = operators.filter((o) => o.operator === name).sort((a, b) => a.subtask - b.subtask);
   const columns = [['Subtask', 'num'], ['Records in', 'num'], ['Records out', 'num'], ['In/s', 'num'], ['Out/s', 'num'],
     ['Back-pressure', 'num'], ['Watermark'], ['Watermark lag', 'num'], ['Bad records', 'num'], ['Late dropped', 'num']];
-  return h('table', { class: 'subtasks', 'aria-label': `Subtasks of ${name}` },
-    h('thead', {}, h('tr', {}, columns.map(([label, cls]) => h('th', { scope: 'col', class: cls }, label)))),
-    h('tbody', {}, rows.map((o) => h('tr', {},
-      h('td', { class: 'num' }, o.subtask),
-      h('td', { class: 'num' }, format.count(o.records_in)),
-      h('td', { class: 'num' }, format.count(o.records_out)),
-      h('td', { class: 'num' }, format.rate(o.records_in_per_second)),
-      h('td', { class: 'num' }, format.rate(o.records_out_per_second)),
-      h('td', { class: `num pressure-text-${pressureLevel(o.backpressure_ratio)}` }, format.percent(o.backpressure_ratio)),
-      h('td', {}, o.watermark === null ? '—' : format.clock(o.watermark)),
-      h('td', { class: 'num' }, o.watermark_lag_ms === null ? '—' : format.duration(o.watermark_lag_ms)),
-      h('td', { class: 'num' }, format.count(o.bad_records)),
-      h('td', { class: 'num' }, format.count(o.late_records_dropped))))));
+  return table(columns, rows.map((o) => h('tr', {},
+    h('td', { class: 'num' }, o.subtask),
+    h('td', { class: 'num' }, format.count(o.records_in)),
+    h('td', { class: 'num' }, format.count(o.records_out)),
+    h('td', { class: 'num' }, format.rate(o.records_in_per_second)),
+    h('td', { class: 'num' }, format.rate(o.records_out_per_second)),
+    h('td', { class: `num pressure-text-${pressureLevel(o.backpressure_ratio)}` }, format.percent(o.backpressure_ratio)),
+    h('td', {}, o.watermark === null ? '—' : format.clock(o.watermark)),
+    h('td', { class: 'num' }, o.watermark_lag_ms === null ? '—' : format.duration(o.watermark_lag_ms)),
+    h('td', { class: 'num' }, format.count(o.bad_records)),
+    h('td', { class: 'num' }, format.count(o.late_records_dropped)))),
+  { class: 'subtasks', 'aria-label': `Subtasks of ${name}` });
 }

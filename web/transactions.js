@@ -5,7 +5,7 @@
 // a transaction older than transaction.timeout.ms, and with it the records a completed
 // checkpoint promised: a warning shows from 70% of it.
 
-import { h } from './dom.js';
+import { h, table } from './dom.js';
 import * as format from './format.js';
 
 const WARN_AT = 0.7;
@@ -43,7 +43,5 @@ export function transactionsPanel(operators, nowMs) {
     h('p', { class: 'muted' }, 'Records become visible to read_committed consumers when their transaction commits, '
       + 'right after the checkpoint that pre-committed it completes. After a crash, recovery commits what the restored '
       + 'checkpoint pre-committed and aborts every other open transaction.'),
-    h('div', { class: 'scroll' }, h('table', { class: 'transactions', 'aria-label': 'Transactions per sink subtask' },
-      h('thead', {}, h('tr', {}, columns.map(([label, cls]) => h('th', { scope: 'col', class: cls }, label)))),
-      h('tbody', {}, rows))));
+    h('div', { class: 'scroll' }, table(columns, rows, { class: 'transactions', 'aria-label': 'Transactions per sink subtask' })));
 }

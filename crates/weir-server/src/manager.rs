@@ -219,7 +219,6 @@ impl Manager {
         let graph = planned.graph.describe(planned.config.chaining);
         let dataflow = Dataflow::of(&planned.graph, planned.config.chaining);
         let prefixes = planned.transactional_prefixes.clone();
-        self.check_prefixes(id, &prefixes)?;
         let handle = weir_engine::start(planned.graph, planned.config, store, None)
             .map_err(|e| ApiError::bad_request(format!("starting the pipeline: {e}")))?;
         self.lock().insert(
@@ -441,6 +440,7 @@ impl Manager {
             planned.graph = planned.graph.with_parallelism(parallelism);
             self.store.set_parallelism(id, parallelism as i64).await?;
         }
+        self.check_prefixes(id, &planned.transactional_prefixes)?;
         // A preview keeps the buffer the client is reading, if it is still here.
         if let Some(kept) = self.lock().get(&id).and_then(|r| r.preview.clone())
             && let Some(preview) = planned.preview.as_mut()

@@ -52,14 +52,14 @@ use super::transactions::{EndTxnOutcome, PendingTransaction, TransactionResult, 
 /// pending per checkpoint in flight, one committed but still listed by a snapshot per
 /// checkpoint in flight; five more absorb checkpoints that abort. (8 with one checkpoint at a
 /// time; with 4 or more in flight a fixed 8 ran dry.)
-pub fn pool_size(max_concurrent: usize) -> usize {
-    2 * max_concurrent.max(1) + 6
+pub const fn pool_size(max_concurrent: usize) -> usize {
+    2 * if max_concurrent == 0 { 1 } else { max_concurrent } + 6
 }
 
 /// Recovery probes this many ids of each subtask at most (the pool at the largest
 /// `checkpoint.max_concurrent`, 16): a pipeline resumed with a smaller setting still finds the
 /// ids an earlier run used.
-const MAX_POOL_SIZE: usize = 2 * 16 + 6;
+const MAX_POOL_SIZE: usize = pool_size(16);
 /// The longest a blocking librdkafka call (init, flush, commit) may take.
 const BLOCKING_TIMEOUT: Duration = Duration::from_secs(60);
 
