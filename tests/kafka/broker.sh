@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # A real, single-node Apache Kafka broker (KRaft: broker + controller in one JVM) for weir's tests.
 #
+# Listeners on 127.0.0.1: PLAINTEXT (the bootstrap every test uses), and for the secured-cluster
+# tests SASL_PLAINTEXT (PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512), SSL and SASL_SSL. The TLS keys
+# (a test CA and the broker's certificate for 127.0.0.1, made with the JDK's keytool) and the
+# SASL user are made at start; $RUN_DIR/listeners.env tells tests where they are.
+#
 #   tests/kafka/broker.sh start | stop | status | clean
 #
 # The broker's jars come from Maven Central (org.apache.kafka:kafka_2.13 and its dependencies),
@@ -10,6 +15,7 @@
 # Environment (all optional):
 #   WEIR_KAFKA_PORT             client port on 127.0.0.1 (default 9092)
 #   WEIR_KAFKA_CONTROLLER_PORT  KRaft controller port (default: client port + 1)
+#                               SASL_PLAINTEXT, SSL and SASL_SSL take client port + 2, + 3, + 4
 #   WEIR_KAFKA_VERSION          Apache Kafka version (default 4.4.0; any 4.x)
 #   WEIR_CACHE_DIR              cache root (default ~/.cache/weir)
 #   WEIR_KAFKA_HEAP             JVM heap (default 1g)
@@ -18,6 +24,9 @@ set -euo pipefail
 KAFKA_VERSION=${WEIR_KAFKA_VERSION:-4.4.0}
 PORT=${WEIR_KAFKA_PORT:-9092}
 CONTROLLER_PORT=${WEIR_KAFKA_CONTROLLER_PORT:-$((PORT + 1))}
+SASL_PORT=$((PORT + 2))
+SSL_PORT=$((PORT + 3))
+SASL_SSL_PORT=$((PORT + 4))
 CACHE_DIR=${WEIR_CACHE_DIR:-$HOME/.cache/weir}
 DIST_DIR=$CACHE_DIR/kafka-$KAFKA_VERSION
 LIBS=$DIST_DIR/libs
@@ -25,6 +34,14 @@ RUN_DIR=$CACHE_DIR/broker-$PORT
 DATA_DIR=$RUN_DIR/data
 LOG_FILE=$RUN_DIR/server.log
 PID_FILE=$RUN_DIR/broker.pid
+SECURITY_DIR=$RUN_DIR/security
+# The test cluster's only SASL user, and the password of its key stores.
+SASL_USER=weir
+SASL_PASSWORD=weir-secret
+STORE_PASSWORD=weir-test
+# Marks a data directory formatted with the SASL user's SCRAM credentials (KRaft stores them in
+# the metadata log, written at format time); an older data directory is formatted again.
+FORMAT_MARK=$DATA_DIR/.weir-scram-users
 START_TIMEOUT_S=${WEIR_KAFKA_START_TIMEOUT:-90}
 
 die() { echo "broker.sh: $*" >&2; exit 1; }
@@ -79,11 +96,24 @@ write_config() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$PORT
+listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT,SASL_PLAINTEXT://127.0.0.1:$SASL_PORT,SSL://127.0.0.1:$SSL_PORT,SASL_SSL://127.0.0.1:$SASL_SSL_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$PORT,SASL_PLAINTEXT://127.0.0.1:$SASL_PORT,SSL://127.0.0.1:$SSL_PORT,SASL_SSL://127.0.0.1:$SASL_SSL_PORT
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL
+# Secured listeners. No authorizer: an authenticated user may do anything, as on PLAINTEXT.
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$SASL_USER="$SASL_PASSWORD";
+listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$SASL_USER="$SASL_PASSWORD";
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$SECURITY_DIR/broker.p12
+ssl.keystore.password=$STORE_PASSWORD
+ssl.key.password=$STORE_PASSWORD
+ssl.client.auth=none
 log.dirs=$DATA_DIR
 # Tests create their topics with explicit partition counts; auto-creation is for the
 # sql-examples' topics, which appear on first write (as on a default Kafka).
@@ -118,6 +148,41 @@ logger.apache.level = INFO
 LOG
 }
 
+# A test CA, and the broker's key with a certificate for 127.0.0.1 and localhost signed by it;
+# ca.pem is what clients trust (librdkafka's and rustls' ssl.ca.location).
+make_keys() {
+  [[ -f $SECURITY_DIR/.complete ]] && return 0
+  command -v keytool >/dev/null || die "keytool (the JDK's) is not installed; it makes the test broker's TLS keys"
+  rm -rf "$SECURITY_DIR"
+  mkdir -p "$SECURITY_DIR"
+  local kt=(keytool -storetype PKCS12 -storepass "$STORE_PASSWORD" -keypass "$STORE_PASSWORD" -noprompt)
+  (
+    cd "$SECURITY_DIR"
+    "${kt[@]}" -genkeypair -alias ca -dname CN=weir-test-ca -keyalg RSA -keysize 2048 -validity 3650 \
+      -ext bc:c -ext KeyUsage=keyCertSign,cRLSign -keystore ca.p12
+    "${kt[@]}" -exportcert -rfc -alias ca -keystore ca.p12 > ca.pem
+    "${kt[@]}" -genkeypair -alias broker -dname CN=localhost -keyalg RSA -keysize 2048 -validity 3650 -keystore broker.p12
+    "${kt[@]}" -certreq -alias broker -keystore broker.p12 > broker.csr
+    "${kt[@]}" -gencert -alias ca -keystore ca.p12 -infile broker.csr -outfile broker.pem -rfc -validity 3650 \
+      -ext SAN=IP:127.0.0.1,DNS:localhost -ext KeyUsage=digitalSignature,keyEncipherment -ext ExtendedKeyUsage=serverAuth
+    "${kt[@]}" -importcert -alias ca -file ca.pem -keystore broker.p12
+    "${kt[@]}" -importcert -alias broker -file broker.pem -keystore broker.p12
+  ) >"$RUN_DIR/keys.log" 2>&1 || { cat "$RUN_DIR/keys.log" >&2; die "making the test TLS keys failed"; }
+  touch "$SECURITY_DIR/.complete"
+}
+
+# What the secured-cluster tests read: the secured listeners, the CA to trust, the SASL user.
+write_listeners_env() {
+  cat > "$RUN_DIR/listeners.env" <<ENV
+sasl_plaintext=127.0.0.1:$SASL_PORT
+ssl=127.0.0.1:$SSL_PORT
+sasl_ssl=127.0.0.1:$SASL_SSL_PORT
+ca_location=$SECURITY_DIR/ca.pem
+sasl_username=$SASL_USER
+sasl_password=$SASL_PASSWORD
+ENV
+}
+
 JAVA_ARGS=(-Xms256m "-Xmx${WEIR_KAFKA_HEAP:-1g}" -XX:+UseG1GC
   "-Dlog4j2.configurationFile=$RUN_DIR/log4j2.properties" -cp "$LIBS/*")
 
@@ -131,13 +196,22 @@ start() {
   require_java
   port_open "$PORT" && die "port $PORT on 127.0.0.1 is taken by another process (set WEIR_KAFKA_PORT)"
   port_open "$CONTROLLER_PORT" && die "controller port $CONTROLLER_PORT is taken (set WEIR_KAFKA_CONTROLLER_PORT)"
+  for p in "$SASL_PORT" "$SSL_PORT" "$SASL_SSL_PORT"; do
+    port_open "$p" && die "port $p on 127.0.0.1 (a secured listener: client port + 2..4) is taken"
+  done
   fetch
   write_config
-  if [[ ! -f $DATA_DIR/meta.properties ]]; then
+  make_keys
+  write_listeners_env
+  if [[ ! -f $FORMAT_MARK ]]; then
+    rm -rf "$DATA_DIR"
     local cluster_id
     cluster_id=$(java "${JAVA_ARGS[@]}" kafka.tools.StorageTool random-uuid 2>>"$RUN_DIR/format.log")
     java "${JAVA_ARGS[@]}" kafka.tools.StorageTool format -t "$cluster_id" -c "$RUN_DIR/server.properties" \
+      --add-scram "SCRAM-SHA-256=[name=$SASL_USER,password=$SASL_PASSWORD]" \
+      --add-scram "SCRAM-SHA-512=[name=$SASL_USER,password=$SASL_PASSWORD]" \
       >>"$RUN_DIR/format.log" 2>&1 || { cat "$RUN_DIR/format.log" >&2; die "formatting $DATA_DIR failed"; }
+    touch "$FORMAT_MARK"
   fi
   : > "$LOG_FILE"
   # setsid: the broker outlives the shell (and the test process) that started it. 9>&-: it must
@@ -159,6 +233,7 @@ start() {
   done
   echo "broker.sh: Apache Kafka $KAFKA_VERSION started (pid $pid)" >&2
   echo "bootstrap: 127.0.0.1:$PORT"
+  echo "secured listeners: $RUN_DIR/listeners.env"
   echo "log: $LOG_FILE"
 }
 

@@ -23,6 +23,15 @@ pub enum Error {
     /// A retriable answer (coordinator moving or loading, concurrent transaction) persisted.
     #[error("Kafka {request} for transactional id '{transactional_id}' still failing after {waited:?}: {last}")]
     RetriesExhausted { request: &'static str, transactional_id: String, waited: Duration, last: String },
+    /// The `kafka.*` security properties cannot be used (unsupported, or a file unreadable).
+    #[error("Kafka security settings: {0}")]
+    Security(String),
+    /// The broker's certificate was refused (or ours by it).
+    #[error("Kafka broker {broker}: TLS: {message}")]
+    Tls { broker: String, message: String },
+    /// The broker refused the SASL credentials or mechanism.
+    #[error("Kafka broker {broker}: SASL authentication failed: {message}")]
+    Authentication { broker: String, message: String },
     /// An error from librdkafka.
     #[error("librdkafka: {0}")]
     Rdkafka(#[from] rdkafka::error::KafkaError),

@@ -35,14 +35,16 @@ fn connection(table: &TableDef) -> Result<KafkaConnection> {
     let Some(bootstrap) = table.connector.get("bootstrap.servers") else {
         plan_err!("table '{}': option 'bootstrap.servers' is required", table.name)
     };
-    let mut connection = KafkaConnection::new(bootstrap);
-    connection.properties = table
+    let properties = table
         .connector
         .values
         .iter()
         .filter_map(|(k, v)| k.strip_prefix("kafka.").map(|k| (k.to_string(), v.clone())))
         .collect();
-    Ok(connection)
+    match KafkaConnection::new(bootstrap).with_properties(properties) {
+        Ok(connection) => Ok(connection),
+        Err(message) => plan_err!("table '{}': {message}", table.name),
+    }
 }
 
 fn delivery(table: &TableDef) -> Delivery {

@@ -8,6 +8,8 @@ use rdkafka::error::KafkaError;
 use rdkafka::{ClientConfig, ClientContext};
 
 use super::producer_pool::blocking;
+use super::security::ClientSecurity;
+use super::transactions::TransactionsClient;
 
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -17,12 +19,27 @@ pub struct KafkaConnection {
     pub bootstrap: String,
     /// librdkafka properties (the table's `kafka.<property>` options, prefix removed). They
     /// are applied last, so a user can override any default weir sets.
-    pub properties: Vec<(String, String)>,
+    properties: Vec<(String, String)>,
+    /// The security part of `properties`, for weir's own protocol client.
+    security: ClientSecurity,
 }
 
 impl KafkaConnection {
     pub fn new(bootstrap: &str) -> Self {
-        Self { bootstrap: bootstrap.to_string(), properties: Vec::new() }
+        Self { bootstrap: bootstrap.to_string(), properties: Vec::new(), security: ClientSecurity::default() }
+    }
+
+    /// With librdkafka `properties`; fails when their security settings are ones the recovery
+    /// client cannot honour (it must reach the broker exactly as the producers do).
+    pub fn with_properties(mut self, properties: Vec<(String, String)>) -> Result<Self, String> {
+        self.security = ClientSecurity::from_properties(&properties)?;
+        self.properties = properties;
+        Ok(self)
+    }
+
+    /// A protocol client for the transactions of this connection's brokers.
+    pub fn transactions_client(&self) -> TransactionsClient {
+        TransactionsClient::new(&self.bootstrap).with_security(self.security.clone())
     }
 
     /// A client configuration with `defaults` (weir's choice for this client), then the user's

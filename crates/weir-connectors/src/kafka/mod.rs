@@ -8,12 +8,14 @@
 //!   at-least-once or no delivery guarantee; exactly-once through a [`producer_pool`] of
 //!   transactional producers per subtask.
 //! - [`transactions`]: FindCoordinator, DescribeTransactions, EndTxn and InitProducerId over the
-//!   wire, for recovery.
+//!   wire, for recovery; over TLS and SASL as the table's [`security`] properties say.
 
 mod connection;
 mod decode;
 mod encode;
 mod producer_pool;
+mod sasl;
+pub mod security;
 pub mod sink;
 pub mod source;
 pub mod transactions;
@@ -25,6 +27,7 @@ pub mod test_broker;
 pub use connection::KafkaConnection;
 pub use encode::SinkFormat;
 pub use producer_pool::{Delivery, pool_size};
+pub use security::ClientSecurity;
 pub use sink::{KafkaSink, KafkaSinkConfig};
 pub use source::{BadRecords, KafkaSource, KafkaSourceConfig, SourceFormat, StartupMode};
 pub use transactions::{

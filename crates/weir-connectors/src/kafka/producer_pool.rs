@@ -217,7 +217,7 @@ impl KafkaWriter {
         timeout_ms: u32,
         pool_size: usize,
     ) -> Self {
-        let client = TransactionsClient::new(&connection.bootstrap);
+        let client = connection.transactions_client();
         let pool_size = pool_size.clamp(1, MAX_POOL_SIZE);
         Self { connection, topic, delivery, prefix, timeout_ms, pool_size, client, mode: None, metrics: Arc::default() }
     }

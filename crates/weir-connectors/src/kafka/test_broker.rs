@@ -181,6 +181,73 @@ impl TestBroker {
     }
 }
 
+/// The test broker's secured listeners and what a client needs for them (tests/kafka/broker.sh
+/// writes them to `listeners.env` beside the broker's data).
+#[derive(Debug, Clone)]
+pub struct SecuredListeners {
+    pub sasl_plaintext: String,
+    pub ssl: String,
+    pub sasl_ssl: String,
+    /// The PEM file of the test CA that signed the broker's certificate.
+    pub ca_location: String,
+    pub username: String,
+    pub password: String,
+}
+
+impl SecuredListeners {
+    /// The `kafka.*` properties (without the prefix) for `protocol` with SASL `mechanism`
+    /// (ignored without SASL): what a user puts in a table's options.
+    pub fn properties(&self, protocol: &str, mechanism: &str) -> Vec<(String, String)> {
+        let mut properties = vec![("security.protocol".to_string(), protocol.to_string())];
+        if protocol.contains("SSL") {
+            properties.push(("ssl.ca.location".into(), self.ca_location.clone()));
+        }
+        if protocol.starts_with("SASL") {
+            properties.push(("sasl.mechanism".into(), mechanism.to_string()));
+            properties.push(("sasl.username".into(), self.username.clone()));
+            properties.push(("sasl.password".into(), self.password.clone()));
+        }
+        properties
+    }
+
+    /// The listener (`host:port`) of `protocol`.
+    pub fn bootstrap(&self, protocol: &str) -> &str {
+        match protocol {
+            "SSL" => &self.ssl,
+            "SASL_SSL" => &self.sasl_ssl,
+            _ => &self.sasl_plaintext,
+        }
+    }
+}
+
+impl TestBroker {
+    /// The secured listeners of a tests/kafka/broker.sh broker (found from the bootstrap port).
+    pub fn secured(&self) -> Result<SecuredListeners, String> {
+        let Some(port) = self.bootstrap.strip_prefix("127.0.0.1:") else {
+            return Err(format!("{} is not a tests/kafka/broker.sh broker on 127.0.0.1", self.bootstrap));
+        };
+        let cache = std::env::var_os("WEIR_CACHE_DIR").map(PathBuf::from).unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/weir")
+        });
+        let path = cache.join(format!("broker-{port}/listeners.env"));
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let value = |key: &str| {
+            text.lines()
+                .find_map(|line| line.strip_prefix(key).and_then(|rest| rest.strip_prefix('=')))
+                .map(str::to_string)
+                .ok_or_else(|| format!("{} has no {key}", path.display()))
+        };
+        Ok(SecuredListeners {
+            sasl_plaintext: value("sasl_plaintext")?,
+            ssl: value("ssl")?,
+            sasl_ssl: value("sasl_ssl")?,
+            ca_location: value("ca_location")?,
+            username: value("sasl_username")?,
+            password: value("sasl_password")?,
+        })
+    }
+}
+
 fn start_script_broker() -> Result<String, String> {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/kafka/broker.sh");
     let output = Command::new("bash")

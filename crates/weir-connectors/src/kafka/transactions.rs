@@ -25,6 +25,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use tracing::debug;
 
+use super::security::ClientSecurity;
 use super::wire::Connection;
 use crate::error::{Error, Result};
 
@@ -81,6 +82,7 @@ pub struct TransactionDescription {
 #[derive(Debug, Clone)]
 pub struct TransactionsClient {
     bootstrap: Vec<String>,
+    security: ClientSecurity,
     request_timeout: Duration,
     retry_for: Duration,
 }
@@ -90,9 +92,16 @@ impl TransactionsClient {
     pub fn new(bootstrap: &str) -> Self {
         Self {
             bootstrap: bootstrap.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+            security: ClientSecurity::default(),
             request_timeout: Duration::from_secs(10),
             retry_for: Duration::from_secs(60),
         }
+    }
+
+    /// Connects with TLS and SASL as `security` says (plain TCP without it).
+    pub fn with_security(mut self, security: ClientSecurity) -> Self {
+        self.security = security;
+        self
     }
 
     /// How long retriable answers (coordinator loading or moving, a concurrent end in
@@ -191,7 +200,7 @@ impl TransactionsClient {
         let mut last_error = None;
         for broker in &self.bootstrap {
             let answer = async {
-                let mut conn = Connection::connect(broker, self.request_timeout).await?;
+                let mut conn = Connection::connect(broker, self.request_timeout, &self.security).await?;
                 let request = FindCoordinatorRequest::default()
                     .with_key(StrBytes::from_string(transactional_id.to_string()))
                     .with_key_type(COORDINATOR_KEY_TYPE_TRANSACTION);
@@ -212,7 +221,7 @@ impl TransactionsClient {
 
     async fn coordinator_connection(&self, transactional_id: &str) -> Result<Connection> {
         let coordinator = self.find_coordinator_once(transactional_id).await?;
-        Connection::connect(&coordinator, self.request_timeout).await
+        Connection::connect(&coordinator, self.request_timeout, &self.security).await
     }
 
     /// Runs `attempt` until it succeeds, fails for good, or retriable failures outlast

@@ -1,15 +1,20 @@
-//! One TCP connection to a Kafka broker speaking the binary protocol: size-prefixed request
-//! header + body out, size-prefixed response header + body back. `kafka-protocol` encodes the
-//! messages; the framing and correlation are ours.
+//! One connection to a Kafka broker speaking the binary protocol: size-prefixed request header
+//! + body out, size-prefixed response header + body back. `kafka-protocol` encodes the messages;
+//! the framing and correlation are ours. The connection is TCP, wrapped in TLS and authenticated
+//! with SASL as the table's `security.protocol` says ([`ClientSecurity`]).
 
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, BytesMut};
 use kafka_protocol::messages::{RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
 
+use super::sasl;
+use super::security::ClientSecurity;
 use crate::error::{Error, Result};
 
 /// The client id weir sends in request headers (visible in broker request logs).
@@ -18,22 +23,48 @@ const CLIENT_ID: &str = "weir";
 /// Responses larger than this are refused: the requests sent here have small answers.
 const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
+/// A byte stream to a broker: plain TCP or TLS over it.
+trait BrokerStream: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> BrokerStream for T {}
+
 pub(crate) struct Connection {
-    stream: TcpStream,
+    stream: Box<dyn BrokerStream>,
     broker: String,
     next_correlation_id: i32,
     timeout: Duration,
 }
 
 impl Connection {
-    pub(crate) async fn connect(broker: &str, timeout: Duration) -> Result<Self> {
+    /// Connects to `broker` (`host:port`), with TLS and SASL as `security` asks.
+    pub(crate) async fn connect(broker: &str, timeout: Duration, security: &ClientSecurity) -> Result<Self> {
         let io_err = |source| Error::Io { broker: broker.to_string(), source };
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(broker))
+        let tcp = tokio::time::timeout(timeout, TcpStream::connect(broker))
             .await
             .map_err(|_| io_err(timed_out("connect", timeout)))?
             .map_err(io_err)?;
-        stream.set_nodelay(true).map_err(io_err)?;
-        Ok(Self { stream, broker: broker.to_string(), next_correlation_id: 1, timeout })
+        tcp.set_nodelay(true).map_err(io_err)?;
+        let stream: Box<dyn BrokerStream> = match &security.tls {
+            None => Box::new(tcp),
+            Some(tls) => {
+                let config = ClientSecurity::tls_config(tls).map_err(Error::Security)?;
+                let host = broker.rsplit_once(':').map_or(broker, |(host, _)| host);
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                let name = ServerName::try_from(host.to_string())
+                    .map_err(|e| Error::Security(format!("broker host '{host}' is not a TLS server name: {e}")))?;
+                let handshake = TlsConnector::from(config).connect(name, tcp);
+                let tls = tokio::time::timeout(timeout, handshake)
+                    .await
+                    .map_err(|_| io_err(timed_out("TLS handshake", timeout)))?
+                    .map_err(|e| tls_error(broker, e))?;
+                Box::new(tls)
+            }
+        };
+        let mut connection = Self { stream, broker: broker.to_string(), next_correlation_id: 1, timeout };
+        if let Some(settings) = &security.sasl {
+            sasl::authenticate(&mut connection, settings).await?;
+        }
+        Ok(connection)
     }
 
     /// Sends `request` at `version` and waits for its response.
@@ -69,6 +100,11 @@ impl Connection {
         Ok(body)
     }
 
+    /// The broker (or our check of it) refused the SASL exchange: not worth retrying.
+    pub(crate) fn authentication_error(&self, message: String) -> Error {
+        Error::Authentication { broker: self.broker.clone(), message }
+    }
+
     fn io_error(&self, source: std::io::Error) -> Error {
         Error::Io { broker: self.broker.clone(), source }
     }
@@ -93,6 +129,15 @@ fn encode_frame<R: Request>(request: &R, version: i16, correlation_id: i32) -> R
 
 fn encode_error(api_key: i16, e: impl std::fmt::Display) -> Error {
     Error::Protocol(format!("encoding a request with api key {api_key}: {e}"))
+}
+
+/// A refused certificate is a setting to fix, not a broker to wait for; anything else in the
+/// handshake (a reset, an early close) is a connection failure like any other.
+fn tls_error(broker: &str, error: std::io::Error) -> Error {
+    match error.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+        Some(rustls_error) => Error::Tls { broker: broker.to_string(), message: rustls_error.to_string() },
+        None => Error::Io { broker: broker.to_string(), source: error },
+    }
 }
 
 fn timed_out(what: &str, after: Duration) -> std::io::Error {

@@ -5,4 +5,5 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod broker_script;
+mod secured;
 mod transactions;
