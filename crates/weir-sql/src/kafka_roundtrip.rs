@@ -285,6 +285,22 @@ async fn kafka_mistakes_fail_at_planning_with_what_to_do() {
         .unwrap();
     let e = error(&mut session, "INSERT INTO passed SELECT word FROM src".into()).await;
     assert!(e.contains("not as the librdkafka pass-through 'kafka.transaction.timeout.ms'"), "{e}");
+    // Exactly-once recovery speaks to the brokers itself: security settings it cannot use are
+    // refused by name (a writer without transactions, which librdkafka alone serves, takes them).
+    let kerberos = "\"kafka.security.protocol\" = 'SASL_PLAINTEXT', \"kafka.sasl.mechanism\" = 'GSSAPI'";
+    session
+        .execute(&format!(
+            "CREATE TABLE kerberos (word VARCHAR) WITH ({}, format = 'json', {kerberos});
+             CREATE TABLE kerberos_loose (word VARCHAR) WITH ({}, format = 'json', delivery = 'at_least_once', {kerberos})",
+            kafka("t-out", ""),
+            kafka("t-out", "")
+        ))
+        .await
+        .unwrap();
+    let e = error(&mut session, "INSERT INTO kerberos SELECT word FROM src".into()).await;
+    assert!(e.contains("table 'kerberos': exactly-once writing: kafka.sasl.mechanism 'GSSAPI' is not supported"), "{e}");
+    let e = error(&mut session, "INSERT INTO kerberos_loose SELECT word FROM src".into()).await;
+    assert!(!e.contains("GSSAPI"), "{e}");
     let e = error(&mut session, "INSERT INTO long SELECT word FROM src".into()).await;
     assert!(e.contains("exceeds the broker's transaction.max.timeout.ms = 900000 by 2700000 ms"), "{e}");
     let e = error(&mut session, "INSERT INTO keyless SELECT word FROM src".into()).await;

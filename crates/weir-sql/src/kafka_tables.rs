@@ -41,10 +41,16 @@ fn connection(table: &TableDef) -> Result<KafkaConnection> {
         .iter()
         .filter_map(|(k, v)| k.strip_prefix("kafka.").map(|k| (k.to_string(), v.clone())))
         .collect();
-    match KafkaConnection::new(bootstrap).with_properties(properties) {
-        Ok(connection) => Ok(connection),
-        Err(message) => plan_err!("table '{}': {message}", table.name),
+    Ok(KafkaConnection::new(bootstrap).with_properties(properties))
+}
+
+/// An exactly-once writer's recovery speaks to the brokers itself (librdkafka cannot end a
+/// transaction another process began): refuse here security settings it could not connect with.
+fn check_recovery_client(table: &TableDef, connection: &KafkaConnection) -> Result<()> {
+    if let Err(message) = connection.transactions_client() {
+        plan_err!("table '{}': exactly-once writing: {message}", table.name);
     }
+    Ok(())
 }
 
 fn delivery(table: &TableDef) -> Delivery {
@@ -188,6 +194,9 @@ pub fn source_config(
         timestamp_column,
         batch_size: options_of.integer("batch_size", 4096) as usize,
     };
+    if dead_letter_prefix(&config).is_some() {
+        check_recovery_client(table, &config.connection)?;
+    }
     Ok((config, check))
 }
 
@@ -225,8 +234,12 @@ pub fn sink_config(
         .get("key.fields")
         .map(|k| k.split(',').map(|f| f.trim().to_string()).collect())
         .unwrap_or_default();
+    let connection = connection(table)?;
+    if delivery(table) == Delivery::ExactlyOnce {
+        check_recovery_client(table, &connection)?;
+    }
     let config = KafkaSinkConfig {
-        connection: connection(table)?,
+        connection,
         topic: topic.to_string(),
         format,
         key_fields,

@@ -20,26 +20,25 @@ pub struct KafkaConnection {
     /// librdkafka properties (the table's `kafka.<property>` options, prefix removed). They
     /// are applied last, so a user can override any default weir sets.
     properties: Vec<(String, String)>,
-    /// The security part of `properties`, for weir's own protocol client.
-    security: ClientSecurity,
 }
 
 impl KafkaConnection {
     pub fn new(bootstrap: &str) -> Self {
-        Self { bootstrap: bootstrap.to_string(), properties: Vec::new(), security: ClientSecurity::default() }
+        Self { bootstrap: bootstrap.to_string(), properties: Vec::new() }
     }
 
-    /// With librdkafka `properties`; fails when their security settings are ones the recovery
-    /// client cannot honour (it must reach the broker exactly as the producers do).
-    pub fn with_properties(mut self, properties: Vec<(String, String)>) -> Result<Self, String> {
-        self.security = ClientSecurity::from_properties(&properties)?;
+    /// With librdkafka `properties`.
+    pub fn with_properties(mut self, properties: Vec<(String, String)>) -> Self {
         self.properties = properties;
-        Ok(self)
+        self
     }
 
-    /// A protocol client for the transactions of this connection's brokers.
-    pub fn transactions_client(&self) -> TransactionsClient {
-        TransactionsClient::new(&self.bootstrap).with_security(self.security.clone())
+    /// A protocol client for the transactions of this connection's brokers, reaching them as
+    /// the properties' security settings say. Fails for settings it cannot honour (GSSAPI,
+    /// keystores): an exactly-once writer must be able to recover where it writes.
+    pub fn transactions_client(&self) -> Result<TransactionsClient, String> {
+        let security = ClientSecurity::from_properties(&self.properties)?;
+        Ok(TransactionsClient::new(&self.bootstrap).with_security(security))
     }
 
     /// A client configuration with `defaults` (weir's choice for this client), then the user's

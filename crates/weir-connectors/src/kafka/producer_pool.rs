@@ -200,7 +200,8 @@ pub(crate) struct KafkaWriter {
     prefix: String,
     timeout_ms: u32,
     pool_size: usize,
-    client: TransactionsClient,
+    /// The protocol client recovery and pre-commit use (exactly-once only).
+    client: Option<TransactionsClient>,
     mode: Option<Mode>,
     /// The subtask's counters: transactions committed and aborted.
     metrics: Arc<OperatorMetrics>,
@@ -216,10 +217,17 @@ impl KafkaWriter {
         prefix: String,
         timeout_ms: u32,
         pool_size: usize,
-    ) -> Self {
-        let client = connection.transactions_client();
+    ) -> Result<Self, String> {
+        let client = match delivery {
+            Delivery::ExactlyOnce => Some(connection.transactions_client()?),
+            Delivery::AtLeastOnce | Delivery::None => None,
+        };
         let pool_size = pool_size.clamp(1, MAX_POOL_SIZE);
-        Self { connection, topic, delivery, prefix, timeout_ms, pool_size, client, mode: None, metrics: Arc::default() }
+        Ok(Self { connection, topic, delivery, prefix, timeout_ms, pool_size, client, mode: None, metrics: Arc::default() })
+    }
+
+    fn client(&self) -> Result<&TransactionsClient, String> {
+        self.client.as_ref().ok_or_else(|| "a writer without transactions has no transactions client".to_string())
     }
 
     fn slot_id(&self, subtask: usize, k: usize) -> String {
@@ -286,7 +294,7 @@ impl KafkaWriter {
                     producer_id: producer_ids.value(row),
                     producer_epoch: epochs.value(row),
                 };
-                let outcome = self.client.end_transaction(&pending, TransactionResult::Commit).await.map_err(|e| {
+                let outcome = self.client().map_err(OpenError::Fatal)?.end_transaction(&pending, TransactionResult::Commit).await.map_err(|e| {
                     OpenError::Retry(format!(
                         "restoring checkpoint {checkpoint}: committing {}: {e}",
                         pending.transactional_id
@@ -329,7 +337,7 @@ impl KafkaWriter {
                 let Some(state) = self.describe(&id).await.map_err(OpenError::Retry)? else { break };
                 if !committed.contains(&id) && matches!(state.as_str(), "Ongoing" | "PrepareAbort") {
                     let timeout = i32::try_from(self.timeout_ms).unwrap_or(i32::MAX);
-                    let fenced = self.client.fence(&id, timeout).await;
+                    let fenced = self.client().map_err(OpenError::Fatal)?.fence(&id, timeout).await;
                     fenced.map_err(|e| OpenError::Retry(format!("aborting lingering {id}: {e}")))?;
                     self.metrics.transactions_aborted.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(transactional_id = id, state, "recovery aborted a lingering transaction");
@@ -341,7 +349,7 @@ impl KafkaWriter {
     }
 
     async fn describe(&self, id: &str) -> Result<Option<String>, String> {
-        let description = self.client.describe(id).await.map_err(|e| format!("describing {id}: {e}"))?;
+        let description = self.client()?.describe(id).await.map_err(|e| format!("describing {id}: {e}"))?;
         Ok(description.map(|d| d.state))
     }
 
@@ -412,6 +420,7 @@ impl KafkaWriter {
                 // Only a transaction that holds records is pre-committed (an empty one stays
                 // closed: committing empty transactions is pointless).
                 let Some(k) = current.take() else { return Ok(()) };
+                let client = self.client.as_ref().ok_or("a transactional writer without its client")?;
                 let slot = &mut slots[k];
                 let Some((producer, report)) = slot.producer.clone() else {
                     return Err("an open slot has no producer".into());
@@ -422,8 +431,7 @@ impl KafkaWriter {
                     return Err(format!("{}: {failure}", slot.id));
                 }
                 // The coordinator's own view of the transaction is what recovery will need.
-                let description = self
-                    .client
+                let description = client
                     .describe(&slot.id)
                     .await
                     .map_err(|e| format!("{}: describing the pre-committed transaction: {e}", slot.id))?
@@ -670,7 +678,8 @@ mod tests {
             TestBroker::unique_name("pool"),
             60_000,
             pool_size(max_concurrent),
-        );
+        )
+        .unwrap();
         let info = SubtaskInfo::new("sink", 0, 1);
         writer.open(&info, &RestoredState::default()).await.unwrap();
         let mut written = 0;

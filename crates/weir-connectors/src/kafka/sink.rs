@@ -37,7 +37,8 @@ pub struct KafkaSink {
 }
 
 impl KafkaSink {
-    /// Fails if the format does not fit the table (no key for upsert, raw over many columns).
+    /// Fails if the format does not fit the table (no key for upsert, raw over many columns), or
+    /// if exactly-once recovery cannot use the table's security settings.
     pub fn new(config: KafkaSinkConfig) -> Result<Self, String> {
         let encoder = Encoder::new(config.format, config.schema.clone(), &config.key_fields)?;
         let writer = KafkaWriter::new(
@@ -47,7 +48,7 @@ impl KafkaSink {
             config.transactional_id_prefix,
             config.transaction_timeout_ms,
             config.transactional_ids_per_subtask,
-        );
+        )?;
         Ok(Self { encoder, writer, info: None })
     }
 

@@ -546,7 +546,8 @@ impl Source for KafkaSource {
                 dead_letter_prefix(&self.config.transactional_id_prefix),
                 self.config.transaction_timeout_ms,
                 self.config.transactional_ids_per_subtask,
-            );
+            )
+            .map_err(|e| info.error(e))?;
             let context = format!("dead-letter topic {topic}: ");
             writer.open(info, &restored).await.map_err(|e| e.for_subtask(info, &context))?;
             self.dead_letters = Some(writer);

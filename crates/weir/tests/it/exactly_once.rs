@@ -91,10 +91,15 @@ impl Pipeline {
     }
 
     pub(crate) fn sql(self, outputs: &[String], delivery: &str) -> String {
-        let bootstrap = broker().bootstrap();
+        self.sql_via(outputs, delivery, &Listener::plaintext())
+    }
+
+    /// The pipeline's SQL with every table reaching the broker through `listener`.
+    fn sql_via(self, outputs: &[String], delivery: &str, listener: &Listener) -> String {
+        let Listener { bootstrap, options } = listener;
         let kafka = |topic: &str, format: &str| {
             format!(
-                "connector = 'kafka', \"bootstrap.servers\" = '{bootstrap}', topic = '{topic}', format = '{format}', delivery = '{delivery}'"
+                "connector = 'kafka', \"bootstrap.servers\" = '{bootstrap}', topic = '{topic}', format = '{format}', delivery = '{delivery}'{options}"
             )
         };
         let watermark =
@@ -168,6 +173,31 @@ impl Pipeline {
                     .collect(),
             ],
         }
+    }
+}
+
+/// Where a pipeline's tables reach the broker: its PLAINTEXT bootstrap, or a secured listener
+/// with the `kafka.*` options a user would give.
+struct Listener {
+    bootstrap: String,
+    /// `, "kafka.<property>" = '<value>'`..., appended to each table's options.
+    options: String,
+}
+
+impl Listener {
+    fn plaintext() -> Self {
+        Self { bootstrap: broker().bootstrap().to_string(), options: String::new() }
+    }
+
+    /// `protocol` (SASL_PLAINTEXT, SSL, SASL_SSL) with SASL `mechanism`.
+    fn secured(protocol: &str, mechanism: &str) -> Self {
+        let listeners = broker().secured().unwrap_or_else(|e| panic!("the broker's secured listeners: {e}"));
+        let options = listeners
+            .properties(protocol, mechanism)
+            .iter()
+            .map(|(key, value)| format!(", \"kafka.{key}\" = '{value}'"))
+            .collect();
+        Self { bootstrap: listeners.bootstrap(protocol).to_string(), options }
     }
 }
 
@@ -459,6 +489,29 @@ fn window_upsert_is_exactly_once_through_crashes_at_dangerous_steps() {
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs the failpoints feature (tests/run.sh builds with it)")]
 fn two_topics_are_exactly_once_through_crashes_at_dangerous_steps() {
     crashed_at_each_dangerous_step(Pipeline::TwoTopics);
+}
+
+/// A secured cluster: the source and the sink reach the broker over SASL_PLAINTEXT with
+/// SCRAM-SHA-256, over SSL, and over SASL_SSL with SCRAM-SHA-512. Crashed after the manifest
+/// (the decision is commit, the transactions still open), the restart's recovery must reach the
+/// transaction coordinator through the same secured listener to commit them; then, crashed
+/// while the sinks commit, the same again. Nothing lost, nothing twice.
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs the failpoints feature (tests/run.sh builds with it)")]
+fn secured_listeners_are_exactly_once_through_crashes() {
+    let _serial = crate::kafka_serial();
+    let pipeline = Pipeline::FilterProject;
+    for (protocol, mechanism) in [("SASL_PLAINTEXT", "SCRAM-SHA-256"), ("SSL", ""), ("SASL_SSL", "SCRAM-SHA-512")] {
+        let outputs = outputs(pipeline);
+        let runs = Runs::new(&pipeline.sql_via(&outputs, "exactly_once", &Listener::secured(protocol, mechanism)));
+        runs.crash_with(false, "weir::after_manifest_before_notify=2*off->return");
+        runs.crash_with(true, "weir::after_transaction_commit=2*off->return");
+        runs.finish();
+        let log = runs.log();
+        assert!(log.contains("recovery committed a pending transaction"), "{protocol}: nothing recovered\n{log}");
+        eprintln!("{protocol} {mechanism}:");
+        assert_exactly_once(pipeline, &outputs, &log);
+    }
 }
 
 /// At-least-once: killed the same way, nothing is missing; duplicates are allowed, counted and
