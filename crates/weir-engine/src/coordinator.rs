@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -19,6 +19,10 @@ use crate::failure::{FailureInjector, Step};
 use crate::message::{Barrier, BarrierKind};
 use crate::pipeline::SharedStatus;
 use crate::task::{Control, TaskEvent, TaskId};
+
+/// How long tasks get to finish their recovery and close after another task failed for good
+/// (a recovery request alone may retry for a minute while a coordinator moves).
+const STOP_AFTER_FATAL_WITHIN: Duration = Duration::from_secs(180);
 
 /// The coordinator's line to one task.
 pub(crate) struct TaskLine {
@@ -161,6 +165,7 @@ impl Coordinator {
                 }
                 joined = self.join.join_next(), if !self.join.is_empty() => match joined {
                     Some(Ok(Ok(()))) | None => {}
+                    Some(Ok(Err(error @ Error::Fatal { .. }))) => return Err(self.stop_after_fatal(error).await),
                     Some(Ok(Err(error))) => return Err(error),
                     Some(Err(error)) => return Err(error.into()),
                 },
@@ -250,6 +255,26 @@ impl Coordinator {
         for task in self.tasks.iter().filter(|t| to(t)) {
             let _ = task.control.send(control.clone());
         }
+    }
+
+    /// A task failed for good: no restart will come to finish what the other tasks were doing.
+    /// They are told to shut down and given time to get there: one still restoring finishes its
+    /// recovery first (its sinks commit what the checkpoint promised), and closing aborts the
+    /// transactions they had begun. Then `fatal` is the pipeline's error.
+    async fn stop_after_fatal(&mut self, fatal: Error) -> Error {
+        tracing::error!(error = %fatal, "stopping every task after a fatal failure");
+        self.broadcast(Control::Shutdown, |_| true);
+        let drained = tokio::time::timeout(STOP_AFTER_FATAL_WITHIN, async {
+            while let Some(joined) = self.join.join_next().await {
+                if let Ok(Err(error)) = joined {
+                    tracing::error!(%error, "a task failed while stopping after a fatal failure");
+                }
+            }
+        });
+        if drained.await.is_err() {
+            tracing::error!(within = ?STOP_AFTER_FATAL_WITHIN, "tasks still stopping after a fatal failure are abandoned");
+        }
+        fatal
     }
 
     /// The error that ended the tasks, once their event lines have all closed. A failing task

@@ -265,16 +265,46 @@ impl Task {
         }
     }
 
+    /// Opens (restores) the chain's operators in order. A fatal failure of one ends the
+    /// pipeline for good, with no restart to finish the others' recovery: so the rest of the
+    /// chain still opens (a sink's recovery commits what the restored checkpoint promised), and
+    /// then closes (nothing it began stays open), before the first fatal error is returned.
     async fn open(&mut self) -> Result<()> {
+        let mut fatal = None;
+        let mut opened = Vec::new();
         if let Some(head) = &mut self.source {
             let restored = std::mem::take(&mut head.restored);
-            head.source.open(&head.info, restored).await?;
+            match head.source.open(&head.info, restored).await {
+                Ok(()) => opened.push(None),
+                Err(error @ Error::Fatal { .. }) => fatal = Some(error),
+                Err(error) => return Err(error),
+            }
         }
-        for member in &mut self.members {
+        for (index, member) in self.members.iter_mut().enumerate() {
             let restored = std::mem::take(&mut member.restored);
-            member.operator.open(&member.info, restored).await?;
+            match member.operator.open(&member.info, restored).await {
+                Ok(()) => opened.push(Some(index)),
+                Err(error @ Error::Fatal { .. }) => {
+                    fatal.get_or_insert(error);
+                }
+                Err(error) if fatal.is_none() => return Err(error),
+                Err(error) => tracing::error!(%error, "opening after a fatal failure of the chain"),
+            }
         }
-        Ok(())
+        let Some(fatal) = fatal else { return Ok(()) };
+        for index in opened {
+            let closed = match index {
+                None => match &mut self.source {
+                    Some(head) => head.source.close().await,
+                    None => Ok(()),
+                },
+                Some(index) => self.members[index].operator.close().await,
+            };
+            if let Err(error) = closed {
+                tracing::error!(%error, "closing after a fatal failure of the chain");
+            }
+        }
+        Err(fatal)
     }
 
     async fn close(mut self) -> Result<()> {

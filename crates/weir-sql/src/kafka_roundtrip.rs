@@ -298,7 +298,10 @@ async fn kafka_mistakes_fail_at_planning_with_what_to_do() {
         .await
         .unwrap();
     let e = error(&mut session, "INSERT INTO kerberos SELECT word FROM src".into()).await;
-    assert!(e.contains("table 'kerberos': exactly-once writing: kafka.sasl.mechanism 'GSSAPI' is not supported"), "{e}");
+    assert!(
+        e.contains("table 'kerberos': exactly-once writing: kafka.sasl.mechanism 'GSSAPI' is not supported"),
+        "{e}"
+    );
     let e = error(&mut session, "INSERT INTO kerberos_loose SELECT word FROM src".into()).await;
     assert!(!e.contains("GSSAPI"), "{e}");
     let e = error(&mut session, "INSERT INTO long SELECT word FROM src".into()).await;

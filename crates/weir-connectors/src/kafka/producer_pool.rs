@@ -223,7 +223,17 @@ impl KafkaWriter {
             Delivery::AtLeastOnce | Delivery::None => None,
         };
         let pool_size = pool_size.clamp(1, MAX_POOL_SIZE);
-        Ok(Self { connection, topic, delivery, prefix, timeout_ms, pool_size, client, mode: None, metrics: Arc::default() })
+        Ok(Self {
+            connection,
+            topic,
+            delivery,
+            prefix,
+            timeout_ms,
+            pool_size,
+            client,
+            mode: None,
+            metrics: Arc::default(),
+        })
     }
 
     fn client(&self) -> Result<&TransactionsClient, String> {
@@ -271,11 +281,18 @@ impl KafkaWriter {
 
     /// Commits the transactions `restored` recorded for the subtasks this one takes over, then
     /// fences and aborts every other open transaction of their ids. Returns the ids committed.
+    ///
+    /// A pending transaction the coordinator refuses to commit fails the pipeline for good, but
+    /// only after the rest is done: the checkpoint's other transactions committed and the pool
+    /// fenced, so that no transaction left open pins the readers' last stable offset until the
+    /// broker's timeout aborts it.
     async fn recover(&self, info: &SubtaskInfo, restored: &RestoredState) -> Result<HashSet<String>, OpenError> {
         let (me, parallelism) = (info.subtask, info.parallelism);
         let checkpoint = restored.checkpoint_id.map_or_else(|| "none".to_string(), |id| id.to_string());
+        let client = self.client().map_err(OpenError::Fatal)?;
         let mut old_parallelism = 0;
         let mut committed = HashSet::new();
+        let mut refused = Vec::new();
         for batch in restored.table(POOL_TABLE) {
             let parallelisms = column::<UInt64Array>(batch, 1).map_err(OpenError::Fatal)?;
             old_parallelism = old_parallelism.max(parallelisms.iter().flatten().max().unwrap_or(0) as usize);
@@ -294,14 +311,17 @@ impl KafkaWriter {
                     producer_id: producer_ids.value(row),
                     producer_epoch: epochs.value(row),
                 };
-                let outcome = self.client().map_err(OpenError::Fatal)?.end_transaction(&pending, TransactionResult::Commit).await.map_err(|e| {
+                let outcome = client.end_transaction(&pending, TransactionResult::Commit).await.map_err(|e| {
                     OpenError::Retry(format!(
                         "restoring checkpoint {checkpoint}: committing {}: {e}",
                         pending.transactional_id
                     ))
                 })?;
                 if let EndTxnOutcome::Rejected(code) = outcome {
-                    return Err(OpenError::Fatal(cannot_commit(&checkpoint, &pending, code)));
+                    let message = cannot_commit(&checkpoint, &pending, code);
+                    tracing::error!("{message}");
+                    refused.push((pending.transactional_id, message));
+                    continue;
                 }
                 tracing::info!(
                     checkpoint,
@@ -337,7 +357,7 @@ impl KafkaWriter {
                 let Some(state) = self.describe(&id).await.map_err(OpenError::Retry)? else { break };
                 if !committed.contains(&id) && matches!(state.as_str(), "Ongoing" | "PrepareAbort") {
                     let timeout = i32::try_from(self.timeout_ms).unwrap_or(i32::MAX);
-                    let fenced = self.client().map_err(OpenError::Fatal)?.fence(&id, timeout).await;
+                    let fenced = client.fence(&id, timeout).await;
                     fenced.map_err(|e| OpenError::Retry(format!("aborting lingering {id}: {e}")))?;
                     self.metrics.transactions_aborted.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(transactional_id = id, state, "recovery aborted a lingering transaction");
@@ -345,7 +365,14 @@ impl KafkaWriter {
             }
             old += parallelism;
         }
-        Ok(committed)
+        match refused.as_slice() {
+            [] => Ok(committed),
+            [(_, message)] => Err(OpenError::Fatal(message.clone())),
+            [(_, first), rest @ ..] => {
+                let others: Vec<&str> = rest.iter().map(|(id, _)| id.as_str()).collect();
+                Err(OpenError::Fatal(format!("{first} (nor could {})", others.join(", "))))
+            }
+        }
     }
 
     async fn describe(&self, id: &str) -> Result<Option<String>, String> {

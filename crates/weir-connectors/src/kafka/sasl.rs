@@ -210,7 +210,8 @@ mod tests {
 
     #[test]
     fn user_names_are_escaped() {
-        let settings = SaslSettings { mechanism: SaslMechanism::ScramSha256, username: "a=b,c".into(), password: String::new() };
+        let settings =
+            SaslSettings { mechanism: SaslMechanism::ScramSha256, username: "a=b,c".into(), password: String::new() };
         assert_eq!(Scram::new(&settings, "n".into()).client_first_bare(), "n=a=3Db=2Cc,r=n");
     }
 }

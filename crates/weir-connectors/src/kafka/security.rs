@@ -8,8 +8,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
@@ -145,7 +145,9 @@ impl ClientSecurity {
 
 fn tls_settings<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<TlsSettings, String> {
     if get("ssl.key.password").is_some() {
-        return Err("kafka.ssl.key.password: encrypted private keys are not supported; give an unencrypted PEM key".into());
+        return Err(
+            "kafka.ssl.key.password: encrypted private keys are not supported; give an unencrypted PEM key".into()
+        );
     }
     if get("ssl.keystore.location").is_some() || get("ssl.ca.pem").is_some() || get("ssl.certificate.pem").is_some() {
         return Err("give TLS material as PEM files: kafka.ssl.ca.location, kafka.ssl.certificate.location and kafka.ssl.key.location".into());
@@ -276,15 +278,21 @@ mod tests {
         let error = |pairs: &[(&str, &str)]| ClientSecurity::from_properties(&props(pairs)).unwrap_err();
         assert!(error(&[("security.protocol", "ssl_plain")]).contains("PLAINTEXT, SSL"));
         assert!(error(&[("security.protocol", "SASL_PLAINTEXT")]).contains("'GSSAPI' is not supported"));
-        assert!(error(&[("security.protocol", "SASL_PLAINTEXT"), ("sasl.mechanism", "PLAIN")])
-            .contains("kafka.sasl.username"));
+        assert!(
+            error(&[("security.protocol", "SASL_PLAINTEXT"), ("sasl.mechanism", "PLAIN")])
+                .contains("kafka.sasl.username")
+        );
         assert!(error(&[("security.protocol", "SSL"), ("ssl.key.location", "k.pem")]).contains("go together"));
         assert!(error(&[("security.protocol", "SSL"), ("ssl.keystore.location", "k.p12")]).contains("PEM files"));
     }
 
     #[test]
     fn a_missing_ca_file_is_named() {
-        let tls = TlsSettings { ca_location: Some("/nonexistent/ca.pem".into()), client_certificate: None, verify_hostname: true };
+        let tls = TlsSettings {
+            ca_location: Some("/nonexistent/ca.pem".into()),
+            client_certificate: None,
+            verify_hostname: true,
+        };
         assert!(ClientSecurity::tls_config(&tls).unwrap_err().contains("/nonexistent/ca.pem"));
     }
 }

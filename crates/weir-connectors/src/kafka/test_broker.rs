@@ -226,9 +226,9 @@ impl TestBroker {
         let Some(port) = self.bootstrap.strip_prefix("127.0.0.1:") else {
             return Err(format!("{} is not a tests/kafka/broker.sh broker on 127.0.0.1", self.bootstrap));
         };
-        let cache = std::env::var_os("WEIR_CACHE_DIR").map(PathBuf::from).unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/weir")
-        });
+        let cache = std::env::var_os("WEIR_CACHE_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/weir"));
         let path = cache.join(format!("broker-{port}/listeners.env"));
         let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let value = |key: &str| {

@@ -28,7 +28,9 @@ fn runtime() -> tokio::runtime::Runtime {
 
 fn client(listeners: &SecuredListeners, protocol: &str, properties: &[(String, String)]) -> TransactionsClient {
     let security = ClientSecurity::from_properties(properties).unwrap();
-    TransactionsClient::new(listeners.bootstrap(protocol)).with_security(security).with_retry_for(Duration::from_secs(5))
+    TransactionsClient::new(listeners.bootstrap(protocol))
+        .with_security(security)
+        .with_retry_for(Duration::from_secs(5))
 }
 
 /// A librdkafka producer over the secured listener leaves a transaction of 20 records open and

@@ -280,3 +280,99 @@ async fn an_unreadable_newest_manifest_is_reported_not_skipped() {
     let status = finish(start(graph, explicit, store.clone(), None).unwrap()).await;
     assert_eq!(status.restored_from, Some(previous));
 }
+
+/// Counts opens and closes of a [`Probe`]; `open_delay` stands for a slow recovery.
+#[derive(Default)]
+struct ProbeCounts {
+    opened: std::sync::atomic::AtomicUsize,
+    closed: std::sync::atomic::AtomicUsize,
+}
+
+struct Probe {
+    counts: Arc<ProbeCounts>,
+    open_delay: Duration,
+}
+
+#[async_trait::async_trait]
+impl weir_engine::Operator for Probe {
+    async fn open(&mut self, _: &weir_engine::SubtaskInfo, _: weir_engine::RestoredState) -> weir_engine::Result<()> {
+        tokio::time::sleep(self.open_delay).await;
+        self.counts.opened.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn process_batch(
+        &mut self,
+        _: usize,
+        batch: RecordBatch,
+        out: &mut weir_engine::Collector,
+    ) -> weir_engine::Result<()> {
+        out.emit(batch);
+        Ok(())
+    }
+
+    async fn close(&mut self) -> weir_engine::Result<()> {
+        self.counts.closed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// Fails for good when opened, as a sink whose pending transaction cannot be committed does.
+struct FatalAtOpen;
+
+#[async_trait::async_trait]
+impl weir_engine::Operator for FatalAtOpen {
+    async fn open(
+        &mut self,
+        info: &weir_engine::SubtaskInfo,
+        _: weir_engine::RestoredState,
+    ) -> weir_engine::Result<()> {
+        Err(info.fatal("the pending transaction cannot be committed"))
+    }
+
+    async fn process_batch(
+        &mut self,
+        _: usize,
+        _: RecordBatch,
+        _: &mut weir_engine::Collector,
+    ) -> weir_engine::Result<()> {
+        Ok(())
+    }
+}
+
+/// One operator failing for good at open does not cut the others' recovery short: the operator
+/// chained after it still opens (and closes), and a slow-to-open operator of another task
+/// finishes opening and closes before the pipeline reports the fatal error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fatal_open_lets_every_other_operator_finish_opening_and_close() {
+    let source = spec("source", 21, 2, 100, 10);
+    let (chained, other_task) = (Arc::new(ProbeCounts::default()), Arc::new(ProbeCounts::default()));
+    let mut graph = Graph::new();
+    let source_id = source_node(&mut graph, &source, 2);
+    let fatal = graph.add_operator("fatal", 2, 1, Arc::new(|_| Ok(Box::new(FatalAtOpen))));
+    graph.connect(source_id, fatal, 0, Partitioning::Forward);
+    let counts = chained.clone();
+    let after = graph.add_operator(
+        "after_fatal",
+        2,
+        1,
+        Arc::new(move |_| Ok(Box::new(Probe { counts: counts.clone(), open_delay: Duration::ZERO }))),
+    );
+    graph.connect(fatal, after, 0, Partitioning::Forward);
+    let counts = other_task.clone();
+    let slow = graph.add_operator(
+        "slow_recovery",
+        1,
+        1,
+        Arc::new(move |_| Ok(Box::new(Probe { counts: counts.clone(), open_delay: Duration::from_millis(500) }))),
+    );
+    graph.connect(after, slow, 0, Partitioning::RoundRobin);
+    let dir = tempfile::tempdir().unwrap();
+    let handle =
+        start(graph, config(CheckpointMode::aligned(), 10), StateStore::local(dir.path()).unwrap(), None).unwrap();
+    let error = tokio::time::timeout(Duration::from_secs(30), handle.wait()).await.unwrap().unwrap_err();
+    assert!(error.to_string().contains("cannot be committed"), "{error}");
+    let load = |c: &std::sync::atomic::AtomicUsize| c.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!((load(&chained.opened), load(&chained.closed)), (2, 2), "the operators chained after the failed one");
+    assert_eq!((load(&other_task.opened), load(&other_task.closed)), (1, 1), "the slow operator of another task");
+}
