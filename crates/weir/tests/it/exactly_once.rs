@@ -514,6 +514,45 @@ fn secured_listeners_are_exactly_once_through_crashes() {
     }
 }
 
+/// A pending transaction the broker aborts because it stayed open past its timeout while the
+/// pipeline was down: the restart fails for good and says so (the checkpoint, the id, the
+/// timeout as the likely cause), never a silent gap in the output. The shortest timeout the
+/// planner accepts here is checkpoint.timeout (5 s) + interval + the longest back-off (30 s) +
+/// 60 s, so the test waits that long (about 100 s) with the pipeline down.
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs the failpoints feature (tests/run.sh builds with it)")]
+fn a_transaction_expired_while_down_fails_the_restart_loudly() {
+    const TIMEOUT_MS: u64 = 5_000 + 200 + 30_000 + 60_000;
+    let _serial = crate::kafka_serial();
+    let pipeline = Pipeline::FilterProject;
+    let outputs = outputs(pipeline);
+    let listener = Listener {
+        bootstrap: broker().bootstrap().to_string(),
+        options: format!(", \"transaction.timeout.ms\" = '{TIMEOUT_MS}'"),
+    };
+    let sql = pipeline.sql_via(&outputs, "exactly_once", &listener).replacen(
+        "SET checkpoint.interval",
+        "SET checkpoint.timeout = '5 s';\nSET checkpoint.interval",
+        1,
+    );
+    let runs = Runs::new(&sql);
+    runs.crash_with(false, "weir::after_manifest_before_notify=2*off->return");
+    let committed_before = committed_records(&outputs);
+    // The broker's abort runs every second (transaction.abort.timed.out.transaction.cleanup.interval.ms).
+    std::thread::sleep(Duration::from_millis(TIMEOUT_MS + 5_000));
+    let mut child = runs.spawn(true, "");
+    let status = wait(&mut child, Duration::from_secs(120)).unwrap_or_else(|| {
+        child.kill().unwrap();
+        panic!("the restart did not fail for good\n{}", runs.log())
+    });
+    let log = runs.log();
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("restoring checkpoint ") && log.contains(": the pending transaction run-pipeline-"), "{log}");
+    assert!(log.contains("stayed open longer than transaction.timeout.ms"), "{log}");
+    assert!(log.contains("its records are not in the output"), "{log}");
+    assert_eq!(committed_records(&outputs), committed_before, "nothing committed after the loss was found");
+}
+
 /// At-least-once: killed the same way, nothing is missing; duplicates are allowed, counted and
 /// reported.
 #[test]
