@@ -16,13 +16,15 @@ CREATE TABLE bids (
     "scan.startup.mode" = 'earliest',
     "scan.bounded.mode" = 'latest',
     bad_records = 'dead_letter',
-    "dead_letter.topic" = 'weir-example-bad-bids'
+    "dead_letter.topic" = 'weir-example-bad-bids',
+    "dead_letter.create-topic" = 'true'
 );
 CREATE TABLE big_bids (auction BIGINT, bidder BIGINT, price_eur DOUBLE, channel VARCHAR, date_time TIMESTAMP)
 WITH (
     connector = 'kafka',
     "bootstrap.servers" = '127.0.0.1:9092',
     topic = 'weir-example-big-bids',
+    "sink.create-topic" = 'true',
     format = 'json',
     "key.fields" = 'auction'
 );

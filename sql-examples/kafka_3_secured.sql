@@ -28,6 +28,7 @@ WITH (
     "kafka.sasl.username" = 'weir',
     "kafka.sasl.password" = 'weir-secret',
     topic = 'weir-example-huge-bids',
+    "sink.create-topic" = 'true',
     format = 'json'
 );
 INSERT INTO huge_bids SELECT auction, price_eur, channel FROM big_bids WHERE price_eur > 5000000;

@@ -115,10 +115,10 @@ ssl.keystore.password=$STORE_PASSWORD
 ssl.key.password=$STORE_PASSWORD
 ssl.client.auth=none
 log.dirs=$DATA_DIR
-# Tests create their topics with explicit partition counts; auto-creation is for the
-# sql-examples' topics, which appear on first write (as on a default Kafka).
+# Tests create their topics with explicit partition counts, the sql-examples with
+# 'sink.create-topic'. No auto-creation: a pipeline writing a topic nobody made must fail.
 num.partitions=2
-auto.create.topics.enable=true
+auto.create.topics.enable=false
 # One node: every internal topic has one replica, and transactions need no second in-sync replica.
 offsets.topic.replication.factor=1
 offsets.topic.num.partitions=4

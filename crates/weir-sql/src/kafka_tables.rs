@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use weir_connectors::kafka::{
     BadRecords, Delivery, KafkaConnection, KafkaSinkConfig, KafkaSourceConfig, SinkFormat, SourceFormat, StartupMode,
-    pool_size,
+    TopicCreation, TopicError, pool_size,
 };
 
 use crate::catalog::TableDef;
@@ -152,7 +152,10 @@ pub fn source_config(
         None | Some("fail") => BadRecords::Fail,
         Some("skip") => BadRecords::Skip,
         Some(_) => match options_of.get("dead_letter.topic") {
-            Some(topic) => BadRecords::DeadLetter { topic: topic.to_string() },
+            Some(topic) => BadRecords::DeadLetter {
+                topic: topic.to_string(),
+                create: options_of.boolean("dead_letter.create-topic", false).then(TopicCreation::default),
+            },
             None => plan_err!("table '{name}': bad_records 'dead_letter' needs option 'dead_letter.topic'"),
         },
     };
@@ -238,6 +241,7 @@ pub fn sink_config(
     if delivery(table) == Delivery::ExactlyOnce {
         check_recovery_client(table, &connection)?;
     }
+    let create_topic = topic_creation(table)?;
     let config = KafkaSinkConfig {
         connection,
         topic: topic.to_string(),
@@ -248,6 +252,7 @@ pub fn sink_config(
         transactional_id_prefix: prefix(table, options, node),
         transaction_timeout_ms: timeout_ms,
         transactional_ids_per_subtask: pool_size(options.max_concurrent_checkpoints),
+        create_topic,
     };
     // Builds one, so a format that does not fit the table fails here rather than at run time.
     if let Err(message) = weir_connectors::kafka::KafkaSink::new(config.clone()) {
@@ -278,28 +283,87 @@ pub async fn check_against_brokers(checks: &[TransactionTimeout]) -> Result<()> 
     Ok(())
 }
 
-/// The topics a Kafka source table reads, to be checked against its brokers before the
-/// pipeline starts: a missing one would make the source retry forever.
-#[derive(Debug, Clone)]
-pub struct SourceTopics {
-    pub table: String,
-    pub connection: KafkaConnection,
-    pub topics: Vec<String>,
+/// How weir creates a sink table's topic when it is missing: `sink.create-topic` (off: a missing
+/// topic is an error), with `sink.create-topic.partitions` and `.replication-factor` (the
+/// broker's defaults without them).
+fn topic_creation(table: &TableDef) -> Result<Option<TopicCreation>> {
+    let options = &table.connector;
+    let count = |name: &str| options.get(name).map(|_| options.integer(name, 1) as i32);
+    let creation = TopicCreation {
+        partitions: count("sink.create-topic.partitions"),
+        replication_factor: count("sink.create-topic.replication-factor"),
+    };
+    if options.boolean("sink.create-topic", false) {
+        return Ok(Some(creation));
+    }
+    if creation != TopicCreation::default() {
+        plan_err!(
+            "table '{}': 'sink.create-topic.partitions' and '.replication-factor' need 'sink.create-topic' = 'true'",
+            table.name
+        );
+    }
+    Ok(None)
 }
 
-/// Fails naming the first source topic its brokers do not have.
-pub async fn check_source_topics(checks: &[SourceTopics]) -> Result<()> {
-    for check in checks {
-        let missing = match check.connection.missing_topics(&check.topics).await {
-            Ok(missing) => missing,
-            Err(message) => plan_err!("table '{}': cannot check its topics on the brokers: {message}", check.table),
+/// A topic a pipeline reads or writes, checked against its brokers before the pipeline starts:
+/// a missing one would make a source retry forever, and have a producer either fail late or
+/// (with the broker's auto-creation) write into a topic nobody configured.
+#[derive(Debug, Clone)]
+pub struct TopicCheck {
+    pub table: String,
+    pub connection: KafkaConnection,
+    pub topic: String,
+    /// `None`: must exist; `Some`: created when missing (`sink.create-topic`).
+    pub create: Option<TopicCreation>,
+    /// The option that lets weir create it, named in the error (none for a source's topics).
+    pub create_option: Option<&'static str>,
+}
+
+impl TopicCheck {
+    /// The topics a Kafka source reads, and its dead-letter topic.
+    pub fn of_source(table: &str, config: &KafkaSourceConfig) -> Vec<Self> {
+        let check = |topic: &str, create, create_option| Self {
+            table: table.to_string(),
+            connection: config.connection.clone(),
+            topic: topic.to_string(),
+            create,
+            create_option,
         };
-        if let Some(topic) = missing.first() {
-            plan_err!(
-                "table '{}': kafka topic '{topic}' does not exist on {}: create it, or correct the table's 'topic'",
-                check.table,
-                check.connection.bootstrap
-            );
+        let mut checks: Vec<Self> = config.topics.iter().map(|topic| check(topic, None, None)).collect();
+        if let BadRecords::DeadLetter { topic, create } = &config.bad_records {
+            checks.push(check(topic, *create, Some("dead_letter.create-topic")));
+        }
+        checks
+    }
+
+    /// The topic a Kafka sink writes.
+    pub fn of_sink(table: &str, config: &KafkaSinkConfig) -> Self {
+        Self {
+            table: table.to_string(),
+            connection: config.connection.clone(),
+            topic: config.topic.clone(),
+            create: config.create_topic,
+            create_option: Some("sink.create-topic"),
+        }
+    }
+}
+
+/// Fails naming the first topic its brokers do not have (and weir may not create), after
+/// creating those weir was asked to.
+pub async fn check_topics(checks: &[TopicCheck]) -> Result<()> {
+    for check in checks {
+        match check.connection.ensure_topic(&check.topic, check.create).await {
+            Ok(()) => {}
+            Err(TopicError::Missing(message)) => {
+                let fix = match check.create_option {
+                    None => "create it, or correct the table's 'topic'".to_string(),
+                    Some(option) => format!("create it, or let weir create it with '{option}' = 'true'"),
+                };
+                plan_err!("table '{}': {message}: {fix}", check.table)
+            }
+            Err(TopicError::Unavailable(message)) => {
+                plan_err!("table '{}': cannot check its topics on the brokers: {message}", check.table)
+            }
         }
     }
     Ok(())

@@ -40,7 +40,7 @@ use weir_engine::{Graph, NodeId, Partitioning, ProcessingTime};
 
 use crate::catalog::TableDef;
 use crate::error::{Error, Result};
-use crate::kafka_tables::{self, SourceTopics, TransactionTimeout};
+use crate::kafka_tables::{self, TopicCheck, TransactionTimeout};
 use crate::plan_err;
 use crate::window_functions::{
     CUMULATE_ENDS, DESCRIPTOR, HOP, HOP_STARTS, SESSION, TUMBLE, interval_ms, window_list_fits, window_of_end,
@@ -179,7 +179,7 @@ struct Planner<'a> {
     sources: HashMap<String, NodeId>,
     used_names: HashMap<String, usize>,
     transaction_timeouts: Vec<TransactionTimeout>,
-    source_topics: Vec<SourceTopics>,
+    topics: Vec<TopicCheck>,
     /// (table, prefix) of each exactly-once Kafka writer planned so far.
     transactional_prefixes: Vec<(String, String)>,
     /// Limits on ROW_NUMBER() set by a filter above its window node (by the node's address in
@@ -197,7 +197,7 @@ pub struct Planned {
     /// Kafka transaction timeouts to check against each broker's maximum.
     pub transaction_timeouts: Vec<TransactionTimeout>,
     /// Kafka topics read, to check that the brokers have them.
-    pub source_topics: Vec<SourceTopics>,
+    pub topics: Vec<TopicCheck>,
     /// The prefixes of the transactional ids its exactly-once Kafka writers use (distinct: two
     /// writers with one prefix fence each other).
     pub transactional_prefixes: Vec<String>,
@@ -526,11 +526,7 @@ impl Planner<'_> {
                 if let Some(prefix) = kafka_tables::dead_letter_prefix(&config) {
                     self.claim_prefix(&table.name, prefix)?;
                 }
-                self.source_topics.push(SourceTopics {
-                    table: table.name.clone(),
-                    connection: config.connection.clone(),
-                    topics: config.topics.clone(),
-                });
+                self.topics.extend(TopicCheck::of_source(&table.name, &config));
                 (node_name, Arc::new(move |_| Ok(Box::new(KafkaSource::new(config.clone())))))
             }
             other => plan_err!(
@@ -1410,6 +1406,7 @@ impl Planner<'_> {
                     "kafka" => {
                         let (config, check) = kafka_tables::sink_config(target, updating, self.options, &name)?;
                         self.transaction_timeouts.extend(check);
+                        self.topics.push(TopicCheck::of_sink(&target.name, &config));
                         if config.delivery == Delivery::ExactlyOnce {
                             self.claim_prefix(&target.name, config.transactional_id_prefix.clone())?;
                         }
@@ -1476,7 +1473,7 @@ pub fn build_graph(
         sources: HashMap::new(),
         used_names: HashMap::new(),
         transaction_timeouts: Vec::new(),
-        source_topics: Vec::new(),
+        topics: Vec::new(),
         transactional_prefixes: Vec::new(),
         rank_limits: HashMap::new(),
     };
@@ -1492,7 +1489,7 @@ pub fn build_graph(
         sources: planner.sources.into_keys().collect(),
         updating,
         transaction_timeouts: planner.transaction_timeouts,
-        source_topics: planner.source_topics,
+        topics: planner.topics,
         transactional_prefixes: planner.transactional_prefixes.into_iter().map(|(_, prefix)| prefix).collect(),
     })
 }

@@ -638,7 +638,7 @@ impl Session {
         };
         let (planned, config) = self.plan_queries(queries, &name)?;
         kafka_tables::check_against_brokers(&planned.transaction_timeouts).await?;
-        kafka_tables::check_source_topics(&planned.source_topics).await?;
+        kafka_tables::check_topics(&planned.topics).await?;
         Ok((name, planned, config))
     }
 

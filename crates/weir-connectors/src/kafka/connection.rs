@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, ClientContext};
 
 use super::producer_pool::blocking;
@@ -12,6 +13,37 @@ use super::security::ClientSecurity;
 use super::transactions::TransactionsClient;
 
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a topic found missing is looked for again before it counts as missing: a broker
+/// that has just restarted may answer before its metadata has caught up.
+const MISSING_CHECKS: usize = 3;
+const MISSING_RECHECK_AFTER: Duration = Duration::from_secs(1);
+
+/// How weir creates a topic it writes, when the table asks it to (`sink.create-topic`):
+/// `None` leaves the count to the broker's defaults (`num.partitions`,
+/// `default.replication.factor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TopicCreation {
+    pub partitions: Option<i32>,
+    pub replication_factor: Option<i32>,
+}
+
+/// Why a topic cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopicError {
+    /// The brokers answered, and do not have it (nor was weir asked to create it): a setting
+    /// to fix, not worth retrying.
+    Missing(String),
+    /// The brokers could not be asked, or refused to create it: may pass.
+    Unavailable(String),
+}
+
+impl std::fmt::Display for TopicError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Missing(message) | Self::Unavailable(message) => f.write_str(message),
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KafkaConnection {
@@ -46,6 +78,9 @@ impl KafkaConnection {
     pub(crate) fn client_config(&self, defaults: &[(&str, &str)]) -> ClientConfig {
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", &self.bootstrap);
+        // weir creates topics only when a table asks (`sink.create-topic`): a producer must not
+        // have a broker with auto.create.topics.enable recreate a deleted topic behind a pipeline.
+        config.set("allow.auto.create.topics", "false");
         for (key, value) in defaults {
             config.set(*key, *value);
         }
@@ -103,6 +138,59 @@ impl KafkaConnection {
                 .map_err(|e| format!("the metadata of {bootstrap}: {e}"))?;
             let known: Vec<&str> = metadata.topics().iter().map(|t| t.name()).collect();
             Ok(topics.into_iter().filter(|t| !known.contains(&t.as_str())).collect())
+        })
+        .await
+    }
+}
+
+impl KafkaConnection {
+    /// Makes sure `topic` exists: created as `create` says when it is missing, else
+    /// [`TopicError::Missing`], naming the topic and the brokers.
+    pub async fn ensure_topic(&self, topic: &str, create: Option<TopicCreation>) -> Result<(), TopicError> {
+        let topics = [topic.to_string()];
+        for check in 1..=MISSING_CHECKS {
+            let missing = self.missing_topics(&topics).await.map_err(TopicError::Unavailable)?;
+            if missing.is_empty() {
+                return Ok(());
+            }
+            if create.is_some() || check == MISSING_CHECKS {
+                break;
+            }
+            tokio::time::sleep(MISSING_RECHECK_AFTER).await;
+        }
+        let Some(creation) = create else {
+            return Err(TopicError::Missing(format!("kafka topic '{topic}' does not exist on {}", self.bootstrap)));
+        };
+        self.create_topic(topic, creation).await.map_err(|e| {
+            TopicError::Unavailable(format!("creating kafka topic '{topic}' on {}: {e}", self.bootstrap))
+        })?;
+        tracing::info!(topic, partitions = ?creation.partitions, "created the kafka topic");
+        Ok(())
+    }
+
+    /// Creates `topic`; one that exists already (another subtask was first) is fine.
+    async fn create_topic(&self, topic: &str, creation: TopicCreation) -> Result<(), String> {
+        let config = self.client_config(&[]);
+        let topic = topic.to_string();
+        let runtime = tokio::runtime::Handle::current();
+        blocking(move || {
+            let admin: AdminClient<QuietContext> =
+                config.create_with_context(QuietContext).map_err(|e| e.to_string())?;
+            let new = NewTopic::new(
+                &topic,
+                creation.partitions.unwrap_or(-1),
+                TopicReplication::Fixed(creation.replication_factor.unwrap_or(-1)),
+            );
+            let options =
+                AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT)).request_timeout(Some(ADMIN_TIMEOUT));
+            let results = runtime.block_on(admin.create_topics([&new], &options)).map_err(|e| e.to_string())?;
+            for result in results {
+                match result {
+                    Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                    Err((_, code)) => return Err(code.to_string()),
+                }
+            }
+            Ok(())
         })
         .await
     }

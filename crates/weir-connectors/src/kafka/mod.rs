@@ -24,7 +24,7 @@ mod wire;
 #[cfg(feature = "testing")]
 pub mod test_broker;
 
-pub use connection::KafkaConnection;
+pub use connection::{KafkaConnection, TopicCreation, TopicError};
 pub use encode::SinkFormat;
 pub use producer_pool::{Delivery, pool_size};
 pub use security::ClientSecurity;

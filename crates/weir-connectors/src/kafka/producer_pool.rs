@@ -45,7 +45,7 @@ use rdkafka::{ClientContext, Message};
 use weir_engine::metrics::OperatorMetrics;
 use weir_engine::{RestoredState, StateTable, SubtaskInfo};
 
-use super::connection::KafkaConnection;
+use super::connection::{KafkaConnection, TopicCreation, TopicError};
 use super::transactions::{EndTxnOutcome, PendingTransaction, TransactionResult, TransactionsClient};
 
 /// Transactional ids per subtask with `max_concurrent` checkpoints in flight: one open, one
@@ -202,6 +202,8 @@ pub(crate) struct KafkaWriter {
     pool_size: usize,
     /// The protocol client recovery and pre-commit use (exactly-once only).
     client: Option<TransactionsClient>,
+    /// Whether (and how) to create the topic when it is missing, rather than fail.
+    create_topic: Option<TopicCreation>,
     mode: Option<Mode>,
     /// The subtask's counters: transactions committed and aborted.
     metrics: Arc<OperatorMetrics>,
@@ -217,6 +219,7 @@ impl KafkaWriter {
         prefix: String,
         timeout_ms: u32,
         pool_size: usize,
+        create_topic: Option<TopicCreation>,
     ) -> Result<Self, String> {
         let client = match delivery {
             Delivery::ExactlyOnce => Some(connection.transactions_client()?),
@@ -231,6 +234,7 @@ impl KafkaWriter {
             timeout_ms,
             pool_size,
             client,
+            create_topic,
             mode: None,
             metrics: Arc::default(),
         })
@@ -247,6 +251,13 @@ impl KafkaWriter {
     /// Starts the writer; with exactly-once, first recovers what `restored` recorded.
     pub(crate) async fn open(&mut self, info: &SubtaskInfo, restored: &RestoredState) -> Result<(), OpenError> {
         self.metrics = info.metrics.clone();
+        // Checked at every start, not only when planned: a topic deleted while the pipeline ran
+        // fails it for good here, instead of restarts that never end.
+        match self.connection.ensure_topic(&self.topic, self.create_topic).await {
+            Ok(()) => {}
+            Err(TopicError::Missing(message)) => return Err(OpenError::Fatal(message)),
+            Err(TopicError::Unavailable(message)) => return Err(OpenError::Retry(message)),
+        }
         self.mode = Some(match self.delivery {
             Delivery::ExactlyOnce => {
                 let committed = self.recover(info, restored).await?;
@@ -705,6 +716,7 @@ mod tests {
             TestBroker::unique_name("pool"),
             60_000,
             pool_size(max_concurrent),
+            None,
         )
         .unwrap();
         let info = SubtaskInfo::new("sink", 0, 1);

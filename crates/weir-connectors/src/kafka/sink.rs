@@ -7,7 +7,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use weir_engine::{Collector, Operator, RestoredState, StateTable, SubtaskInfo};
 
-use super::connection::KafkaConnection;
+use super::connection::{KafkaConnection, TopicCreation};
 use super::encode::{Encoder, SinkFormat};
 use super::producer_pool::{Delivery, KafkaWriter};
 
@@ -28,6 +28,8 @@ pub struct KafkaSinkConfig {
     pub transaction_timeout_ms: u32,
     /// Transactional ids per subtask (`producer_pool::pool_size` of the checkpoints in flight).
     pub transactional_ids_per_subtask: usize,
+    /// Create the topic when it is missing (`sink.create-topic`), rather than fail.
+    pub create_topic: Option<TopicCreation>,
 }
 
 pub struct KafkaSink {
@@ -48,6 +50,7 @@ impl KafkaSink {
             config.transactional_id_prefix,
             config.transaction_timeout_ms,
             config.transactional_ids_per_subtask,
+            config.create_topic,
         )?;
         Ok(Self { encoder, writer, info: None })
     }

@@ -34,7 +34,7 @@ use rdkafka::{Message, Offset, Timestamp, TopicPartitionList};
 use weir_engine::changelog::{change_column, changelog_schema};
 use weir_engine::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
 
-use super::connection::{KafkaConnection, QuietContext};
+use super::connection::{KafkaConnection, QuietContext, TopicCreation, TopicError};
 use super::decode::{Decoded, decode_debezium, decode_json, decode_raw};
 use super::producer_pool::{Delivery, KafkaWriter, OutRecord, blocking};
 
@@ -67,7 +67,11 @@ pub enum StartupMode {
 pub enum BadRecords {
     Fail,
     Skip,
-    DeadLetter { topic: String },
+    DeadLetter {
+        topic: String,
+        /// Create the topic when it is missing (`dead_letter.create-topic`), rather than fail.
+        create: Option<TopicCreation>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -509,6 +513,15 @@ fn offsets_schema() -> SchemaRef {
 impl Source for KafkaSource {
     async fn open(&mut self, info: &SubtaskInfo, restored: RestoredState) -> weir_engine::Result<()> {
         self.info = Some(info.clone());
+        // Checked at every start, not only when planned: a topic deleted while the pipeline ran
+        // (its reads fail, the pipeline restarts) fails it for good here, not at every restart.
+        for topic in &self.config.topics {
+            match self.config.connection.ensure_topic(topic, None).await {
+                Ok(()) => {}
+                Err(TopicError::Missing(message)) => return Err(info.fatal(message)),
+                Err(TopicError::Unavailable(message)) => return Err(info.error(message)),
+            }
+        }
         let mut offsets = HashMap::new();
         for batch in restored.table(OFFSETS) {
             let (Some(topics), Some(partitions), Some(next)) = (
@@ -538,7 +551,7 @@ impl Source for KafkaSource {
         .await
         .map_err(|e| info.error(e))?;
         self.consumer = Some(Arc::new(consumer));
-        if let BadRecords::DeadLetter { topic } = &self.config.bad_records {
+        if let BadRecords::DeadLetter { topic, create } = &self.config.bad_records {
             let mut writer = KafkaWriter::new(
                 self.config.connection.clone(),
                 topic.clone(),
@@ -546,6 +559,7 @@ impl Source for KafkaSource {
                 dead_letter_prefix(&self.config.transactional_id_prefix),
                 self.config.transaction_timeout_ms,
                 self.config.transactional_ids_per_subtask,
+                *create,
             )
             .map_err(|e| info.error(e))?;
             let context = format!("dead-letter topic {topic}: ");
