@@ -203,7 +203,7 @@ describe('the web page of weir serve', () => {
     const topic = `web-${Date.now()}`;
     const id = await runInEditor(page, `SET checkpoint.interval = '1 s';
 CREATE TABLE bids_out (auction BIGINT, price BIGINT) WITH (connector = 'kafka', "bootstrap.servers" = '${KAFKA}',
-  topic = '${topic}', format = 'json', delivery = 'exactly_once');
+  topic = '${topic}', format = 'json', delivery = 'exactly_once', "sink.create-topic" = 'true');
 INSERT INTO bids_out SELECT bid.auction, bid.price FROM nexmark WHERE event_type = 2;`);
     await page.getByRole('tab', { name: 'Exactly-once' }).click();
     const row = page.locator('table.transactions tbody tr').first();

@@ -335,7 +335,7 @@ fn report(checkpoint: &InFlight, status: CheckpointStatus) -> CheckpointReport {
         .acks
         .values()
         .flat_map(|(files, _)| files)
-        .filter(|f| f.table.starts_with("_inflight"))
+        .filter(|f| crate::inflight::is_inflight(&f.table))
         .map(|f| f.rows)
         .sum();
     CheckpointReport {

@@ -7,6 +7,7 @@
 //! `weir-state` and tells the tasks (and so the sinks) when a checkpoint is complete; the
 //! [`pipeline`] supervisor restores the last completed checkpoint after any failure.
 
+mod alignment;
 pub mod changelog;
 pub mod channel;
 pub mod checkpoint;
@@ -14,6 +15,7 @@ mod coordinator;
 pub mod error;
 pub mod failure;
 pub mod graph;
+mod inflight;
 pub mod message;
 pub mod metrics;
 pub mod operator;
@@ -25,6 +27,7 @@ mod restore;
 mod task;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+pub mod two_phase_commit;
 
 pub use checkpoint::{CheckpointConfig, CheckpointKind, CheckpointMode, CheckpointReport, CheckpointStatus};
 pub use error::{Error, Result};

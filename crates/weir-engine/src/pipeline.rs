@@ -20,13 +20,12 @@ use crate::coordinator::{Coordinator, TaskLine};
 use crate::error::{Error, Result};
 use crate::failure::FailureInjector;
 use crate::graph::{Graph, NodeKind};
+use crate::inflight;
 use crate::metrics::MetricsRegistry;
 use crate::operator::SubtaskInfo;
 use crate::partition::Router;
 use crate::restore::Restorer;
-use crate::task::{
-    InputChannel, Member, OutputChannel, OutputEdge, SourceHead, Task, TaskContext, TaskId, inflight_to_table,
-};
+use crate::task::{InputChannel, Member, OutputChannel, OutputEdge, SourceHead, Task, TaskContext, TaskId};
 
 /// How failed attempts are retried.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -355,7 +354,7 @@ async fn run_attempt(
                 inputs[to][receiver].push(InputChannel::new(rx, edge.input));
                 channels.push(OutputChannel {
                     sender: tx,
-                    inflight_table: inflight_to_table(&to_node.name, edge.input, receiver),
+                    inflight_table: inflight::output_table(&to_node.name, edge.input, receiver),
                     pending: Default::default(),
                 });
             }

@@ -1,22 +1,16 @@
 //! The task runner: one subtask of one chain, on a tokio task. It reads its input channels,
-//! drives its operators, queues their output, and handles barriers for every checkpoint mode
-//! (ARCHITECTURE.md, "Barriers"):
-//!
-//! - aligned: an input that delivered barrier n is not read until every input has; then the
-//!   chain snapshots and the barrier follows the data already queued on the outputs;
-//! - unaligned: the barrier is taken out of its input queue as soon as it is queued, the chain
-//!   snapshots at once, and the barrier goes to the head of every output queue. The data it
-//!   overtook (input and output) and the data that still reaches the chain from inputs whose
-//!   barrier n has not arrived are the snapshot's in-flight data;
-//! - aligned with a timeout: aligned until the timeout, then as unaligned for that checkpoint;
-//! - at-least-once: no input is ever blocked; the snapshot is taken when the last barrier
-//!   arrives.
+//! drives its operators, queues their output, and carries out what barrier alignment
+//! ([`crate::alignment`]) decides for every checkpoint mode: an aligned barrier follows the data
+//! already queued on the outputs; an unaligned one is taken out of its input queue as soon as
+//! it is queued and goes to the head of every output queue, the data it overtook (input and
+//! output) and the data that still reaches the chain from inputs whose barrier has not arrived
+//! being the snapshot's in-flight data ([`crate::inflight`]).
 //!
 //! Output is queued per channel in the task ("pending") when a channel is full; while anything
 //! is pending the task reads no input. That is the back-pressure, and it keeps the task free to
 //! take an overtaking barrier or a control message while it waits.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -26,25 +20,16 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinSet;
 use weir_state::{StateFile, StateStore};
 
+use crate::alignment::Alignments;
 use crate::channel::{Receiver, Sender};
 use crate::checkpoint::TaskCheckpointReport;
 use crate::error::{Error, Result};
 use crate::failure::{FailureInjector, Step};
-use crate::message::{Barrier, BarrierKind, Message};
+use crate::inflight::{self, Capture};
+use crate::message::{Barrier, Message};
 use crate::metrics::OperatorMetrics;
 use crate::operator::{Collector, Operator, RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
 use crate::partition::Router;
-
-/// The name of the in-flight table a receiving subtask writes for its input `input`.
-pub(crate) fn inflight_in_table(input: usize) -> String {
-    format!("_inflight_in_{input}")
-}
-
-/// The name of the in-flight table a sending subtask writes for its channel to `receiver`'s
-/// subtask `subtask`, input `input`.
-pub(crate) fn inflight_to_table(receiver: &str, input: usize, subtask: usize) -> String {
-    format!("_inflight_to_{receiver}_{input}_{subtask}")
-}
 
 /// A task: chain `chain`, subtask `subtask`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -107,13 +92,11 @@ pub(crate) struct InputChannel {
     pub input: usize,
     pub ended: bool,
     pub watermark: i64,
-    /// Aligned checkpoints this channel delivered the barrier of and waits on.
-    pub blocked_for: BTreeSet<u64>,
 }
 
 impl InputChannel {
     pub fn new(receiver: Receiver, input: usize) -> Self {
-        Self { receiver, input, ended: false, watermark: i64::MIN, blocked_for: BTreeSet::new() }
+        Self { receiver, input, ended: false, watermark: i64::MIN }
     }
 }
 
@@ -139,26 +122,6 @@ pub(crate) struct TaskContext {
     pub injector: Option<Arc<FailureInjector>>,
 }
 
-/// A snapshot point taken, waiting for its in-flight data to be complete.
-struct TakenSnapshot {
-    tables: Vec<(String, StateTable)>,
-    inflight_in: BTreeMap<usize, Vec<RecordBatch>>,
-    inflight_out: Vec<(String, Vec<RecordBatch>)>,
-    alignment: Duration,
-}
-
-/// One checkpoint's barriers as they arrive at this task.
-struct Alignment {
-    barrier: Barrier,
-    started: Instant,
-    arrived: Vec<bool>,
-    /// Set once the chain snapshotted; from then on, data from inputs not yet arrived is
-    /// in-flight data of the checkpoint.
-    taken: Option<TakenSnapshot>,
-    /// An aligned checkpoint that switched to unaligned on its timeout.
-    timed_out: bool,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Running,
@@ -176,7 +139,10 @@ pub(crate) struct Task {
     outputs: Vec<OutputEdge>,
     /// In-flight data of the restored checkpoint, fed to the chain before any new input.
     replay: Vec<(usize, RecordBatch)>,
-    alignments: BTreeMap<u64, Alignment>,
+    alignments: Alignments,
+    /// Snapshots taken ahead of their checkpoint's alignment (unaligned), gathering in-flight
+    /// data until the checkpoint is aligned here.
+    captures: BTreeMap<u64, Capture>,
     watermark: i64,
     next_input: usize,
     phase: Phase,
@@ -203,10 +169,11 @@ impl Task {
             ctx,
             source,
             members,
+            alignments: Alignments::new(inputs.len()),
+            captures: BTreeMap::new(),
             inputs,
             outputs,
             replay,
-            alignments: BTreeMap::new(),
             watermark: i64::MIN,
             next_input: 0,
             phase: Phase::Running,
@@ -322,7 +289,7 @@ impl Task {
     /// Waits for input, output space, a control message or an alignment timeout. Returns
     /// whether the task must stop.
     async fn wait(&mut self) -> Result<bool> {
-        let deadline = self.next_alignment_deadline();
+        let deadline = self.alignments.next_deadline();
         let sleep = async {
             match deadline {
                 Some(at) => tokio::time::sleep_until(at.into()).await,
@@ -365,9 +332,8 @@ impl Task {
                 }
             }
             Control::Aborted(id) => {
-                if self.alignments.remove(&id).is_some() {
-                    self.unblock(id);
-                }
+                self.alignments.abort(id);
+                self.captures.remove(&id);
                 if let Some(head) = &mut self.source {
                     head.source.checkpoint_aborted(id).await?;
                 }
@@ -415,9 +381,8 @@ impl Task {
             self.finish_chain().await?;
         }
         let tables = self.snapshot_chain(barrier.checkpoint_id).await?;
-        let inflight_out = self.forward_barrier(barrier, barrier.overtakes());
-        let taken = TakenSnapshot { tables, inflight_in: BTreeMap::new(), inflight_out, alignment: Duration::ZERO };
-        self.write_snapshot(barrier, taken, barrier.overtakes());
+        let outputs = self.forward_barrier(barrier, barrier.overtakes());
+        self.write_snapshot(barrier, Capture::new(tables, outputs), Duration::ZERO, barrier.overtakes());
         if barrier.is_final {
             self.end_output().await?;
         }
@@ -435,7 +400,7 @@ impl Task {
         for k in 0..count {
             let c = (self.next_input + k) % count;
             let channel = &self.inputs[c];
-            if channel.ended || !channel.blocked_for.is_empty() {
+            if channel.ended || self.alignments.is_blocked(c) {
                 continue;
             }
             if let Some(message) = channel.receiver.pop() {
@@ -455,9 +420,9 @@ impl Task {
         let input = self.inputs[c].input;
         match message {
             Message::Data(batch) => {
-                for alignment in self.alignments.values_mut() {
-                    if let (Some(taken), false) = (&mut alignment.taken, alignment.arrived[c]) {
-                        taken.inflight_in.entry(input).or_default().push(batch.clone());
+                for id in self.alignments.capturing(c) {
+                    if let Some(capture) = self.captures.get_mut(&id) {
+                        capture.input(input, [batch.clone()]);
                     }
                 }
                 self.process_input(input, batch).await?;
@@ -470,18 +435,13 @@ impl Task {
             Message::Barrier(barrier) => self.on_barrier(c, barrier, Vec::new()).await?,
             Message::End => {
                 self.inputs[c].ended = true;
-                self.inputs[c].blocked_for.clear();
                 let open = self.inputs.iter().any(|channel| channel.input == input && !channel.ended);
                 if !open && self.inputs.iter().any(|channel| !channel.ended) {
                     let mut out = Collector::default();
                     self.members[0].operator.input_ended(input, &mut out).await?;
                     self.forward_through_chain(1, out).await?;
                 }
-                let ids: Vec<u64> = self.alignments.keys().copied().collect();
-                for id in ids {
-                    if let Some(alignment) = self.alignments.get_mut(&id) {
-                        alignment.arrived[c] = true;
-                    }
+                for id in self.alignments.input_ended(c) {
                     self.try_complete(id).await?;
                 }
                 self.advance_watermark().await?;
@@ -593,132 +553,68 @@ impl Task {
 
     async fn on_barrier(&mut self, c: usize, barrier: Barrier, overtaken: Vec<RecordBatch>) -> Result<()> {
         let id = barrier.checkpoint_id;
-        // A newer barrier on an input means an older checkpoint this input has not delivered
-        // will never align here: give it up cleanly.
-        let stale: Vec<u64> =
-            self.alignments.iter().filter(|(old, a)| **old < id && !a.arrived[c]).map(|(old, _)| *old).collect();
-        for old in stale {
-            self.alignments.remove(&old);
-            self.unblock(old);
+        let ended: Vec<bool> = self.inputs.iter().map(|channel| channel.ended).collect();
+        let arrival = self.alignments.on_barrier(c, barrier, &ended, Instant::now());
+        for old in arrival.stale {
+            self.captures.remove(&old);
             let reason = format!("barrier {id} arrived before barrier {old} on an input");
             self.send(TaskEvent::Decline { task: self.ctx.id, checkpoint_id: old, reason });
         }
-        if !self.alignments.contains_key(&id) {
-            let arrived = self.inputs.iter().map(|c| c.ended).collect();
-            let alignment = Alignment { barrier, started: Instant::now(), arrived, taken: None, timed_out: false };
-            self.alignments.insert(id, alignment);
+        if arrival.snapshot_ahead {
+            self.take_snapshot_ahead(id).await?;
         }
-        let snapshot_taken = self.alignments.get(&id).is_some_and(|a| a.taken.is_some());
-        if !snapshot_taken {
-            match barrier.kind {
-                BarrierKind::Unaligned => self.take_snapshot_ahead(id).await?,
-                BarrierKind::Aligned | BarrierKind::AlignedTimeout(_) => {
-                    self.inputs[c].blocked_for.insert(id);
-                }
-                BarrierKind::AtLeastOnce => {}
-            }
-        }
-        let input = self.inputs[c].input;
-        if let Some(alignment) = self.alignments.get_mut(&id) {
-            alignment.arrived[c] = true;
-            if let Some(taken) = &mut alignment.taken
-                && !overtaken.is_empty()
-            {
-                taken.inflight_in.entry(input).or_default().extend(overtaken);
-            }
+        self.alignments.arrive(id, c);
+        if let Some(capture) = self.captures.get_mut(&id) {
+            capture.input(self.inputs[c].input, overtaken);
         }
         self.try_complete(id).await
     }
 
     /// Unaligned: snapshot the chain now and send the barrier ahead of the queued output.
     async fn take_snapshot_ahead(&mut self, id: u64) -> Result<()> {
-        let Some(barrier) = self.alignments.get(&id).map(|a| a.barrier) else { return Ok(()) };
+        let Some(barrier) = self.alignments.barrier(id) else { return Ok(()) };
         let tables = self.snapshot_chain(id).await?;
-        let inflight_out = self.forward_barrier(barrier, true);
-        if let Some(alignment) = self.alignments.get_mut(&id) {
-            alignment.taken =
-                Some(TakenSnapshot { tables, inflight_in: BTreeMap::new(), inflight_out, alignment: Duration::ZERO });
-        }
+        let outputs = self.forward_barrier(barrier, true);
+        self.captures.insert(id, Capture::new(tables, outputs));
+        self.alignments.snapshotted(id);
         Ok(())
     }
 
     /// Completes checkpoint `id` here if every input delivered its barrier.
     async fn try_complete(&mut self, id: u64) -> Result<()> {
-        let Some(alignment) = self.alignments.get(&id) else { return Ok(()) };
-        if !alignment.arrived.iter().all(|a| *a) {
-            return Ok(());
-        }
-        let barrier = alignment.barrier;
-        if alignment.taken.is_none() {
-            // The final barrier follows every record: what the operators emit on finishing
-            // belongs before it, in the final checkpoint's transactions.
-            if barrier.is_final {
-                self.finish_chain().await?;
+        let Some(aligned) = self.alignments.take_aligned(id, Instant::now()) else { return Ok(()) };
+        let barrier = aligned.barrier;
+        let capture = match self.captures.remove(&id) {
+            Some(capture) if aligned.snapshotted => capture,
+            _ => {
+                // The final barrier follows every record: what the operators emit on finishing
+                // belongs before it, in the final checkpoint's transactions.
+                if barrier.is_final {
+                    self.finish_chain().await?;
+                }
+                let tables = self.snapshot_chain(id).await?;
+                let outputs = self.forward_barrier(barrier, false);
+                Capture::new(tables, outputs)
             }
-            let tables = self.snapshot_chain(id).await?;
-            let inflight_out = self.forward_barrier(barrier, false);
-            if let Some(alignment) = self.alignments.get_mut(&id) {
-                alignment.taken = Some(TakenSnapshot {
-                    tables,
-                    inflight_in: BTreeMap::new(),
-                    inflight_out,
-                    alignment: Duration::ZERO,
-                });
-            }
-        }
-        let Some(alignment) = self.alignments.remove(&id) else { return Ok(()) };
-        self.unblock(id);
-        if let Some(mut taken) = alignment.taken {
-            taken.alignment = alignment.started.elapsed();
-            let unaligned = barrier.kind == BarrierKind::Unaligned || alignment.timed_out;
-            self.write_snapshot(barrier, taken, unaligned);
-        }
+        };
+        self.write_snapshot(barrier, capture, aligned.alignment, aligned.unaligned);
         Ok(())
-    }
-
-    fn unblock(&mut self, id: u64) {
-        for channel in &mut self.inputs {
-            channel.blocked_for.remove(&id);
-        }
-    }
-
-    fn next_alignment_deadline(&self) -> Option<Instant> {
-        self.alignments
-            .values()
-            .filter(|a| a.taken.is_none())
-            .filter_map(|a| match a.barrier.kind {
-                BarrierKind::AlignedTimeout(timeout) => Some(a.started + timeout),
-                _ => None,
-            })
-            .min()
     }
 
     /// Aligned checkpoints that aligned for longer than their timeout become unaligned: the
     /// chain snapshots now, the barrier overtakes the output, blocked inputs are released,
     /// and the barriers still queued on late inputs are taken with the data they overtake.
     async fn check_alignment_timeouts(&mut self) -> Result<()> {
-        let now = Instant::now();
-        let expired: Vec<u64> = self
-            .alignments
-            .iter()
-            .filter(|(_, a)| a.taken.is_none())
-            .filter(|(_, a)| matches!(a.barrier.kind, BarrierKind::AlignedTimeout(t) if now >= a.started + t))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in expired {
+        for id in self.alignments.time_out(Instant::now()) {
             self.take_snapshot_ahead(id).await?;
-            self.unblock(id);
             for c in 0..self.inputs.len() {
-                let input = self.inputs[c].input;
-                let Some(alignment) = self.alignments.get_mut(&id) else { break };
-                alignment.timed_out = true;
-                if alignment.arrived[c] {
+                if self.alignments.has_arrived(id, c) {
                     continue;
                 }
                 if let Some((_, overtaken)) = self.inputs[c].receiver.take_barrier(id) {
-                    alignment.arrived[c] = true;
-                    if let Some(taken) = &mut alignment.taken {
-                        taken.inflight_in.entry(input).or_default().extend(overtaken);
+                    self.alignments.arrive(id, c);
+                    if let Some(capture) = self.captures.get_mut(&id) {
+                        capture.input(self.inputs[c].input, overtaken);
                     }
                 }
             }
@@ -755,13 +651,13 @@ impl Task {
             let data = match last_barrier {
                 // An earlier barrier is still pending here: go right behind it.
                 Some(position) => {
-                    let data = pending_data(channel.pending.iter().skip(position + 1));
+                    let data = inflight::queued_data(channel.pending.iter().skip(position + 1));
                     channel.pending.insert(position + 1, Message::Barrier(barrier));
                     data
                 }
                 None => {
                     let mut data = channel.sender.push_barrier_ahead(barrier);
-                    data.extend(pending_data(channel.pending.iter()));
+                    data.extend(inflight::queued_data(channel.pending.iter()));
                     data
                 }
             };
@@ -773,7 +669,7 @@ impl Task {
     }
 
     /// Writes the snapshot off the task's loop and acknowledges (or declines) it.
-    fn write_snapshot(&mut self, barrier: Barrier, taken: TakenSnapshot, unaligned: bool) {
+    fn write_snapshot(&mut self, barrier: Barrier, capture: Capture, alignment: Duration, unaligned: bool) {
         let id = barrier.checkpoint_id;
         let task = self.ctx.id;
         let store = self.ctx.store.clone();
@@ -787,11 +683,11 @@ impl Task {
             .map(|s| s.info.operator.clone())
             .chain(self.members.iter().map(|m| m.info.operator.clone()))
             .collect();
-        let alignment_ms = taken.alignment.as_millis() as u64;
+        let alignment_ms = alignment.as_millis() as u64;
         let (acked, acked_signal) = oneshot::channel::<()>();
         let previous = self.last_ack.replace(acked_signal);
         self.writes.spawn(async move {
-            let written = write_tables(&store, id, &head, &tail, taken, injector.as_deref()).await;
+            let written = write_tables(&store, id, &head, &tail, capture, injector.as_deref()).await;
             if let Some(previous) = previous {
                 // Closed (not sent) when the previous write is done or gone.
                 let _ = previous.await;
@@ -800,7 +696,7 @@ impl Task {
             let _acked = acked;
             let event = match written {
                 Ok((files, inflight_bytes)) => {
-                    let state_bytes = files.iter().filter(|f| !f.table.starts_with("_inflight")).map(|f| f.bytes).sum();
+                    let state_bytes = files.iter().filter(|f| !inflight::is_inflight(&f.table)).map(|f| f.bytes).sum();
                     fail::fail_point!("weir::after_snapshot_before_ack", |_| {
                         eprintln!("failpoint weir::after_snapshot_before_ack: aborting the process at checkpoint {id}");
                         std::process::abort()
@@ -866,37 +762,28 @@ impl Task {
     }
 }
 
-fn pending_data<'a>(messages: impl Iterator<Item = &'a Message>) -> Vec<RecordBatch> {
-    messages
-        .filter_map(|m| match m {
-            Message::Data(batch) => Some(batch.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
 /// Writes one snapshot's tables; returns the files and the bytes of in-flight data.
 async fn write_tables(
     store: &StateStore,
     id: u64,
     head: &SubtaskInfo,
     tail: &SubtaskInfo,
-    taken: TakenSnapshot,
+    capture: Capture,
     injector: Option<&FailureInjector>,
 ) -> Result<(Vec<StateFile>, u64)> {
     if let Some(injector) = injector {
         injector.on_step(Step::SnapshotWrite, id, Some(&head.operator))?;
     }
     let mut files = Vec::new();
-    for (operator, table) in taken.tables {
+    for (operator, table) in capture.tables {
         files.push(store.write_table(id, &operator, head.subtask, &table.name, table.schema, table.batches).await?);
     }
     let mut inflight_bytes = 0;
-    let inflight = taken
-        .inflight_in
+    let inflight = capture
+        .inputs
         .into_iter()
-        .map(|(input, batches)| (head, inflight_in_table(input), batches))
-        .chain(taken.inflight_out.into_iter().map(|(table, batches)| (tail, table, batches)));
+        .map(|(input, batches)| (head, inflight::input_table(input), batches))
+        .chain(capture.outputs.into_iter().map(|(table, batches)| (tail, table, batches)));
     for (writer, table, batches) in inflight {
         let Some(schema) = batches.first().map(RecordBatch::schema) else { continue };
         let file = store.write_table(id, &writer.operator, writer.subtask, &table, schema, batches).await?;

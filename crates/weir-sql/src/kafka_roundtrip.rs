@@ -393,16 +393,16 @@ async fn a_sink_topic_is_created_when_the_table_asks() {
     session
         .execute(&format!(
             "SET checkpoint.interval = '100 ms';
-             CREATE TABLE input (id BIGINT, name VARCHAR) WITH ({}, format = 'json', \"scan.bounded.mode\" = 'latest',
+             CREATE TABLE created_in (id BIGINT, name VARCHAR) WITH ({}, format = 'json', \"scan.bounded.mode\" = 'latest',
                bad_records = 'dead_letter', \"dead_letter.topic\" = '{dead}', \"dead_letter.create-topic\" = 'true');
-             CREATE TABLE output (id BIGINT) WITH ({}, format = 'json',
+             CREATE TABLE created_out (id BIGINT) WITH ({}, format = 'json',
                \"sink.create-topic\" = 'true', \"sink.create-topic.partitions\" = '3')",
             kafka(&input, ""),
             kafka(&output, "")
         ))
         .await
         .unwrap();
-    let planned = pipeline(&mut session, "INSERT INTO output SELECT id FROM input").await.unwrap();
+    let planned = pipeline(&mut session, "INSERT INTO created_out SELECT id FROM created_in").await.unwrap();
     let partitions = |topic: &str| {
         use rdkafka::consumer::{BaseConsumer, Consumer};
         let consumer: BaseConsumer =
@@ -464,12 +464,12 @@ async fn a_source_topic_deleted_while_running_fails_the_pipeline() {
     session
         .execute(&format!(
             "SET checkpoint.interval = '100 ms';
-             CREATE TABLE input (id BIGINT) WITH ({}, format = 'json', \"scan.partition_discovery.interval\" = '200 ms')",
+             CREATE TABLE deleted_in (id BIGINT) WITH ({}, format = 'json', \"scan.partition_discovery.interval\" = '200 ms')",
             kafka(&input, "")
         ))
         .await
         .unwrap();
-    let planned = pipeline(&mut session, "SELECT id FROM input").await.unwrap();
+    let planned = pipeline(&mut session, "SELECT id FROM deleted_in").await.unwrap();
     let preview = planned.preview.clone().unwrap().buffer;
     let read = async || !final_rows(&preview.batches()).unwrap().is_empty();
     let error = fails_when_deleted(planned, &input, read).await;
@@ -486,13 +486,14 @@ async fn a_sink_topic_deleted_while_running_fails_the_pipeline() {
         .execute(&format!(
             "SET checkpoint.interval = '100 ms';
              CREATE TABLE gen WITH (connector = 'nexmark', rate = '200');
-             CREATE TABLE output (auction BIGINT) WITH ({}, format = 'json')",
+             CREATE TABLE deleted_out (auction BIGINT) WITH ({}, format = 'json')",
             kafka(&output, "")
         ))
         .await
         .unwrap();
-    let planned =
-        pipeline(&mut session, "INSERT INTO output SELECT bid.auction FROM gen WHERE event_type = 2").await.unwrap();
+    let planned = pipeline(&mut session, "INSERT INTO deleted_out SELECT bid.auction FROM gen WHERE event_type = 2")
+        .await
+        .unwrap();
     let written = async || !values(&output).is_empty();
     let error = fails_when_deleted(planned, &output, written).await;
     assert!(error.contains(&format!("kafka topic '{output}' does not exist on 127.0.0.1:")), "{error}");

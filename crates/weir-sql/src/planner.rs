@@ -36,6 +36,7 @@ use weir_engine::operators::{
     PreviewBuffer, PreviewSink, Stateless, Step, StreamingJoin, TopN, UpdatingAggregate, WatermarkAssigner,
     WindowAggregate, WindowKind, WindowRank, join_key_column,
 };
+use weir_engine::two_phase_commit::TwoPhaseCommitSink;
 use weir_engine::{Graph, NodeId, Partitioning, ProcessingTime};
 
 use crate::catalog::TableDef;
@@ -1400,7 +1401,7 @@ impl Planner<'_> {
                             &name,
                             parallelism,
                             1,
-                            Arc::new(move |_| Ok(Box::new(FileSink::new(config.clone())))),
+                            Arc::new(move |_| Ok(Box::new(TwoPhaseCommitSink::new(FileSink::new(config.clone()))))),
                         )
                     }
                     "kafka" => {
@@ -1416,7 +1417,7 @@ impl Planner<'_> {
                             1,
                             Arc::new(move |_| {
                                 let sink = KafkaSink::new(config.clone()).map_err(weir_engine::Error::Graph)?;
-                                Ok(Box::new(sink))
+                                Ok(Box::new(TwoPhaseCommitSink::new(sink)))
                             }),
                         )
                     }

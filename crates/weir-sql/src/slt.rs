@@ -15,7 +15,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::array_value_to_string;
 use sqllogictest::{DBOutput, DefaultColumnType};
 use weir_engine::changelog::{changes, is_changelog};
-use weir_engine::testkit::{Delivery, TransactionalSink, TxnLog};
+use weir_engine::testkit::{Delivery, TxnLog};
 use weir_engine::{CheckpointStatus, Graph, PipelineConfig};
 use weir_state::StateStore;
 
@@ -141,10 +141,7 @@ impl SltSession {
         let log = TxnLog::new();
         let mut graph = graph.clone();
         let sink_log = log.clone();
-        graph.replace_operator(
-            "preview",
-            Arc::new(move |_| Ok(Box::new(TransactionalSink::new(sink_log.clone(), Delivery::ExactlyOnce)))),
-        );
+        graph.replace_operator("preview", Arc::new(move |_| Ok(Box::new(sink_log.sink(Delivery::ExactlyOnce)))));
         let mut config = PipelineConfig::default();
         config.checkpoint.interval = Some(Duration::from_millis(5));
         self.pipelines += 1;

@@ -1,4 +1,6 @@
-//! The exactly-once file sink, a two-phase commit by rename. Rows are buffered per partition
+//! The exactly-once file sink, a two-phase commit by rename (a committer of
+//! `weir_engine::two_phase_commit`, which keeps the pending files by checkpoint, records them in
+//! the snapshot and says when they are due). Rows are buffered per partition
 //! directory (one, the table's root, when it is not partitioned); a buffer that reaches the
 //! rolling size is written at once to an in-progress file under `.pending/`, and at barrier n
 //! every buffer is, and the epoch's in-progress files are renamed to
@@ -13,16 +15,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{Array, StringArray, UInt64Array};
+use datafusion::arrow::array::{ArrayRef, StringArray};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use weir_engine::{Collector, Operator, RestoredState, StateTable, SubtaskInfo};
+use weir_engine::two_phase_commit::{BatchWriter, Committable, TwoPhaseCommitter, column};
+use weir_engine::{RestoredState, SubtaskInfo};
 
 use super::partitions::HivePartitions;
 use super::{FileFormat, blocking, files_under, subtask_error};
 
-const PENDING: &str = "pending";
 const PENDING_DIR: &str = ".pending";
 const IN_PROGRESS: &str = ".inprogress-";
 
@@ -55,9 +57,28 @@ pub struct FileSink {
     in_progress: Vec<String>,
     /// Numbers in-progress files within this run of the subtask.
     written: u64,
-    /// Pending files by checkpoint, relative to `.pending/` (and to the table's directory once
-    /// committed).
-    pending: BTreeMap<u64, Vec<String>>,
+}
+
+/// A pre-committed file: its path relative to `.pending/` (and to the table's directory once
+/// committed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingFile(String);
+
+impl Committable for PendingFile {
+    const TABLE: &'static str = "pending";
+
+    fn fields() -> Vec<Field> {
+        vec![Field::new("file", DataType::Utf8, false)]
+    }
+
+    fn to_columns(items: &[&Self]) -> weir_engine::Result<Vec<ArrayRef>> {
+        Ok(vec![Arc::new(StringArray::from_iter_values(items.iter().map(|f| f.0.as_str())))])
+    }
+
+    fn from_batch(batch: &RecordBatch, info: &SubtaskInfo) -> weir_engine::Result<Vec<Self>> {
+        let files = column::<StringArray>(batch, "file", info)?;
+        Ok(files.iter().flatten().map(|f| PendingFile(f.to_string())).collect())
+    }
 }
 
 /// The subtask of a file the sink wrote: `part-<subtask>-...` or `.inprogress-<subtask>-...`.
@@ -81,14 +102,7 @@ fn commit(dir: &Path, file: &str) -> Result<(), String> {
 
 impl FileSink {
     pub fn new(config: FileSinkConfig) -> Self {
-        Self {
-            config,
-            info: None,
-            buffers: BTreeMap::new(),
-            in_progress: Vec::new(),
-            written: 0,
-            pending: BTreeMap::new(),
-        }
+        Self { config, info: None, buffers: BTreeMap::new(), in_progress: Vec::new(), written: 0 }
     }
 
     fn error(&self, message: String) -> weir_engine::Error {
@@ -97,14 +111,6 @@ impl FileSink {
 
     fn subtask(&self) -> u64 {
         self.info.as_ref().map_or(0, |i| i.subtask) as u64
-    }
-
-    fn state_schema() -> SchemaRef {
-        Arc::new(Schema::new(vec![
-            Field::new("subtask", DataType::UInt64, false),
-            Field::new("checkpoint", DataType::UInt64, false),
-            Field::new("file", DataType::Utf8, false),
-        ]))
     }
 
     /// Writes the rows buffered for `directory` to a new in-progress file.
@@ -133,29 +139,24 @@ impl FileSink {
 }
 
 #[async_trait]
-impl Operator for FileSink {
-    async fn open(&mut self, info: &SubtaskInfo, restored: RestoredState) -> weir_engine::Result<()> {
+impl TwoPhaseCommitter for FileSink {
+    type Committable = PendingFile;
+
+    /// Commits the files the checkpoint recorded (renaming again is harmless) and deletes the
+    /// other pending and in-progress files of the subtasks this one takes over.
+    async fn recover(
+        &mut self,
+        info: &SubtaskInfo,
+        recorded: Vec<PendingFile>,
+        _restored: &RestoredState,
+    ) -> weir_engine::Result<()> {
         self.info = Some(info.clone());
         let (me, parallelism) = (info.subtask as u64, info.parallelism as u64);
-        let mut recorded = Vec::new();
-        for batch in restored.table(PENDING) {
-            let (Some(subtasks), Some(files)) = (
-                batch.column(0).as_any().downcast_ref::<UInt64Array>(),
-                batch.column(2).as_any().downcast_ref::<StringArray>(),
-            ) else {
-                return Err(info.error("restored pending files have the wrong types"));
-            };
-            for row in 0..batch.num_rows() {
-                if subtasks.value(row) % parallelism == me {
-                    recorded.push(files.value(row).to_string());
-                }
-            }
-        }
         let dir = self.config.dir.clone();
         blocking(move || {
             let pending = dir.join(PENDING_DIR);
             std::fs::create_dir_all(&pending).map_err(|e| format!("{}: {e}", dir.display()))?;
-            for file in &recorded {
+            for PendingFile(file) in &recorded {
                 commit(&dir, file)?;
             }
             // Pending and in-progress files of checkpoints that never completed: their rows come
@@ -173,40 +174,9 @@ impl Operator for FileSink {
         .map_err(|e| self.error(e))
     }
 
-    /// Buffers the rows as the table's columns (the query's names and types may differ), by
-    /// partition; a buffer that reaches the rolling size goes to a file.
-    async fn process_batch(
-        &mut self,
-        _input: usize,
-        batch: RecordBatch,
-        _out: &mut Collector,
-    ) -> weir_engine::Result<()> {
-        let schema = &self.config.schema;
-        let columns = batch
-            .columns()
-            .iter()
-            .zip(schema.fields())
-            .map(|(c, f)| cast(c, f.data_type()))
-            .collect::<Result<Vec<_>, _>>()?;
-        let rows = RecordBatch::try_new(schema.clone(), columns)?;
-        let parts = match &self.config.partitioning {
-            Some(partitioning) => partitioning.split(&rows).map_err(|e| self.error(e))?,
-            None => vec![(String::new(), rows)],
-        };
-        for (directory, part) in parts {
-            let buffer = self.buffers.entry(directory.clone()).or_default();
-            buffer.bytes += part.get_array_memory_size();
-            buffer.batches.push(part);
-            if buffer.bytes >= self.config.rolling_bytes {
-                self.roll(directory).await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Pre-commit: every buffer to a file, this epoch's files named for the checkpoint and
-    /// recorded in the snapshot.
-    async fn snapshot(&mut self, checkpoint_id: u64) -> weir_engine::Result<Vec<StateTable>> {
+    /// Pre-commit: every buffer to a file, this epoch's files named for the checkpoint (and
+    /// recorded in the snapshot by the protocol).
+    async fn pre_commit(&mut self, checkpoint_id: u64) -> weir_engine::Result<Vec<PendingFile>> {
         let directories: Vec<String> = self.buffers.keys().cloned().collect();
         for directory in directories {
             self.roll(directory).await?;
@@ -237,29 +207,50 @@ impl Operator for FileSink {
             })
             .await
             .map_err(|e| self.error(e))?;
-            self.pending.insert(checkpoint_id, renames.into_iter().map(|(_, named)| named).collect());
         }
-        let schema = Self::state_schema();
-        let files: Vec<(u64, &String)> =
-            self.pending.iter().flat_map(|(checkpoint, files)| files.iter().map(|f| (*checkpoint, f))).collect();
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![
-                Arc::new(UInt64Array::from(vec![subtask; files.len()])),
-                Arc::new(UInt64Array::from_iter_values(files.iter().map(|(checkpoint, _)| *checkpoint))),
-                Arc::new(StringArray::from_iter_values(files.iter().map(|(_, file)| file.as_str()))),
-            ],
-        )?;
-        Ok(vec![StateTable { name: PENDING.into(), schema, batches: vec![batch] }])
+        Ok(renames.into_iter().map(|(_, named)| PendingFile(named)).collect())
     }
 
-    /// Commit: every pending file up to the completed checkpoint (an aborted checkpoint's rows
-    /// are part of the next one that completes).
-    async fn checkpoint_complete(&mut self, checkpoint_id: u64) -> weir_engine::Result<()> {
-        let rest = self.pending.split_off(&(checkpoint_id + 1));
-        let done: Vec<String> = std::mem::replace(&mut self.pending, rest).into_values().flatten().collect();
+    /// Commit: every file due (pending up to the completed checkpoint: an aborted checkpoint's
+    /// rows are part of the next one that completes) renamed into the table's directory.
+    async fn commit(&mut self, _checkpoint_id: u64, due: Vec<PendingFile>) -> weir_engine::Result<()> {
         let dir = self.config.dir.clone();
-        blocking(move || done.iter().try_for_each(|file| commit(&dir, file))).await.map_err(|e| self.error(e))
+        let committed = blocking(move || due.iter().try_for_each(|PendingFile(file)| commit(&dir, file))).await;
+        committed.map_err(|e| self.error(e))
+    }
+
+    /// Nothing to abort: files not yet pre-committed are deleted by the next recovery.
+    async fn close(&mut self) -> weir_engine::Result<()> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl BatchWriter for FileSink {
+    /// Buffers the rows as the table's columns (the query's names and types may differ), by
+    /// partition; a buffer that reaches the rolling size goes to a file.
+    async fn write(&mut self, batch: RecordBatch) -> weir_engine::Result<()> {
+        let schema = &self.config.schema;
+        let columns = batch
+            .columns()
+            .iter()
+            .zip(schema.fields())
+            .map(|(c, f)| cast(c, f.data_type()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let rows = RecordBatch::try_new(schema.clone(), columns)?;
+        let parts = match &self.config.partitioning {
+            Some(partitioning) => partitioning.split(&rows).map_err(|e| self.error(e))?,
+            None => vec![(String::new(), rows)],
+        };
+        for (directory, part) in parts {
+            let buffer = self.buffers.entry(directory.clone()).or_default();
+            buffer.bytes += part.get_array_memory_size();
+            buffer.batches.push(part);
+            if buffer.bytes >= self.config.rolling_bytes {
+                self.roll(directory).await?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -1,5 +1,7 @@
 //! Writing records to Kafka with a delivery guarantee: what the sink and the source's dead-letter
-//! output share.
+//! output share. With exactly-once, the writer is a committer of weir's two-phase commit
+//! (`weir_engine::two_phase_commit`), which keeps the pending transactions by checkpoint and
+//! their snapshot table; what is Kafka's own is here.
 //!
 //! `exactly_once` keeps a bounded pool of transactional producers per subtask, with ids
 //! `<prefix>-<subtask>-<k>`, reused forever (the broker keeps every id's state for days, so a
@@ -34,8 +36,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use datafusion::arrow::array::{Array, Int16Array, Int64Array, StringArray, UInt64Array};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, Int16Array, Int64Array, StringArray, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
 use kafka_protocol::ResponseError;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -43,6 +46,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Message};
 use weir_engine::metrics::OperatorMetrics;
+use weir_engine::two_phase_commit::{Committable, TwoPhaseCommitter, column};
 use weir_engine::{RestoredState, StateTable, SubtaskInfo};
 
 use super::connection::{KafkaConnection, TopicCreation, TopicError};
@@ -63,8 +67,42 @@ const MAX_POOL_SIZE: usize = pool_size(16);
 /// The longest a blocking librdkafka call (init, flush, commit) may take.
 const BLOCKING_TIMEOUT: Duration = Duration::from_secs(60);
 
-const PENDING_TABLE: &str = "kafka_pending";
 const POOL_TABLE: &str = "kafka_pool";
+
+/// A pre-committed transaction as the snapshot records it (table `kafka_pending`): what
+/// recovery's EndTxn needs.
+impl Committable for PendingTransaction {
+    const TABLE: &'static str = "kafka_pending";
+
+    fn fields() -> Vec<Field> {
+        vec![
+            Field::new("transactional_id", DataType::Utf8, false),
+            Field::new("producer_id", DataType::Int64, false),
+            Field::new("producer_epoch", DataType::Int16, false),
+        ]
+    }
+
+    fn to_columns(items: &[&Self]) -> weir_engine::Result<Vec<ArrayRef>> {
+        Ok(vec![
+            Arc::new(StringArray::from_iter_values(items.iter().map(|p| p.transactional_id.as_str()))),
+            Arc::new(Int64Array::from_iter_values(items.iter().map(|p| p.producer_id))),
+            Arc::new(Int16Array::from_iter_values(items.iter().map(|p| p.producer_epoch))),
+        ])
+    }
+
+    fn from_batch(batch: &RecordBatch, info: &SubtaskInfo) -> weir_engine::Result<Vec<Self>> {
+        let ids = column::<StringArray>(batch, "transactional_id", info)?;
+        let producer_ids = column::<Int64Array>(batch, "producer_id", info)?;
+        let epochs = column::<Int16Array>(batch, "producer_epoch", info)?;
+        Ok((0..batch.num_rows())
+            .map(|row| PendingTransaction {
+                transactional_id: ids.value(row).to_string(),
+                producer_id: producer_ids.value(row),
+                producer_epoch: epochs.value(row),
+            })
+            .collect())
+    }
+}
 
 /// What a Kafka writer guarantees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,8 +204,6 @@ struct Slot {
     id: String,
     producer: Option<(Arc<KafkaProducer>, DeliveryReport)>,
     state: SlotState,
-    /// What the snapshot records while the slot is pending.
-    pending: Option<PendingTransaction>,
     /// Wall-clock ms its transaction began, while open or pending.
     began_ms: Option<i64>,
 }
@@ -207,6 +243,8 @@ pub(crate) struct KafkaWriter {
     mode: Option<Mode>,
     /// The subtask's counters: transactions committed and aborted.
     metrics: Arc<OperatorMetrics>,
+    /// The subtask, once opened (errors name it).
+    info: Option<SubtaskInfo>,
 }
 
 impl KafkaWriter {
@@ -237,6 +275,7 @@ impl KafkaWriter {
             create_topic,
             mode: None,
             metrics: Arc::default(),
+            info: None,
         })
     }
 
@@ -248,19 +287,20 @@ impl KafkaWriter {
         format!("{}-{subtask}-{k}", self.prefix)
     }
 
-    /// Starts the writer; with exactly-once, first recovers what `restored` recorded.
-    pub(crate) async fn open(&mut self, info: &SubtaskInfo, restored: &RestoredState) -> Result<(), OpenError> {
+    /// Starts the writer; with exactly-once, first recovers: commits `recorded` (what the
+    /// restored checkpoint pre-committed for the subtasks this one takes over) and aborts the
+    /// rest of their transactions.
+    pub(crate) async fn open(
+        &mut self,
+        info: &SubtaskInfo,
+        recorded: Vec<PendingTransaction>,
+        restored: &RestoredState,
+    ) -> Result<(), OpenError> {
         self.metrics = info.metrics.clone();
-        // Checked at every start, not only when planned: a topic deleted while the pipeline ran
-        // fails it for good here, instead of restarts that never end.
-        match self.connection.ensure_topic(&self.topic, self.create_topic).await {
-            Ok(()) => {}
-            Err(TopicError::Missing(message)) => return Err(OpenError::Fatal(message)),
-            Err(TopicError::Unavailable(message)) => return Err(OpenError::Retry(message)),
-        }
+        self.info = Some(info.clone());
         self.mode = Some(match self.delivery {
             Delivery::ExactlyOnce => {
-                let committed = self.recover(info, restored).await?;
+                let committed = self.recover_transactions(info, recorded, restored).await?;
                 // The ids recovery just committed keep their epoch until a checkpoint taken
                 // from now on completes: a crash before that restores the same checkpoint,
                 // whose commit must find the same epoch (and answer "already committed").
@@ -269,7 +309,7 @@ impl KafkaWriter {
                 };
                 let slots = (0..self.pool_size)
                     .map(|k| self.slot_id(info.subtask, k))
-                    .map(|id| Slot { state: state(&id), id, producer: None, pending: None, began_ms: None })
+                    .map(|id| Slot { state: state(&id), id, producer: None, began_ms: None })
                     .collect();
                 self.metrics.transaction_timeout_ms.store(u64::from(self.timeout_ms.max(1)), Ordering::Relaxed);
                 Mode::Transactional { slots, current: None }
@@ -290,14 +330,19 @@ impl KafkaWriter {
         Ok(())
     }
 
-    /// Commits the transactions `restored` recorded for the subtasks this one takes over, then
-    /// fences and aborts every other open transaction of their ids. Returns the ids committed.
+    /// Commits `recorded`, then fences and aborts every other open transaction of the ids of
+    /// the subtasks this one takes over. Returns the ids committed.
     ///
     /// A pending transaction the coordinator refuses to commit fails the pipeline for good, but
     /// only after the rest is done: the checkpoint's other transactions committed and the pool
     /// fenced, so that no transaction left open pins the readers' last stable offset until the
     /// broker's timeout aborts it.
-    async fn recover(&self, info: &SubtaskInfo, restored: &RestoredState) -> Result<HashSet<String>, OpenError> {
+    async fn recover_transactions(
+        &self,
+        info: &SubtaskInfo,
+        recorded: Vec<PendingTransaction>,
+        restored: &RestoredState,
+    ) -> Result<HashSet<String>, OpenError> {
         let (me, parallelism) = (info.subtask, info.parallelism);
         let checkpoint = restored.checkpoint_id.map_or_else(|| "none".to_string(), |id| id.to_string());
         let client = self.client().map_err(OpenError::Fatal)?;
@@ -305,52 +350,39 @@ impl KafkaWriter {
         let mut committed = HashSet::new();
         let mut refused = Vec::new();
         for batch in restored.table(POOL_TABLE) {
-            let parallelisms = column::<UInt64Array>(batch, 1).map_err(OpenError::Fatal)?;
+            let parallelisms =
+                column::<UInt64Array>(batch, "parallelism", info).map_err(|e| OpenError::Fatal(e.to_string()))?;
             old_parallelism = old_parallelism.max(parallelisms.iter().flatten().max().unwrap_or(0) as usize);
         }
-        for batch in restored.table(PENDING_TABLE) {
-            let subtasks = column::<UInt64Array>(batch, 0).map_err(OpenError::Fatal)?;
-            let ids = column::<StringArray>(batch, 2).map_err(OpenError::Fatal)?;
-            let producer_ids = column::<Int64Array>(batch, 3).map_err(OpenError::Fatal)?;
-            let epochs = column::<Int16Array>(batch, 4).map_err(OpenError::Fatal)?;
-            for row in 0..batch.num_rows() {
-                if subtasks.value(row) as usize % parallelism != me {
-                    continue;
-                }
-                let pending = PendingTransaction {
-                    transactional_id: ids.value(row).to_string(),
-                    producer_id: producer_ids.value(row),
-                    producer_epoch: epochs.value(row),
-                };
-                let outcome = client.end_transaction(&pending, TransactionResult::Commit).await.map_err(|e| {
-                    OpenError::Retry(format!(
-                        "restoring checkpoint {checkpoint}: committing {}: {e}",
-                        pending.transactional_id
-                    ))
-                })?;
-                if let EndTxnOutcome::Rejected(code) = outcome {
-                    let message = cannot_commit(&checkpoint, &pending, code);
-                    tracing::error!("{message}");
-                    refused.push((pending.transactional_id, message));
-                    continue;
-                }
-                tracing::info!(
-                    checkpoint,
-                    transactional_id = pending.transactional_id,
-                    "recovery committed a pending transaction"
-                );
-                committed.insert(pending.transactional_id.clone());
-                self.metrics.transactions_committed.fetch_add(1, Ordering::Relaxed);
-                // A crash here leaves some of the checkpoint's transactions committed and
-                // others not: the next recovery must finish the job.
-                fail::fail_point!("weir::mid_recovery_commit", |_| {
-                    eprintln!(
-                        "failpoint weir::mid_recovery_commit: aborting the process after committing {}",
-                        pending.transactional_id
-                    );
-                    std::process::abort()
-                });
+        for pending in recorded {
+            let outcome = client.end_transaction(&pending, TransactionResult::Commit).await.map_err(|e| {
+                OpenError::Retry(format!(
+                    "restoring checkpoint {checkpoint}: committing {}: {e}",
+                    pending.transactional_id
+                ))
+            })?;
+            if let EndTxnOutcome::Rejected(code) = outcome {
+                let message = cannot_commit(&checkpoint, &pending, code);
+                tracing::error!("{message}");
+                refused.push((pending.transactional_id, message));
+                continue;
             }
+            tracing::info!(
+                checkpoint,
+                transactional_id = pending.transactional_id,
+                "recovery committed a pending transaction"
+            );
+            committed.insert(pending.transactional_id.clone());
+            self.metrics.transactions_committed.fetch_add(1, Ordering::Relaxed);
+            // A crash here leaves some of the checkpoint's transactions committed and others
+            // not: the next recovery must finish the job.
+            fail::fail_point!("weir::mid_recovery_commit", |_| {
+                eprintln!(
+                    "failpoint weir::mid_recovery_commit: aborting the process after committing {}",
+                    pending.transactional_id
+                );
+                std::process::abort()
+            });
         }
         // Every other id of the subtasks taken over: abort what is open. (A transaction in
         // PrepareCommit is being committed; fencing it would only move its epoch on.) Subtasks
@@ -438,8 +470,9 @@ impl KafkaWriter {
     }
 
     /// Barrier `checkpoint`: makes everything written so far durable (exactly-once: flushed
-    /// and pending; at-least-once: flushed and acknowledged).
-    pub(crate) async fn pre_commit(&mut self, checkpoint: u64) -> Result<(), String> {
+    /// and pending, and returned as the snapshot records it; at-least-once: flushed and
+    /// acknowledged).
+    pub(crate) async fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<PendingTransaction>, String> {
         match self.mode.as_mut() {
             None => Err("the Kafka writer was not opened".into()),
             Some(Mode::Plain { producer, report }) => {
@@ -447,7 +480,7 @@ impl KafkaWriter {
                     let producer = producer.clone();
                     blocking(move || producer.flush(BLOCKING_TIMEOUT).map_err(|e| format!("flush: {e}"))).await?;
                 }
-                report.take().map_or(Ok(()), Err)
+                report.take().map_or(Ok(None), Err)
             }
             Some(Mode::Transactional { slots, current }) => {
                 for slot in slots.iter_mut() {
@@ -457,7 +490,7 @@ impl KafkaWriter {
                 }
                 // Only a transaction that holds records is pre-committed (an empty one stays
                 // closed: committing empty transactions is pointless).
-                let Some(k) = current.take() else { return Ok(()) };
+                let Some(k) = current.take() else { return Ok(None) };
                 let client = self.client.as_ref().ok_or("a transactional writer without its client")?;
                 let slot = &mut slots[k];
                 let Some((producer, report)) = slot.producer.clone() else {
@@ -480,43 +513,24 @@ impl KafkaWriter {
                         slot.id, description.state
                     ));
                 }
-                slot.pending = Some(PendingTransaction {
+                slot.state = SlotState::Pending(checkpoint);
+                let pending = PendingTransaction {
                     transactional_id: slot.id.clone(),
                     producer_id: description.producer_id,
                     producer_epoch: description.producer_epoch,
-                });
-                slot.state = SlotState::Pending(checkpoint);
+                };
                 publish(&self.metrics, slots);
-                Ok(())
+                Ok(Some(pending))
             }
         }
     }
 
-    /// The snapshot's tables: the pending transactions and this subtask's parallelism.
-    pub(crate) fn snapshot(&self, info: &SubtaskInfo) -> Result<Vec<StateTable>, String> {
-        let pending: Vec<(u64, &PendingTransaction)> = match &self.mode {
-            Some(Mode::Transactional { slots, .. }) => slots
-                .iter()
-                .filter_map(|s| match (s.state, &s.pending) {
-                    (SlotState::Pending(n), Some(p)) => Some((n, p)),
-                    _ => None,
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        let subtask = info.subtask as u64;
-        let pending_schema = pending_schema();
-        let pending_batch = RecordBatch::try_new(
-            pending_schema.clone(),
-            vec![
-                Arc::new(UInt64Array::from(vec![subtask; pending.len()])),
-                Arc::new(UInt64Array::from_iter_values(pending.iter().map(|(n, _)| *n))),
-                Arc::new(StringArray::from_iter_values(pending.iter().map(|(_, p)| p.transactional_id.as_str()))),
-                Arc::new(Int64Array::from_iter_values(pending.iter().map(|(_, p)| p.producer_id))),
-                Arc::new(Int16Array::from_iter_values(pending.iter().map(|(_, p)| p.producer_epoch))),
-            ],
-        )
-        .map_err(|e| e.to_string())?;
+    /// The writer's own table beside the pending transactions: this subtask's parallelism,
+    /// so that a recovery at another parallelism knows which old subtasks' ids to probe.
+    pub(crate) fn pool_state(&self, info: &SubtaskInfo) -> Result<Vec<StateTable>, String> {
+        if self.delivery != Delivery::ExactlyOnce {
+            return Ok(Vec::new());
+        }
         let pool_schema = Arc::new(Schema::new(vec![
             Field::new("subtask", DataType::UInt64, false),
             Field::new("parallelism", DataType::UInt64, false),
@@ -524,25 +538,22 @@ impl KafkaWriter {
         let pool_batch = RecordBatch::try_new(
             pool_schema.clone(),
             vec![
-                Arc::new(UInt64Array::from(vec![subtask])),
+                Arc::new(UInt64Array::from(vec![info.subtask as u64])),
                 Arc::new(UInt64Array::from(vec![info.parallelism as u64])),
             ],
         )
         .map_err(|e| e.to_string())?;
-        Ok(vec![
-            StateTable { name: PENDING_TABLE.into(), schema: pending_schema, batches: vec![pending_batch] },
-            StateTable { name: POOL_TABLE.into(), schema: pool_schema, batches: vec![pool_batch] },
-        ])
+        Ok(vec![StateTable { name: POOL_TABLE.into(), schema: pool_schema, batches: vec![pool_batch] }])
     }
 
-    /// Checkpoint `checkpoint` completed: commits every transaction pending up to it, and frees
-    /// the slots no completed checkpoint lists any more.
-    pub(crate) async fn commit(&mut self, checkpoint: u64) -> Result<(), String> {
+    /// Checkpoint `checkpoint` completed: commits `due` (every transaction pending up to it),
+    /// and frees the slots no completed checkpoint lists any more.
+    pub(crate) async fn commit(&mut self, checkpoint: u64, due: &[PendingTransaction]) -> Result<(), String> {
         let Some(Mode::Transactional { slots, .. }) = self.mode.as_mut() else { return Ok(()) };
         for slot in slots.iter_mut() {
             match slot.state {
                 SlotState::Committed { released_by: Some(n) } if n <= checkpoint => slot.state = SlotState::Free,
-                SlotState::Pending(n) if n <= checkpoint => {
+                SlotState::Pending(_) if due.iter().any(|p| p.transactional_id == slot.id) => {
                     let Some((producer, _)) = slot.producer.clone() else {
                         return Err("a pending slot has no producer".into());
                     };
@@ -562,7 +573,6 @@ impl KafkaWriter {
                         std::process::abort()
                     });
                     slot.state = SlotState::Committed { released_by: None };
-                    slot.pending = None;
                     slot.began_ms = None;
                 }
                 _ => {}
@@ -596,24 +606,6 @@ impl KafkaWriter {
     }
 }
 
-fn pending_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("subtask", DataType::UInt64, false),
-        Field::new("checkpoint", DataType::UInt64, false),
-        Field::new("transactional_id", DataType::Utf8, false),
-        Field::new("producer_id", DataType::Int64, false),
-        Field::new("producer_epoch", DataType::Int16, false),
-    ]))
-}
-
-fn column<T: 'static>(batch: &RecordBatch, index: usize) -> Result<&T, String> {
-    batch
-        .columns()
-        .get(index)
-        .and_then(|c| c.as_any().downcast_ref::<T>())
-        .ok_or_else(|| format!("restored Kafka transaction state: column {index} has the wrong type"))
-}
-
 /// The error when recovery cannot commit what a completed checkpoint recorded: the data of
 /// that transaction is lost, and the pipeline must not go on as if it were not.
 fn cannot_commit(checkpoint: &str, pending: &PendingTransaction, code: ResponseError) -> String {
@@ -631,6 +623,67 @@ fn cannot_commit(checkpoint: &str, pending: &PendingTransaction, code: ResponseE
         "restoring checkpoint {checkpoint}: the pending transaction {} (producer id {}, epoch {}) cannot be committed: {code} - {cause}; its records are not in the output",
         pending.transactional_id, pending.producer_id, pending.producer_epoch
     )
+}
+
+/// The writer as a committer of weir's two-phase commit; errors name the subtask and the topic.
+#[async_trait]
+impl TwoPhaseCommitter for KafkaWriter {
+    type Committable = PendingTransaction;
+
+    async fn recover(
+        &mut self,
+        info: &SubtaskInfo,
+        recorded: Vec<PendingTransaction>,
+        restored: &RestoredState,
+    ) -> weir_engine::Result<()> {
+        let context = format!("topic {}: ", self.topic);
+        self.open(info, recorded, restored).await.map_err(|e| e.for_subtask(info, &context))
+    }
+
+    async fn pre_commit(&mut self, checkpoint: u64) -> weir_engine::Result<Vec<PendingTransaction>> {
+        match KafkaWriter::pre_commit(self, checkpoint).await {
+            Ok(pending) => Ok(pending.into_iter().collect()),
+            Err(message) => Err(self.failure(message).await),
+        }
+    }
+
+    async fn commit(&mut self, checkpoint: u64, due: Vec<PendingTransaction>) -> weir_engine::Result<()> {
+        match KafkaWriter::commit(self, checkpoint, &due).await {
+            Ok(()) => Ok(()),
+            Err(message) => Err(self.failure(message).await),
+        }
+    }
+
+    fn state(&self, info: &SubtaskInfo) -> weir_engine::Result<Vec<StateTable>> {
+        self.pool_state(info).map_err(|e| self.error(e))
+    }
+
+    async fn close(&mut self) -> weir_engine::Result<()> {
+        let closed = KafkaWriter::close(self).await;
+        closed.map_err(|e| self.error(e))
+    }
+}
+
+impl KafkaWriter {
+    /// The runtime's error for `message`, naming the subtask and the topic.
+    pub(crate) fn error(&self, message: String) -> weir_engine::Error {
+        let message = format!("topic {}: {message}", self.topic);
+        match &self.info {
+            Some(info) => info.error(message),
+            None => weir_engine::Error::Graph(message),
+        }
+    }
+
+    /// The runtime's error for a write, pre-commit or commit that failed: fatal when the topic
+    /// is gone (deleted while the pipeline ran: no restart brings it back, and restarting would
+    /// never end), else one a restart may mend. Topics are checked when a pipeline is planned,
+    /// and here only when something failed, so a start pays nothing for it.
+    pub(crate) async fn failure(&self, message: String) -> weir_engine::Error {
+        match (self.connection.ensure_topic(&self.topic, self.create_topic).await, &self.info) {
+            (Err(TopicError::Missing(gone)), Some(info)) => info.fatal(format!("{gone} (any more): {message}")),
+            _ => self.error(message),
+        }
+    }
 }
 
 async fn transactional_producer(
@@ -720,16 +773,17 @@ mod tests {
         )
         .unwrap();
         let info = SubtaskInfo::new("sink", 0, 1);
-        writer.open(&info, &RestoredState::default()).await.unwrap();
+        writer.open(&info, Vec::new(), &RestoredState::default()).await.unwrap();
         let mut written = 0;
         let mut checkpoint = 0;
+        let mut due = Vec::new();
         for _round in 0..2 {
             // A full window of checkpoints in flight, each pre-committing a transaction.
             for _ in 0..max_concurrent {
                 writer.write(vec![record(written)]).await.unwrap();
                 written += 1;
                 checkpoint += 1;
-                writer.pre_commit(checkpoint).await.unwrap();
+                due.extend(writer.pre_commit(checkpoint).await.unwrap());
             }
             // And the transaction after them, open.
             writer.write(vec![record(written)]).await.unwrap();
@@ -740,11 +794,11 @@ mod tests {
             );
             assert_eq!(gauges, (1, max_concurrent as u64), "the panel's gauges");
             // Then they all complete (the open one stays open into the next round).
-            writer.commit(checkpoint).await.unwrap();
+            writer.commit(checkpoint, &std::mem::take(&mut due)).await.unwrap();
         }
         checkpoint += 1;
-        writer.pre_commit(checkpoint).await.unwrap();
-        writer.commit(checkpoint).await.unwrap();
+        due.extend(writer.pre_commit(checkpoint).await.unwrap());
+        writer.commit(checkpoint, &due).await.unwrap();
         assert_eq!(info.metrics.oldest_transaction_began_ms.load(Ordering::Relaxed), i64::MIN, "none left open");
         writer.close().await.unwrap();
         let read = broker.read_to_end(&topic, "read_committed").unwrap();

@@ -1,15 +1,18 @@
 //! The Kafka sink: rows encoded in the table's format ([`super::encode`]) and written with the
-//! table's delivery guarantee ([`super::producer_pool`]): for exactly-once, pre-committed at
-//! each barrier, committed when the checkpoint completes, recovered on restore.
+//! table's delivery guarantee ([`super::producer_pool`]): for exactly-once, a committer of
+//! weir's two-phase commit (pre-committed at each barrier, committed when the checkpoint
+//! completes, recovered on restore).
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
-use weir_engine::{Collector, Operator, RestoredState, StateTable, SubtaskInfo};
+use weir_engine::two_phase_commit::{BatchWriter, TwoPhaseCommitter};
+use weir_engine::{RestoredState, StateTable, SubtaskInfo};
 
 use super::connection::{KafkaConnection, TopicCreation};
 use super::encode::{Encoder, SinkFormat};
 use super::producer_pool::{Delivery, KafkaWriter};
+use super::transactions::PendingTransaction;
 
 /// Everything a Kafka sink subtask needs, as planned from the table's options.
 #[derive(Debug, Clone)]
@@ -32,10 +35,12 @@ pub struct KafkaSinkConfig {
     pub create_topic: Option<TopicCreation>,
 }
 
+/// The Kafka sink's side of weir's two-phase commit: rows encoded, then written by the
+/// [`KafkaWriter`]. The operator is `weir_engine::two_phase_commit::TwoPhaseCommitSink` around
+/// it (any delivery: without exactly-once nothing is pre-committed).
 pub struct KafkaSink {
     encoder: Encoder,
     writer: KafkaWriter,
-    info: Option<SubtaskInfo>,
 }
 
 impl KafkaSink {
@@ -52,47 +57,47 @@ impl KafkaSink {
             config.transactional_ids_per_subtask,
             config.create_topic,
         )?;
-        Ok(Self { encoder, writer, info: None })
+        Ok(Self { encoder, writer })
     }
+}
 
-    fn error(&self, message: String) -> weir_engine::Error {
-        match &self.info {
-            Some(info) => info.error(message),
-            None => weir_engine::Error::Graph(message),
+#[async_trait]
+impl BatchWriter for KafkaSink {
+    async fn write(&mut self, batch: RecordBatch) -> weir_engine::Result<()> {
+        let records = self.encoder.encode(&batch).map_err(|e| self.writer.error(e))?;
+        match self.writer.write(records).await {
+            Ok(()) => Ok(()),
+            Err(message) => Err(self.writer.failure(message).await),
         }
     }
 }
 
 #[async_trait]
-impl Operator for KafkaSink {
-    async fn open(&mut self, info: &SubtaskInfo, restored: RestoredState) -> weir_engine::Result<()> {
-        self.info = Some(info.clone());
-        self.writer.open(info, &restored).await.map_err(|e| e.for_subtask(info, ""))
-    }
+impl TwoPhaseCommitter for KafkaSink {
+    type Committable = PendingTransaction;
 
-    async fn process_batch(
+    async fn recover(
         &mut self,
-        _input: usize,
-        batch: RecordBatch,
-        _out: &mut Collector,
+        info: &SubtaskInfo,
+        recorded: Vec<PendingTransaction>,
+        restored: &RestoredState,
     ) -> weir_engine::Result<()> {
-        let records = self.encoder.encode(&batch).map_err(|e| self.error(e))?;
-        self.writer.write(records).await.map_err(|e| self.error(e))
+        TwoPhaseCommitter::recover(&mut self.writer, info, recorded, restored).await
     }
 
-    /// Pre-commit: the records before the barrier are flushed into a transaction left open,
-    /// which the snapshot records.
-    async fn snapshot(&mut self, checkpoint_id: u64) -> weir_engine::Result<Vec<StateTable>> {
-        self.writer.pre_commit(checkpoint_id).await.map_err(|e| self.error(e))?;
-        let Some(info) = &self.info else { return Err(self.error("the sink was not opened".into())) };
-        self.writer.snapshot(info).map_err(|e| self.error(e))
+    async fn pre_commit(&mut self, checkpoint: u64) -> weir_engine::Result<Vec<PendingTransaction>> {
+        TwoPhaseCommitter::pre_commit(&mut self.writer, checkpoint).await
     }
 
-    async fn checkpoint_complete(&mut self, checkpoint_id: u64) -> weir_engine::Result<()> {
-        self.writer.commit(checkpoint_id).await.map_err(|e| self.error(e))
+    async fn commit(&mut self, checkpoint: u64, due: Vec<PendingTransaction>) -> weir_engine::Result<()> {
+        TwoPhaseCommitter::commit(&mut self.writer, checkpoint, due).await
+    }
+
+    fn state(&self, info: &SubtaskInfo) -> weir_engine::Result<Vec<StateTable>> {
+        TwoPhaseCommitter::state(&self.writer, info)
     }
 
     async fn close(&mut self) -> weir_engine::Result<()> {
-        self.writer.close().await.map_err(|e| self.error(e))
+        TwoPhaseCommitter::close(&mut self.writer).await
     }
 }

@@ -30,8 +30,10 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit}
 use datafusion::arrow::record_batch::RecordBatch;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Message, Offset, Timestamp, TopicPartitionList};
 use weir_engine::changelog::{change_column, changelog_schema};
+use weir_engine::two_phase_commit::TwoPhaseCommit;
 use weir_engine::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
 
 use super::connection::{KafkaConnection, QuietContext, TopicCreation, TopicError};
@@ -120,6 +122,14 @@ impl PartitionState {
     }
 }
 
+/// What a metadata look at the source's topics found.
+enum Discovered {
+    /// Partitions this subtask reads and did not know of.
+    Partitions(Vec<PartitionState>),
+    /// The broker does not know this topic.
+    Gone(String),
+}
+
 /// What one poll brought: the records' metadata, their values in one buffer, and the
 /// partitions that reported reaching their end.
 #[derive(Default)]
@@ -142,7 +152,8 @@ pub struct KafkaSource {
     index: HashMap<(String, i32), usize>,
     watermark: Option<i64>,
     pending_watermark: Option<i64>,
-    dead_letters: Option<KafkaWriter>,
+    /// The dead-letter output, a committer of weir's two-phase commit like the sink.
+    dead_letters: Option<TwoPhaseCommit<KafkaWriter>>,
     /// The offsets of each snapshot, committed to the group when it completes.
     snapshots: BTreeMap<u64, Vec<(String, i32, i64)>>,
     last_discovery: Instant,
@@ -194,15 +205,19 @@ impl KafkaSource {
         let config = self.config.clone();
         let known: Vec<(String, i32)> = self.index.keys().cloned().collect();
         let restored = restored.clone();
-        let new = blocking(move || {
+        let discovered = blocking(move || {
             let mut new = Vec::new();
             for (t, topic) in config.topics.iter().enumerate() {
                 let metadata = consumer
                     .fetch_metadata(Some(topic), METADATA_TIMEOUT)
                     .map_err(|e| format!("topic {topic}: metadata: {e}"))?;
                 let Some(found) = metadata.topics().first() else { continue };
-                if let Some(e) = found.error() {
-                    return Err(format!("topic {topic}: {e:?}"));
+                match found.error() {
+                    None => {}
+                    Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) => {
+                        return Ok(Discovered::Gone(topic.clone()));
+                    }
+                    Some(e) => return Err(format!("topic {topic}: {e:?}")),
                 }
                 for p in found.partitions() {
                     let partition = p.id();
@@ -239,10 +254,21 @@ impl KafkaSource {
                 }
                 consumer.incremental_assign(&assignment).map_err(|e| format!("assigning partitions: {e}"))?;
             }
-            Ok(new)
+            Ok(Discovered::Partitions(new))
         })
         .await
         .map_err(|e| self.error(e))?;
+        let new = match discovered {
+            Discovered::Partitions(new) => new,
+            // Deleted while the pipeline ran (or since it was planned): a restart cannot bring
+            // it back, so fail for good, once a second look agrees.
+            Discovered::Gone(topic) => {
+                return Err(match self.config.connection.ensure_topic(&topic, None).await {
+                    Err(TopicError::Missing(message)) => info.fatal(message),
+                    _ => info.error(format!("topic {topic}: unknown topic or partition")),
+                });
+            }
+        };
         for partition in new {
             tracing::debug!(
                 topic = partition.topic,
@@ -382,9 +408,13 @@ impl KafkaSource {
                         }
                     })
                     .collect();
-                let Some(writer) = self.dead_letters.as_mut() else { return Err(self.error("no dead-letter writer")) };
-                let written = writer.write(records).await;
-                written.map_err(|e| self.error(format!("dead-letter topic: {e}")))?;
+                let Some(dead_letters) = self.dead_letters.as_mut() else {
+                    return Err(self.error("no dead-letter writer"));
+                };
+                let writer = dead_letters.committer();
+                if let Err(message) = writer.write(records).await {
+                    return Err(writer.failure(format!("dead letters: {message}")).await);
+                }
             }
         }
         if let Some(info) = &self.info {
@@ -513,15 +543,6 @@ fn offsets_schema() -> SchemaRef {
 impl Source for KafkaSource {
     async fn open(&mut self, info: &SubtaskInfo, restored: RestoredState) -> weir_engine::Result<()> {
         self.info = Some(info.clone());
-        // Checked at every start, not only when planned: a topic deleted while the pipeline ran
-        // (its reads fail, the pipeline restarts) fails it for good here, not at every restart.
-        for topic in &self.config.topics {
-            match self.config.connection.ensure_topic(topic, None).await {
-                Ok(()) => {}
-                Err(TopicError::Missing(message)) => return Err(info.fatal(message)),
-                Err(TopicError::Unavailable(message)) => return Err(info.error(message)),
-            }
-        }
         let mut offsets = HashMap::new();
         for batch in restored.table(OFFSETS) {
             let (Some(topics), Some(partitions), Some(next)) = (
@@ -552,7 +573,7 @@ impl Source for KafkaSource {
         .map_err(|e| info.error(e))?;
         self.consumer = Some(Arc::new(consumer));
         if let BadRecords::DeadLetter { topic, create } = &self.config.bad_records {
-            let mut writer = KafkaWriter::new(
+            let writer = KafkaWriter::new(
                 self.config.connection.clone(),
                 topic.clone(),
                 self.config.delivery,
@@ -562,9 +583,9 @@ impl Source for KafkaSource {
                 *create,
             )
             .map_err(|e| info.error(e))?;
-            let context = format!("dead-letter topic {topic}: ");
-            writer.open(info, &restored).await.map_err(|e| e.for_subtask(info, &context))?;
-            self.dead_letters = Some(writer);
+            let mut dead_letters = TwoPhaseCommit::new(writer);
+            dead_letters.open(info, &restored).await?;
+            self.dead_letters = Some(dead_letters);
         }
         self.discover(&offsets, true).await
     }
@@ -614,17 +635,15 @@ impl Source for KafkaSource {
             let offsets = self.partitions.iter().map(|p| (p.topic.clone(), p.partition, p.next_offset)).collect();
             self.snapshots.insert(checkpoint_id, offsets);
         }
-        if let (Some(writer), Some(info)) = (self.dead_letters.as_mut(), self.info.as_ref()) {
-            writer.pre_commit(checkpoint_id).await.map_err(|e| info.error(format!("dead-letter topic: {e}")))?;
-            tables.extend(writer.snapshot(info).map_err(|e| info.error(e))?);
+        if let (Some(dead_letters), Some(info)) = (self.dead_letters.as_mut(), self.info.as_ref()) {
+            tables.extend(dead_letters.snapshot(info, checkpoint_id).await?);
         }
         Ok(tables)
     }
 
     async fn checkpoint_complete(&mut self, checkpoint_id: u64) -> weir_engine::Result<()> {
-        if let Some(writer) = self.dead_letters.as_mut() {
-            let committed = writer.commit(checkpoint_id).await;
-            committed.map_err(|e| self.error(format!("dead-letter topic: {e}")))?;
+        if let Some(dead_letters) = self.dead_letters.as_mut() {
+            dead_letters.complete(checkpoint_id).await?;
         }
         let rest = self.snapshots.split_off(&(checkpoint_id + 1));
         let done = std::mem::replace(&mut self.snapshots, rest);
@@ -644,9 +663,8 @@ impl Source for KafkaSource {
     }
 
     async fn close(&mut self) -> weir_engine::Result<()> {
-        if let Some(writer) = self.dead_letters.as_mut() {
-            let closed = writer.close().await;
-            closed.map_err(|e| self.error(format!("dead-letter topic: {e}")))?;
+        if let Some(dead_letters) = self.dead_letters.as_mut() {
+            dead_letters.close().await?;
         }
         // Closing a librdkafka consumer waits for its threads: not on an async worker.
         let consumer = self.consumer.take();

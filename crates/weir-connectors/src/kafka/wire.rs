@@ -1,7 +1,7 @@
-//! One connection to a Kafka broker speaking the binary protocol: size-prefixed request header
-//! + body out, size-prefixed response header + body back. `kafka-protocol` encodes the messages;
-//! the framing and correlation are ours. The connection is TCP, wrapped in TLS and authenticated
-//! with SASL as the table's `security.protocol` says ([`ClientSecurity`]).
+//! One connection to a Kafka broker speaking the binary protocol: a size-prefixed request header
+//! and body out, a size-prefixed response header and body back. `kafka-protocol` encodes the
+//! messages; the framing and correlation are ours. The connection is TCP, wrapped in TLS and
+//! authenticated with SASL as the table's `security.protocol` says ([`ClientSecurity`]).
 
 use std::time::Duration;
 

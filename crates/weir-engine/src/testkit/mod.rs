@@ -22,7 +22,7 @@ pub use counter::KeyedCounter;
 pub use recorder::Recorder;
 pub use source::{ReplayableSource, SourceSpec};
 pub use throttle::Throttle;
-pub use txn_sink::{Delivery, TransactionalSink, TxnLog};
+pub use txn_sink::{Delivery, TransactionalSink, TxnCommitter, TxnId, TxnLog};
 
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::array_value_to_string;

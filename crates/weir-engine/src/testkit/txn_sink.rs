@@ -2,25 +2,23 @@
 //! broker: it outlives pipeline attempts, keeps open transactions of dead attempts until they
 //! are committed or aborted, and exposes only committed records.
 //!
-//! Exactly-once: records go into the subtask's open transaction; at barrier n it is
-//! pre-committed (recorded in the snapshot) and a new one begins; "n complete" commits every
-//! pre-committed transaction up to n. "n aborted" rolls nothing back: the pipeline goes on, and
-//! the records of those transactions happened before barriers the next completed checkpoint
-//! includes, so that checkpoint commits them (Flink's two-phase-commit sink does the same;
-//! rolling them back would lose them). On restore, a subtask commits the pending transactions
-//! the checkpoint recorded (already committed is fine; anything else fails loudly), then aborts
-//! every other open transaction of the subtasks it took over.
+//! Exactly-once: a committer of [`crate::two_phase_commit`]. Records go into the subtask's open
+//! transaction; at barrier n it is pre-committed and a new one begins; "n complete" commits
+//! every pre-committed transaction up to n. On restore, a subtask commits the pending
+//! transactions the checkpoint recorded (already committed is fine; anything else fails
+//! loudly), then aborts every other open transaction of the subtasks it took over.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{Array, StringArray, UInt64Array};
-use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::array::{ArrayRef, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::Result;
-use crate::operator::{Collector, Operator, RestoredState, StateTable, SubtaskInfo};
+use crate::operator::{RestoredState, SubtaskInfo};
+use crate::two_phase_commit::{BatchWriter, Committable, TwoPhaseCommitSink, TwoPhaseCommitter, column};
 
 const PENDING: &str = "pending";
 
@@ -159,91 +157,80 @@ impl TxnLog {
     }
 }
 
-/// One subtask of the sink.
-pub struct TransactionalSink {
+/// A pre-committed transaction of the in-memory sink: its id in the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnId(String);
+
+impl Committable for TxnId {
+    const TABLE: &'static str = PENDING;
+
+    fn fields() -> Vec<Field> {
+        vec![Field::new("transaction", DataType::Utf8, false)]
+    }
+
+    fn to_columns(items: &[&Self]) -> Result<Vec<ArrayRef>> {
+        Ok(vec![Arc::new(StringArray::from_iter_values(items.iter().map(|t| t.0.as_str())))])
+    }
+
+    fn from_batch(batch: &RecordBatch, info: &SubtaskInfo) -> Result<Vec<Self>> {
+        let ids = column::<StringArray>(batch, "transaction", info)?;
+        Ok(ids.iter().flatten().map(|id| TxnId(id.to_string())).collect())
+    }
+}
+
+/// The in-memory sink's side of the two-phase commit, one per subtask.
+pub struct TxnCommitter {
     log: TxnLog,
     delivery: Delivery,
     info: Option<SubtaskInfo>,
     current: Option<String>,
-    /// Pre-committed transactions by the checkpoint whose barrier closed them.
-    pending: BTreeMap<u64, String>,
 }
 
-impl TransactionalSink {
-    pub fn new(log: TxnLog, delivery: Delivery) -> Self {
-        Self { log, delivery, info: None, current: None, pending: BTreeMap::new() }
-    }
+/// The in-memory sink operator.
+pub type TransactionalSink = TwoPhaseCommitSink<TxnCommitter>;
 
+impl TxnLog {
+    /// A subtask of a sink writing into this log with `delivery`.
+    pub fn sink(&self, delivery: Delivery) -> TransactionalSink {
+        TwoPhaseCommitSink::new(TxnCommitter { log: self.clone(), delivery, info: None, current: None })
+    }
+}
+
+impl TxnCommitter {
     fn info(&self) -> Result<&SubtaskInfo> {
         self.info.as_ref().ok_or_else(|| crate::Error::Graph("the sink was not opened".into()))
     }
 }
 
 #[async_trait]
-impl Operator for TransactionalSink {
-    async fn open(&mut self, info: &SubtaskInfo, restored: RestoredState) -> Result<()> {
+impl TwoPhaseCommitter for TxnCommitter {
+    type Committable = TxnId;
+
+    async fn recover(&mut self, info: &SubtaskInfo, recorded: Vec<TxnId>, restored: &RestoredState) -> Result<()> {
         self.info = Some(info.clone());
-        let owns = |owner: usize| owner % info.parallelism == info.subtask;
-        for batch in restored.table(PENDING) {
-            let (Some(owners), Some(ids)) = (
-                batch.column(0).as_any().downcast_ref::<UInt64Array>(),
-                batch.column(2).as_any().downcast_ref::<StringArray>(),
-            ) else {
-                return Err(info.error("restored pending transactions have the wrong types"));
-            };
-            for row in 0..batch.num_rows() {
-                if owns(owners.value(row) as usize) {
-                    let checkpoint = restored.checkpoint_id.unwrap_or_default();
-                    self.log
-                        .commit(ids.value(row))
-                        .map_err(|e| info.error(format!("restoring checkpoint {checkpoint}: pending {e}")))?;
-                }
-            }
+        let checkpoint = restored.checkpoint_id.unwrap_or_default();
+        for TxnId(id) in recorded {
+            self.log.commit(&id).map_err(|e| info.error(format!("restoring checkpoint {checkpoint}: pending {e}")))?;
         }
-        self.log.abort_lingering(owns, &info.operator);
+        self.log.abort_lingering(|owner| owner % info.parallelism == info.subtask, &info.operator);
         if self.delivery == Delivery::ExactlyOnce {
             self.current = Some(self.log.begin(&info.operator, info.subtask));
         }
         Ok(())
     }
 
-    async fn process_batch(&mut self, _input: usize, batch: RecordBatch, _out: &mut Collector) -> Result<()> {
-        match &self.current {
-            Some(id) => self.log.write(id, batch).map_err(|e| self.info().map_or_else(|e| e, |i| i.error(&e))),
-            None => {
-                self.log.write_committed(batch);
-                Ok(())
-            }
-        }
-    }
-
-    async fn snapshot(&mut self, checkpoint_id: u64) -> Result<Vec<StateTable>> {
+    async fn pre_commit(&mut self, _checkpoint: u64) -> Result<Vec<TxnId>> {
+        let Some(id) = self.current.take() else { return Ok(Vec::new()) };
         let info = self.info()?.clone();
-        if let Some(id) = self.current.take() {
-            self.log.pre_commit(&id);
-            self.pending.insert(checkpoint_id, id);
-            self.current = Some(self.log.begin(&info.operator, info.subtask));
-        }
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("owner", DataType::UInt64, false),
-            Field::new("checkpoint", DataType::UInt64, false),
-            Field::new("transaction", DataType::Utf8, false),
-        ]));
-        let owners = UInt64Array::from(vec![info.subtask as u64; self.pending.len()]);
-        let checkpoints: UInt64Array = self.pending.keys().copied().collect();
-        let ids: StringArray = self.pending.values().map(Some).collect();
-        let columns: Vec<Arc<dyn Array>> = vec![Arc::new(owners), Arc::new(checkpoints), Arc::new(ids)];
-        let batch = RecordBatch::try_new(schema.clone(), columns)?;
-        Ok(vec![StateTable { name: PENDING.into(), schema, batches: vec![batch] }])
+        self.log.pre_commit(&id);
+        self.current = Some(self.log.begin(&info.operator, info.subtask));
+        Ok(vec![TxnId(id)])
     }
 
-    async fn checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<()> {
-        let done: Vec<u64> = self.pending.range(..=checkpoint_id).map(|(id, _)| *id).collect();
-        for id in done {
-            if let Some(txn) = self.pending.remove(&id) {
-                let info = self.info()?;
-                self.log.commit(&txn).map_err(|e| info.error(e))?;
-            }
+    async fn commit(&mut self, _checkpoint: u64, due: Vec<TxnId>) -> Result<()> {
+        for TxnId(id) in due {
+            let info = self.info()?;
+            self.log.commit(&id).map_err(|e| info.error(e))?;
         }
         Ok(())
     }
@@ -254,5 +241,18 @@ impl Operator for TransactionalSink {
             self.log.abort(&id);
         }
         Ok(())
+    }
+}
+
+#[async_trait]
+impl BatchWriter for TxnCommitter {
+    async fn write(&mut self, batch: RecordBatch) -> Result<()> {
+        match &self.current {
+            Some(id) => self.log.write(id, batch).map_err(|e| self.info().map_or_else(|e| e, |i| i.error(&e))),
+            None => {
+                self.log.write_committed(batch);
+                Ok(())
+            }
+        }
     }
 }

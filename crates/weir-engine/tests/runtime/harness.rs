@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::array::{Array, StringArray};
-use weir_engine::testkit::{Delivery, KeyedCounter, ReplayableSource, SourceSpec, Throttle, TransactionalSink, TxnLog};
+use weir_engine::testkit::{Delivery, KeyedCounter, ReplayableSource, SourceSpec, Throttle, TxnLog};
 use weir_engine::{
     CheckpointConfig, CheckpointMode, Graph, Partitioning, PipelineConfig, PipelineHandle, RestartPolicy,
 };
@@ -57,12 +57,7 @@ pub fn sink_node(
     delivery: Delivery,
 ) -> weir_engine::NodeId {
     let log = log.clone();
-    graph.add_operator(
-        name,
-        parallelism,
-        1,
-        Arc::new(move |_| Ok(Box::new(TransactionalSink::new(log.clone(), delivery)))),
-    )
+    graph.add_operator(name, parallelism, 1, Arc::new(move |_| Ok(Box::new(log.sink(delivery)))))
 }
 
 /// sources a and b -> hash(key) -> keyed count (two inputs) -> forward -> transactional sink.

@@ -563,7 +563,8 @@ fn pipelines_never_share_kafka_transactional_ids() {
     let prefix = TestBroker::unique_name("shared");
     let (status, body) = server.sql(&format!(
         "CREATE TABLE out (auction BIGINT) WITH (connector = 'kafka', \"bootstrap.servers\" = '{}',
-           topic = '{prefix}', format = 'json', \"transactional_id.prefix\" = '{prefix}')",
+           topic = '{prefix}', format = 'json', \"transactional_id.prefix\" = '{prefix}',
+           \"sink.create-topic\" = 'true')",
         broker.bootstrap()
     ));
     assert_eq!(status, 200, "{body}");
