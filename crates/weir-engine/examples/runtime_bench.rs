@@ -54,7 +54,7 @@ async fn one_run(records: u64, label: &str, interval: Option<Duration>, mode: Ch
     let dir = tempfile::tempdir().expect("a temporary directory");
     let store = StateStore::local(dir.path()).expect("a state store");
     let started = Instant::now();
-    let handle = start(keyed_count(&spec(records, 1000)), config(interval, mode), store, None).expect("a valid graph");
+    let handle = start(keyed_count(&spec(records, 1000)), config(interval, mode), store).expect("a valid graph");
     let status = {
         while !handle.is_finished() {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -84,8 +84,7 @@ async fn back_pressured_checkpoints(label: &str, mode: CheckpointMode) -> u64 {
     let mut config = config(Some(Duration::from_millis(300)), mode);
     config.channel.max_batches = 64;
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let handle =
-        start(graph, config, StateStore::local(dir.path()).expect("a state store"), None).expect("a valid graph");
+    let handle = start(graph, config, StateStore::local(dir.path()).expect("a state store")).expect("a valid graph");
     let mut durations = loop {
         let status = handle.status();
         let durations: Vec<u64> = status
@@ -116,10 +115,10 @@ async fn main() {
     println!("source -> hash(key) -> keyed count -> sink, parallelism 2, batches of 1000, 10000 keys");
     let every = Some(Duration::from_secs(1));
     let modes: [(&str, Option<Duration>, CheckpointMode); 5] = [
-        ("checkpoints off", None, CheckpointMode::aligned()),
-        ("aligned, every 1 s", every, CheckpointMode::aligned()),
-        ("unaligned, every 1 s", every, CheckpointMode::unaligned()),
-        ("aligned_timeout 100ms, 1 s", every, CheckpointMode::aligned_timeout(Duration::from_millis(100))),
+        ("checkpoints off", None, CheckpointMode::Aligned),
+        ("aligned, every 1 s", every, CheckpointMode::Aligned),
+        ("unaligned, every 1 s", every, CheckpointMode::Unaligned),
+        ("aligned_timeout 100ms, 1 s", every, CheckpointMode::AlignedTimeout(Duration::from_millis(100))),
         ("at-least-once, every 1 s", every, CheckpointMode::AtLeastOnce),
     ];
     // Rounds of every mode in turn, so a machine that slows down over time slows all alike.
@@ -149,7 +148,7 @@ async fn main() {
     }
     println!();
     println!("under back-pressure: source -> throttle (2 ms a batch, 64-batch queue) -> sink, checkpoint every 300 ms");
-    let aligned = back_pressured_checkpoints("aligned", CheckpointMode::aligned()).await;
-    let unaligned = back_pressured_checkpoints("unaligned", CheckpointMode::unaligned()).await;
+    let aligned = back_pressured_checkpoints("aligned", CheckpointMode::Aligned).await;
+    let unaligned = back_pressured_checkpoints("unaligned", CheckpointMode::Unaligned).await;
     println!("unaligned / aligned: {:.3}", unaligned as f64 / aligned.max(1) as f64);
 }

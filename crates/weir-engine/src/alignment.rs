@@ -15,7 +15,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::message::{Barrier, BarrierKind};
+use crate::checkpoint::CheckpointMode;
+use crate::message::Barrier;
 
 /// One checkpoint in progress at this task.
 #[derive(Debug)]
@@ -33,7 +34,7 @@ struct InProgress {
 impl InProgress {
     /// Whether an input that delivered the barrier waits for the others.
     fn blocks(&self) -> bool {
-        !self.snapshotted && matches!(self.barrier.kind, BarrierKind::Aligned | BarrierKind::AlignedTimeout(_))
+        !self.snapshotted && matches!(self.barrier.kind, CheckpointMode::Aligned | CheckpointMode::AlignedTimeout(_))
     }
 }
 
@@ -89,7 +90,7 @@ impl Alignments {
             snapshotted: false,
             timed_out: false,
         });
-        let snapshot_ahead = !checkpoint.snapshotted && barrier.kind == BarrierKind::Unaligned;
+        let snapshot_ahead = !checkpoint.snapshotted && barrier.kind == CheckpointMode::Unaligned;
         Arrival { stale, snapshot_ahead }
     }
 
@@ -127,7 +128,7 @@ impl Alignments {
             barrier: checkpoint.barrier,
             alignment: now.saturating_duration_since(checkpoint.started),
             snapshotted: checkpoint.snapshotted,
-            unaligned: checkpoint.barrier.kind == BarrierKind::Unaligned || checkpoint.timed_out,
+            unaligned: checkpoint.barrier.kind == CheckpointMode::Unaligned || checkpoint.timed_out,
         })
     }
 
@@ -184,7 +185,7 @@ impl Alignments {
 /// When an aligned-with-timeout checkpoint, not snapshotted yet, stops waiting.
 fn timeout_at(checkpoint: &InProgress) -> Option<Instant> {
     match checkpoint.barrier.kind {
-        BarrierKind::AlignedTimeout(timeout) if !checkpoint.snapshotted && !checkpoint.timed_out => {
+        CheckpointMode::AlignedTimeout(timeout) if !checkpoint.snapshotted && !checkpoint.timed_out => {
             Some(checkpoint.started + timeout)
         }
         _ => None,
@@ -195,7 +196,7 @@ fn timeout_at(checkpoint: &InProgress) -> Option<Instant> {
 mod tests {
     use super::*;
 
-    fn barrier(id: u64, kind: BarrierKind) -> Barrier {
+    fn barrier(id: u64, kind: CheckpointMode) -> Barrier {
         Barrier { checkpoint_id: id, kind, is_final: false }
     }
 
@@ -213,7 +214,7 @@ mod tests {
     fn aligned_blocks_each_input_until_the_last_barrier() {
         let now = Instant::now();
         let mut alignments = Alignments::new(3);
-        let b = barrier(1, BarrierKind::Aligned);
+        let b = barrier(1, CheckpointMode::Aligned);
         assert_eq!(arrive(&mut alignments, 0, b, now), Arrival::default());
         assert!(alignments.is_blocked(0) && !alignments.is_blocked(1));
         assert_eq!(alignments.take_aligned(1, now), None);
@@ -233,7 +234,7 @@ mod tests {
     fn unaligned_snapshots_at_the_first_barrier_and_captures_the_late_inputs() {
         let now = Instant::now();
         let mut alignments = Alignments::new(3);
-        let b = barrier(4, BarrierKind::Unaligned);
+        let b = barrier(4, CheckpointMode::Unaligned);
         assert!(arrive(&mut alignments, 1, b, now).snapshot_ahead);
         assert!(!arrive(&mut alignments, 0, b, now).snapshot_ahead, "once");
         assert!((0..3).all(|i| !alignments.is_blocked(i)), "unaligned never blocks");
@@ -248,7 +249,7 @@ mod tests {
     fn at_least_once_never_blocks_and_snapshots_at_the_last_barrier() {
         let now = Instant::now();
         let mut alignments = Alignments::new(2);
-        let b = barrier(2, BarrierKind::AtLeastOnce);
+        let b = barrier(2, CheckpointMode::AtLeastOnce);
         assert!(!arrive(&mut alignments, 0, b, now).snapshot_ahead);
         assert!(!alignments.is_blocked(0));
         arrive(&mut alignments, 1, b, now);
@@ -261,7 +262,7 @@ mod tests {
         let now = Instant::now();
         let timeout = Duration::from_millis(50);
         let mut alignments = Alignments::new(2);
-        let b = barrier(3, BarrierKind::AlignedTimeout(timeout));
+        let b = barrier(3, CheckpointMode::AlignedTimeout(timeout));
         arrive(&mut alignments, 0, b, now);
         assert!(alignments.is_blocked(0));
         assert_eq!(alignments.next_deadline(), Some(now + timeout));
@@ -280,9 +281,9 @@ mod tests {
     fn a_newer_barrier_first_makes_the_older_checkpoint_stale() {
         let now = Instant::now();
         let mut alignments = Alignments::new(2);
-        arrive(&mut alignments, 0, barrier(5, BarrierKind::Aligned), now);
+        arrive(&mut alignments, 0, barrier(5, CheckpointMode::Aligned), now);
         // Input 1 never delivered 5, and delivers 6: checkpoint 5 cannot align here.
-        let arrival = arrive(&mut alignments, 1, barrier(6, BarrierKind::Aligned), now);
+        let arrival = arrive(&mut alignments, 1, barrier(6, CheckpointMode::Aligned), now);
         assert_eq!(arrival.stale, vec![5]);
         assert!(!alignments.is_blocked(0), "what 5 blocked is released");
         assert!(alignments.is_blocked(1));
@@ -292,12 +293,12 @@ mod tests {
     fn an_ended_input_counts_as_arrived() {
         let now = Instant::now();
         let mut alignments = Alignments::new(2);
-        let b = barrier(7, BarrierKind::Aligned);
+        let b = barrier(7, CheckpointMode::Aligned);
         arrive(&mut alignments, 0, b, now);
         assert_eq!(alignments.input_ended(1), vec![7]);
         assert!(alignments.take_aligned(7, now).is_some());
         // A barrier after an input ended: that input is arrived from the start.
-        let b = barrier(8, BarrierKind::Aligned);
+        let b = barrier(8, CheckpointMode::Aligned);
         alignments.on_barrier(0, b, &[false, true], now);
         alignments.arrive(8, 0);
         assert!(alignments.take_aligned(8, now).is_some());
@@ -307,7 +308,7 @@ mod tests {
     fn an_aborted_checkpoint_releases_its_inputs() {
         let now = Instant::now();
         let mut alignments = Alignments::new(2);
-        arrive(&mut alignments, 0, barrier(9, BarrierKind::Aligned), now);
+        arrive(&mut alignments, 0, barrier(9, CheckpointMode::Aligned), now);
         assert!(alignments.abort(9));
         assert!(!alignments.is_blocked(0) && !alignments.abort(9));
     }

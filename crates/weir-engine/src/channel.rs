@@ -223,7 +223,7 @@ mod tests {
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
     use super::*;
-    use crate::message::BarrierKind;
+    use crate::checkpoint::CheckpointMode;
 
     fn batch(values: &[i64]) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
@@ -237,7 +237,7 @@ mod tests {
         }
     }
 
-    fn barrier(id: u64, kind: BarrierKind) -> Barrier {
+    fn barrier(id: u64, kind: CheckpointMode) -> Barrier {
         Barrier { checkpoint_id: id, kind, is_final: false }
     }
 
@@ -251,7 +251,7 @@ mod tests {
         tx.try_push(Message::Data(batch(&[1]))).unwrap();
         tx.try_push(Message::Data(batch(&[2, 3]))).unwrap();
         assert!(tx.try_push(Message::Data(batch(&[4]))).is_err());
-        tx.try_push(Message::Barrier(barrier(1, BarrierKind::Aligned))).unwrap();
+        tx.try_push(Message::Barrier(barrier(1, CheckpointMode::Aligned))).unwrap();
         tx.try_push(Message::Watermark(5)).unwrap();
         assert_eq!(tx.metrics().records_in.load(Ordering::Relaxed), 3);
         assert_eq!(tx.metrics().queued_batches.load(Ordering::Relaxed), 2);
@@ -276,7 +276,7 @@ mod tests {
         let (tx, rx) = pair(10);
         tx.try_push(Message::Data(batch(&[1]))).unwrap();
         tx.try_push(Message::Data(batch(&[2]))).unwrap();
-        tx.try_push(Message::Barrier(barrier(7, BarrierKind::Unaligned))).unwrap();
+        tx.try_push(Message::Barrier(barrier(7, CheckpointMode::Unaligned))).unwrap();
         tx.try_push(Message::Data(batch(&[3]))).unwrap();
         let (taken, overtaken) = rx.take_overtaking_barrier().unwrap();
         assert_eq!(taken.checkpoint_id, 7);
@@ -291,10 +291,10 @@ mod tests {
     fn a_barrier_pushed_ahead_passes_data_but_not_an_earlier_barrier() {
         let (tx, rx) = pair(10);
         tx.try_push(Message::Data(batch(&[1]))).unwrap();
-        tx.try_push(Message::Barrier(barrier(1, BarrierKind::Unaligned))).unwrap();
+        tx.try_push(Message::Barrier(barrier(1, CheckpointMode::Unaligned))).unwrap();
         tx.try_push(Message::Data(batch(&[2]))).unwrap();
         tx.try_push(Message::Data(batch(&[3]))).unwrap();
-        let overtaken = tx.push_barrier_ahead(barrier(2, BarrierKind::Unaligned));
+        let overtaken = tx.push_barrier_ahead(barrier(2, CheckpointMode::Unaligned));
         assert_eq!(overtaken.len(), 2);
         let order: Vec<String> = std::iter::from_fn(|| rx.pop())
             .map(|m| match m {

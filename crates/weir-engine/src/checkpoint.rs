@@ -4,41 +4,20 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::message::BarrierKind;
-
-/// The delivery guarantee a pipeline's checkpoints give (ARCHITECTURE.md, "Barriers").
+/// How a pipeline's checkpoints treat barriers, and so the guarantee they give
+/// (ARCHITECTURE.md, "Barriers"). Each barrier carries its checkpoint's mode, so a task
+/// handles every checkpoint as it was triggered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckpointMode {
-    /// Aligned by default; `unaligned` lets barriers overtake queued data; `aligned_timeout`
-    /// starts aligned and switches a checkpoint to unaligned after that long.
-    ExactlyOnce {
-        unaligned: bool,
-        aligned_timeout: Option<Duration>,
-    },
+    /// Exactly-once, aligned: an input that delivered the barrier is blocked until all have.
+    Aligned,
+    /// Aligned, switching to unaligned when alignment takes longer than the timeout.
+    AlignedTimeout(Duration),
+    /// Exactly-once, unaligned: the barrier overtakes queued data, which joins the snapshot.
+    Unaligned,
+    /// Never block; snapshot when the last input's barrier arrives: no record is lost, but a
+    /// restore may replay some.
     AtLeastOnce,
-}
-
-impl CheckpointMode {
-    pub fn aligned() -> Self {
-        CheckpointMode::ExactlyOnce { unaligned: false, aligned_timeout: None }
-    }
-
-    pub fn unaligned() -> Self {
-        CheckpointMode::ExactlyOnce { unaligned: true, aligned_timeout: None }
-    }
-
-    pub fn aligned_timeout(timeout: Duration) -> Self {
-        CheckpointMode::ExactlyOnce { unaligned: false, aligned_timeout: Some(timeout) }
-    }
-
-    pub fn barrier_kind(&self) -> BarrierKind {
-        match *self {
-            CheckpointMode::AtLeastOnce => BarrierKind::AtLeastOnce,
-            CheckpointMode::ExactlyOnce { unaligned: true, .. } => BarrierKind::Unaligned,
-            CheckpointMode::ExactlyOnce { aligned_timeout: Some(timeout), .. } => BarrierKind::AlignedTimeout(timeout),
-            CheckpointMode::ExactlyOnce { .. } => BarrierKind::Aligned,
-        }
-    }
 }
 
 /// When and how a pipeline checkpoints.
@@ -59,7 +38,7 @@ impl Default for CheckpointConfig {
     fn default() -> Self {
         Self {
             interval: Some(Duration::from_secs(10)),
-            mode: CheckpointMode::aligned(),
+            mode: CheckpointMode::Aligned,
             max_concurrent: 1,
             timeout: Duration::from_secs(600),
             retained: 3,

@@ -13,11 +13,13 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use weir_state::{Manifest, StateFile, StateStore, now_ms};
 
-use crate::checkpoint::{CheckpointConfig, CheckpointKind, CheckpointReport, CheckpointStatus, TaskCheckpointReport};
+use crate::checkpoint::{
+    CheckpointConfig, CheckpointKind, CheckpointMode, CheckpointReport, CheckpointStatus, TaskCheckpointReport,
+};
 use crate::error::{Error, Result};
 use crate::failure::{FailureInjector, Step};
-use crate::message::{Barrier, BarrierKind};
-use crate::pipeline::SharedStatus;
+use crate::message::Barrier;
+use crate::status::SharedStatus;
 use crate::task::{Control, TaskEvent, TaskId};
 
 /// How long tasks get to finish their recovery and close after another task failed for good
@@ -196,8 +198,8 @@ impl Coordinator {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         // The final barrier follows all data: a final unaligned checkpoint would leave the data
         // it overtook to transactions no checkpoint commits.
-        let kind = match self.config.mode.barrier_kind() {
-            BarrierKind::Unaligned | BarrierKind::AlignedTimeout(_) if is_final => BarrierKind::Aligned,
+        let kind = match self.config.mode {
+            CheckpointMode::Unaligned | CheckpointMode::AlignedTimeout(_) if is_final => CheckpointMode::Aligned,
             kind => kind,
         };
         let barrier = Barrier { checkpoint_id: id, kind, is_final };
@@ -324,12 +326,12 @@ fn crash(step: &str, checkpoint: u64) -> ! {
 fn report(checkpoint: &InFlight, status: CheckpointStatus) -> CheckpointReport {
     let tasks: Vec<TaskCheckpointReport> = checkpoint.acks.values().map(|(_, r)| r.clone()).collect();
     let kind = match checkpoint.barrier.kind {
-        BarrierKind::Aligned => CheckpointKind::Aligned,
-        BarrierKind::AlignedTimeout(_) => {
+        CheckpointMode::Aligned => CheckpointKind::Aligned,
+        CheckpointMode::AlignedTimeout(_) => {
             CheckpointKind::AlignedTimeout { timed_out: tasks.iter().any(|t| t.unaligned) }
         }
-        BarrierKind::Unaligned => CheckpointKind::Unaligned,
-        BarrierKind::AtLeastOnce => CheckpointKind::AtLeastOnce,
+        CheckpointMode::Unaligned => CheckpointKind::Unaligned,
+        CheckpointMode::AtLeastOnce => CheckpointKind::AtLeastOnce,
     };
     let inflight_rows = checkpoint
         .acks

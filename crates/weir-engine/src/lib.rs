@@ -24,6 +24,7 @@ pub mod partition;
 pub mod pipeline;
 pub mod processing_time;
 mod restore;
+mod status;
 mod task;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -33,8 +34,10 @@ pub use checkpoint::{CheckpointConfig, CheckpointKind, CheckpointMode, Checkpoin
 pub use error::{Error, Result};
 pub use failure::{FailureInjector, FailurePoint, Step};
 pub use graph::{Graph, NodeId, OperatorFactory};
-pub use message::{Barrier, BarrierKind, Message};
+pub use message::{Barrier, Message};
 pub use operator::{Collector, Operator, RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
 pub use partition::Partitioning;
+#[cfg(feature = "testkit")]
+pub use pipeline::start_with_failures;
 pub use pipeline::{PipelineConfig, PipelineHandle, PipelineState, PipelineStatus, RestartPolicy, start};
 pub use processing_time::ProcessingTime;

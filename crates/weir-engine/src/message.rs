@@ -1,28 +1,15 @@
 //! What flows on a channel between two operator subtasks.
 
-use std::time::Duration;
-
 use datafusion::arrow::record_batch::RecordBatch;
 
-/// How the tasks treat one checkpoint's barriers (ARCHITECTURE.md, "Barriers").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BarrierKind {
-    /// Exactly-once, aligned: an input that delivered the barrier is blocked until all have.
-    Aligned,
-    /// Aligned, switching to unaligned when alignment takes longer than the timeout.
-    AlignedTimeout(Duration),
-    /// Exactly-once, unaligned: the barrier overtakes queued data, which joins the snapshot.
-    Unaligned,
-    /// Never block; snapshot when the last input's barrier arrives.
-    AtLeastOnce,
-}
+use crate::checkpoint::CheckpointMode;
 
 /// A checkpoint barrier: everything before it on a channel belongs to checkpoint
 /// `checkpoint_id`'s snapshot, everything after it to the next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Barrier {
     pub checkpoint_id: u64,
-    pub kind: BarrierKind,
+    pub kind: CheckpointMode,
     /// The last checkpoint of a bounded run: sources end their output after it.
     pub is_final: bool,
 }
@@ -30,7 +17,7 @@ pub struct Barrier {
 impl Barrier {
     /// Whether the barrier overtakes queued data on a channel as soon as it is queued.
     pub fn overtakes(&self) -> bool {
-        self.kind == BarrierKind::Unaligned
+        self.kind == CheckpointMode::Unaligned
     }
 }
 

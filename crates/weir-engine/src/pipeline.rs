@@ -9,13 +9,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Serialize;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
-use weir_state::{StateStore, now_ms};
+use weir_state::StateStore;
 
 use crate::channel::{ChannelBounds, channel};
-use crate::checkpoint::{CheckpointConfig, CheckpointReport, CheckpointStatus};
+use crate::checkpoint::CheckpointConfig;
 use crate::coordinator::{Coordinator, TaskLine};
 use crate::error::{Error, Result};
 use crate::failure::FailureInjector;
@@ -25,6 +24,8 @@ use crate::metrics::MetricsRegistry;
 use crate::operator::SubtaskInfo;
 use crate::partition::Router;
 use crate::restore::Restorer;
+use crate::status::SharedStatus;
+pub use crate::status::{ErrorRecord, PipelineState, PipelineStatus};
 use crate::task::{InputChannel, Member, OutputChannel, OutputEdge, SourceHead, Task, TaskContext, TaskId};
 
 /// How failed attempts are retried.
@@ -67,80 +68,6 @@ impl Default for PipelineConfig {
             restart: RestartPolicy::default(),
             restore_from: None,
         }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PipelineState {
-    Running,
-    /// An attempt failed; waiting out the back-off before restoring.
-    Recovering,
-    /// A bounded run ended and its final checkpoint committed.
-    Finished,
-    /// Stopped on request: with a savepoint (a last completed checkpoint) if checkpoints are
-    /// on, to be resumed from it.
-    Stopped,
-    /// Restarts were exhausted.
-    Failed,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ErrorRecord {
-    pub at_ms: u64,
-    pub message: String,
-}
-
-/// What a pipeline reports about itself.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PipelineStatus {
-    pub state: PipelineState,
-    pub attempts: u32,
-    pub restarts: u32,
-    /// The checkpoint the current attempt restored, if any.
-    pub restored_from: Option<u64>,
-    /// Failures, oldest first (the last 100).
-    pub errors: Vec<ErrorRecord>,
-    /// Checkpoints, oldest first (the last 1000).
-    pub checkpoints: Vec<CheckpointReport>,
-}
-
-const KEPT_ERRORS: usize = 100;
-const KEPT_CHECKPOINTS: usize = 1000;
-
-/// The status and live counters, shared by the supervisor, the coordinator and readers.
-#[derive(Debug)]
-pub struct SharedStatus {
-    status: Mutex<PipelineStatus>,
-    metrics: Mutex<Arc<MetricsRegistry>>,
-    /// Set when a stop with a savepoint is asked for; the coordinator watches it.
-    stop: tokio::sync::watch::Sender<bool>,
-}
-
-impl SharedStatus {
-    fn update(&self, f: impl FnOnce(&mut PipelineStatus)) {
-        f(&mut self.status.lock().unwrap_or_else(|p| p.into_inner()));
-    }
-
-    /// Records a checkpoint's report, replacing an earlier one of the same id.
-    pub(crate) fn checkpoint(&self, report: CheckpointReport) {
-        self.update(|status| {
-            match status.checkpoints.iter_mut().rev().find(|c| c.id == report.id) {
-                Some(existing) => *existing = report,
-                None => status.checkpoints.push(report),
-            }
-            let excess = status.checkpoints.len().saturating_sub(KEPT_CHECKPOINTS);
-            status.checkpoints.drain(..excess);
-        });
-    }
-
-    pub(crate) fn stop_requested(&self) -> tokio::sync::watch::Receiver<bool> {
-        self.stop.subscribe()
-    }
-
-    fn completed_checkpoints(&self) -> usize {
-        let status = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        status.checkpoints.iter().filter(|c| c.status == CheckpointStatus::Completed).count()
     }
 }
 
@@ -193,7 +120,23 @@ impl PipelineHandle {
 
 /// Starts `graph` on the tokio runtime it is called from, resuming from the newest checkpoint
 /// in `store`.
-pub fn start(
+pub fn start(graph: Graph, config: PipelineConfig, store: StateStore) -> Result<PipelineHandle> {
+    launch(graph, config, store, None)
+}
+
+/// [`start`], with the test kit's failure injector armed (tests only: fault injection is not
+/// part of the runtime's public interface).
+#[cfg(feature = "testkit")]
+pub fn start_with_failures(
+    graph: Graph,
+    config: PipelineConfig,
+    store: StateStore,
+    injector: Arc<FailureInjector>,
+) -> Result<PipelineHandle> {
+    launch(graph, config, store, Some(injector))
+}
+
+fn launch(
     graph: Graph,
     config: PipelineConfig,
     store: StateStore,
@@ -250,12 +193,7 @@ async fn supervise(
         tracing::warn!(%error, "pipeline attempt failed");
         let give_up = matches!(error, Error::Fatal { .. })
             || config.restart.max_restarts.is_some_and(|max| failures_in_a_row > max);
-        shared.update(|s| {
-            s.errors.push(ErrorRecord { at_ms: now_ms(), message: error.to_string() });
-            let excess = s.errors.len().saturating_sub(KEPT_ERRORS);
-            s.errors.drain(..excess);
-            s.state = if give_up { PipelineState::Failed } else { PipelineState::Recovering };
-        });
+        shared.failed(&error, if give_up { PipelineState::Failed } else { PipelineState::Recovering });
         if give_up {
             return Err(error);
         }

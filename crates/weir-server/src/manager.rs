@@ -219,7 +219,7 @@ impl Manager {
         let graph = planned.graph.describe(planned.config.chaining);
         let dataflow = Dataflow::of(&planned.graph, planned.config.chaining);
         let prefixes = planned.transactional_prefixes.clone();
-        let handle = weir_engine::start(planned.graph, planned.config, store, None)
+        let handle = weir_engine::start(planned.graph, planned.config, store)
             .map_err(|e| ApiError::bad_request(format!("starting the pipeline: {e}")))?;
         self.lock().insert(
             id,

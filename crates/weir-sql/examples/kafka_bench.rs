@@ -119,7 +119,7 @@ async fn weir(broker: &TestBroker, input: &str, output: &str, delivery: &str) ->
     let dir = tempfile::tempdir().unwrap();
     let store = weir_state::StateStore::local(dir.path()).unwrap();
     let started = Instant::now();
-    let handle = weir_engine::start(planned.graph, planned.config, store, None).unwrap();
+    let handle = weir_engine::start(planned.graph, planned.config, store).unwrap();
     while !handle.is_finished() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

@@ -71,7 +71,7 @@ async fn main() {
         let dir = tempfile::tempdir().unwrap();
         let store = weir_state::StateStore::local(dir.path()).unwrap();
         let (started, cpu_before) = (Instant::now(), cpu_seconds());
-        weir_engine::start(pipeline.graph, pipeline.config, store, None).unwrap().wait().await.unwrap();
+        weir_engine::start(pipeline.graph, pipeline.config, store).unwrap().wait().await.unwrap();
         let (seconds, cpu) = (started.elapsed().as_secs_f64(), cpu_seconds() - cpu_before);
         let name = file.file_stem().unwrap().to_string_lossy().into_owned();
         println!(

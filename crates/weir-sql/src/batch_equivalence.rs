@@ -56,7 +56,7 @@ async fn streamed_and_batch_at(rate: u64, query: &str, batch_query: &str) -> (Ve
     let preview = pipeline.preview.clone().unwrap().buffer;
     let dir = tempfile::tempdir().unwrap();
     let store = weir_state::StateStore::local(dir.path()).unwrap();
-    weir_engine::start(pipeline.graph, pipeline.config, store, None).unwrap().wait().await.unwrap();
+    weir_engine::start(pipeline.graph, pipeline.config, store).unwrap().wait().await.unwrap();
     let streamed = sorted(final_rows(&preview.batches()).unwrap());
 
     let events = NexmarkGenerator::new(NexmarkConfig { events: Some(EVENTS), rate, ..NexmarkConfig::default() })

@@ -23,7 +23,7 @@ async fn rows_of(session: &mut Session, query: &str) -> Vec<String> {
     let preview = planned.preview.clone().unwrap().buffer;
     let dir = tempfile::tempdir().unwrap();
     let store = weir_state::StateStore::local(dir.path()).unwrap();
-    weir_engine::start(planned.graph, planned.config, store, None).unwrap().wait().await.unwrap();
+    weir_engine::start(planned.graph, planned.config, store).unwrap().wait().await.unwrap();
     let mut rows: Vec<String> = final_rows(&preview.batches()).unwrap().into_iter().map(|r| r.join(" ")).collect();
     rows.sort();
     rows
@@ -72,13 +72,13 @@ async fn killed_and_restored_at_three(planned: crate::PlannedPipeline) {
     config.checkpoint.interval = Some(Duration::from_millis(10));
     let state = tempfile::tempdir().unwrap();
     let store = weir_state::StateStore::local(state.path()).unwrap();
-    let first = weir_engine::start(planned.graph.with_parallelism(2), config.clone(), store.clone(), None).unwrap();
+    let first = weir_engine::start(planned.graph.with_parallelism(2), config.clone(), store.clone()).unwrap();
     while !first.status().checkpoints.iter().any(|c| c.status == CheckpointStatus::Completed) {
         assert!(!first.is_finished(), "finished before its first checkpoint: make it slower");
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     first.kill().await;
-    weir_engine::start(planned.graph.with_parallelism(3), config, store, None).unwrap().wait().await.unwrap();
+    weir_engine::start(planned.graph.with_parallelism(3), config, store).unwrap().wait().await.unwrap();
 }
 
 /// Runs `insert` killed after a checkpoint and restored at parallelism 3, then checks that
@@ -143,7 +143,7 @@ async fn files_get_every_row_once_across_a_failure_at_every_dangerous_step() {
             Arc::new(FailureInjector::new([FailurePoint::Step { step, checkpoint: Some(1), operator: None }]));
         let state = tempfile::tempdir().unwrap();
         let store = weir_state::StateStore::local(state.path()).unwrap();
-        let handle = weir_engine::start(planned.graph, config, store, Some(injector.clone())).unwrap();
+        let handle = weir_engine::start_with_failures(planned.graph, config, store, injector.clone()).unwrap();
         while !handle.is_finished() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -204,7 +204,7 @@ async fn json_columns_round_trip_through_json_lines_files() {
     let planned = pipeline(&mut session, "INSERT INTO out SELECT id, doc->'user'->>'name', doc FROM docs").await;
     let dir = tempfile::tempdir().unwrap();
     let store = weir_state::StateStore::local(dir.path()).unwrap();
-    weir_engine::start(planned.graph, planned.config, store, None).unwrap().wait().await.unwrap();
+    weir_engine::start(planned.graph, planned.config, store).unwrap().wait().await.unwrap();
     let mut lines: Vec<String> = std::fs::read_dir(out.path())
         .unwrap()
         .filter_map(|e| e.ok().filter(|e| e.path().is_file()))
@@ -291,6 +291,6 @@ async fn every_file_of_a_directory_is_read_and_a_missing_path_is_an_error() {
     let store = weir_state::StateStore::local(state.path()).unwrap();
     let mut config = planned.config;
     config.restart.max_restarts = Some(0);
-    let error = weir_engine::start(planned.graph, config, store, None).unwrap().wait().await.unwrap_err().to_string();
+    let error = weir_engine::start(planned.graph, config, store).unwrap().wait().await.unwrap_err().to_string();
     assert!(error.contains("notes.txt"), "{error}");
 }

@@ -34,7 +34,7 @@ async fn pipeline(session: &mut Session, sql: &str) -> crate::Result<crate::Plan
 async fn run(planned: crate::PlannedPipeline) -> (u64, weir_engine::Result<()>) {
     let dir = tempfile::tempdir().unwrap();
     let store = weir_state::StateStore::local(dir.path()).unwrap();
-    let handle = weir_engine::start(planned.graph, planned.config, store, None).unwrap();
+    let handle = weir_engine::start(planned.graph, planned.config, store).unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     while !handle.is_finished() {
         assert!(tokio::time::Instant::now() < deadline, "the pipeline did not finish: {:?}", handle.status());
@@ -436,7 +436,7 @@ async fn fails_when_deleted(planned: crate::PlannedPipeline, topic: &str, ready:
     let store = weir_state::StateStore::local(dir.path()).unwrap();
     let mut config = planned.config;
     config.restart.max_backoff = Duration::from_millis(500);
-    let handle = weir_engine::start(planned.graph, config, store, None).unwrap();
+    let handle = weir_engine::start(planned.graph, config, store).unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while !ready().await {
         assert!(tokio::time::Instant::now() < deadline, "never ready: {:?}", handle.status());
@@ -525,7 +525,7 @@ async fn new_partitions_are_read_and_offsets_reach_the_group() {
     let preview = planned.preview.clone().unwrap().buffer;
     let dir = tempfile::tempdir().unwrap();
     let store = weir_state::StateStore::local(dir.path()).unwrap();
-    let handle = weir_engine::start(planned.graph, planned.config, store, None).unwrap();
+    let handle = weir_engine::start(planned.graph, planned.config, store).unwrap();
     let rows = |n: usize| {
         let preview = preview.clone();
         async move {
@@ -590,7 +590,7 @@ async fn a_processing_time_window_closes_while_the_source_is_idle() {
     let preview = planned.preview.clone().unwrap().buffer;
     let dir = tempfile::tempdir().unwrap();
     let store = weir_state::StateStore::local(dir.path()).unwrap();
-    let handle = weir_engine::start(planned.graph, planned.config, store, None).unwrap();
+    let handle = weir_engine::start(planned.graph, planned.config, store).unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let total =
         |rows: &[Vec<String>], column: usize| rows.iter().map(|r| r[column].parse::<i64>().unwrap_or(0)).sum::<i64>();

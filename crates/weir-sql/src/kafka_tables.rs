@@ -12,7 +12,7 @@ use weir_connectors::kafka::{
 use crate::catalog::TableDef;
 use crate::error::Result;
 use crate::plan_err;
-use crate::planner::PlanOptions;
+use crate::plan_options::PlanOptions;
 
 /// weir's default transaction timeout: the broker's default `transaction.max.timeout.ms`, so
 /// a pending transaction survives as long a recovery as the broker allows.

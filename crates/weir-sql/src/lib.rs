@@ -15,6 +15,7 @@ pub mod kafka_tables;
 mod lag;
 pub mod options;
 pub mod pipeline_statements;
+pub mod plan_options;
 pub mod planner;
 pub mod session;
 #[cfg(test)]

@@ -10,7 +10,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use datafusion::common::{Column, DFSchema, ScalarValue};
@@ -43,6 +42,7 @@ use crate::catalog::TableDef;
 use crate::error::{Error, Result};
 use crate::kafka_tables::{self, TopicCheck, TransactionTimeout};
 use crate::plan_err;
+pub use crate::plan_options::PlanOptions;
 use crate::window_functions::{
     CUMULATE_ENDS, DESCRIPTOR, HOP, HOP_STARTS, SESSION, TUMBLE, interval_ms, window_list_fits, window_of_end,
 };
@@ -148,27 +148,6 @@ struct Stream {
     times: HashMap<usize, TimeAttr>,
     /// A changelog rather than append-only rows.
     updating: bool,
-}
-
-/// Options that shape operators.
-#[derive(Debug, Clone, Default)]
-pub struct PlanOptions {
-    pub parallelism: usize,
-    /// Names the pipeline's transactional ids (`<name>-<sink node>-...`): stable across
-    /// restarts of the same pipeline, different between pipelines.
-    pub pipeline_name: String,
-    /// `None`: checkpoints are off.
-    pub checkpoint_interval: Option<Duration>,
-    /// Checkpoints align barriers (exactly-once), rather than at-least-once.
-    pub exactly_once_checkpoints: bool,
-    /// Checkpoints in flight at once: sizes the Kafka writers' pools of transactional ids.
-    pub max_concurrent_checkpoints: usize,
-    /// How long a checkpoint may take, and the longest wait before a restart: with the
-    /// interval, how long a pre-committed transaction may have to stay open.
-    pub checkpoint_timeout: Duration,
-    pub max_restart_backoff: Duration,
-    /// Time-to-live of the state of updating aggregates and regular joins.
-    pub state_ttl: Option<Duration>,
 }
 
 struct Planner<'a> {

@@ -688,12 +688,12 @@ impl Session {
         } else if let Some(interval) = duration("checkpoint.interval") {
             checkpoint.interval = Some(interval);
         }
-        checkpoint.mode = match self.option("checkpoint.mode") {
-            Some("at_least_once") => CheckpointMode::AtLeastOnce,
-            _ => CheckpointMode::ExactlyOnce {
-                unaligned: self.option("checkpoint.unaligned") == Some("true"),
-                aligned_timeout: duration("checkpoint.aligned_timeout"),
-            },
+        let unaligned = self.option("checkpoint.unaligned") == Some("true");
+        checkpoint.mode = match (self.option("checkpoint.mode"), duration("checkpoint.aligned_timeout")) {
+            (Some("at_least_once"), _) => CheckpointMode::AtLeastOnce,
+            _ if unaligned => CheckpointMode::Unaligned,
+            (_, Some(timeout)) => CheckpointMode::AlignedTimeout(timeout),
+            (_, None) => CheckpointMode::Aligned,
         };
         if let Some(n) = self.option("checkpoint.max_concurrent").and_then(|v| v.parse().ok()) {
             checkpoint.max_concurrent = n;
@@ -1091,13 +1091,9 @@ mod tests {
         .await;
         let pipeline = pipeline_of(&mut session, "SELECT bid.price FROM nexmark WHERE event_type = 2").await;
         let dir = tempfile::tempdir().unwrap();
-        let handle = weir_engine::start(
-            pipeline.graph,
-            pipeline.config,
-            weir_state::StateStore::local(dir.path()).unwrap(),
-            None,
-        )
-        .unwrap();
+        let handle =
+            weir_engine::start(pipeline.graph, pipeline.config, weir_state::StateStore::local(dir.path()).unwrap())
+                .unwrap();
         while !handle.is_finished() {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }

@@ -61,7 +61,7 @@ impl sqllogictest::AsyncDB for SltSession {
                     self.pipelines += 1;
                     let store = weir_state::StateStore::local(&self.data.path().join(self.pipelines.to_string()))
                         .map_err(|e| SltError(e.to_string()))?;
-                    let handle = weir_engine::start(pipeline.graph.clone(), pipeline.config, store, None)
+                    let handle = weir_engine::start(pipeline.graph.clone(), pipeline.config, store)
                         .map_err(|e| SltError(e.to_string()))?;
                     tokio::time::timeout(Duration::from_secs(120), handle.wait())
                         .await
@@ -147,7 +147,7 @@ impl SltSession {
         self.pipelines += 1;
         let store =
             StateStore::local(&self.data.path().join(self.pipelines.to_string())).map_err(|e| fail("store", &e))?;
-        let first = weir_engine::start(graph.with_parallelism(2), config.clone(), store.clone(), None)
+        let first = weir_engine::start(graph.with_parallelism(2), config.clone(), store.clone())
             .map_err(|e| fail("start at 2", &e))?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         while !first.is_finished()
@@ -160,7 +160,7 @@ impl SltSession {
         }
         first.kill().await;
         let second =
-            weir_engine::start(graph.with_parallelism(3), config, store, None).map_err(|e| fail("start at 3", &e))?;
+            weir_engine::start(graph.with_parallelism(3), config, store).map_err(|e| fail("start at 3", &e))?;
         tokio::time::timeout(Duration::from_secs(120), second.wait())
             .await
             .map_err(|_| SltError("the hard way: the restored pipeline did not finish within 120 s".into()))?

@@ -65,7 +65,7 @@ pub async fn run_file(path: &Path, options: &RunOptions) -> anyhow::Result<()> {
                     std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
                 }
                 let store = StateStore::local(&dir)?;
-                let handle = weir_engine::start(pipeline.graph, pipeline.config, store, None)?;
+                let handle = weir_engine::start(pipeline.graph, pipeline.config, store)?;
                 println!("pipeline {number} started (checkpoints in {}): {}", dir.display(), pipeline.sql);
                 running.push(Running {
                     number,

@@ -8,7 +8,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, ClientContext};
 
-use super::producer_pool::blocking;
+use super::blocking::blocking;
 use super::security::ClientSecurity;
 use super::transactions::TransactionsClient;
 

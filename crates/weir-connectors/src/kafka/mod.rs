@@ -10,6 +10,7 @@
 //! - [`transactions`]: FindCoordinator, DescribeTransactions, EndTxn and InitProducerId over the
 //!   wire, for recovery; over TLS and SASL as the table's [`security`] properties say.
 
+mod blocking;
 mod connection;
 mod decode;
 mod encode;
@@ -31,5 +32,5 @@ pub use security::ClientSecurity;
 pub use sink::{KafkaSink, KafkaSinkConfig};
 pub use source::{BadRecords, KafkaSource, KafkaSourceConfig, SourceFormat, StartupMode};
 pub use transactions::{
-    EndTxnOutcome, PendingTransaction, TransactionDescription, TransactionResult, TransactionsClient,
+    EndTxnOutcome, PendingTransaction, TransactionDescription, TransactionResult, TransactionState, TransactionsClient,
 };

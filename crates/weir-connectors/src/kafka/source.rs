@@ -36,9 +36,10 @@ use weir_engine::changelog::{change_column, changelog_schema};
 use weir_engine::two_phase_commit::TwoPhaseCommit;
 use weir_engine::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
 
+use super::blocking::blocking;
 use super::connection::{KafkaConnection, QuietContext, TopicCreation, TopicError};
 use super::decode::{Decoded, decode_debezium, decode_json, decode_raw};
-use super::producer_pool::{Delivery, KafkaWriter, OutRecord, blocking};
+use super::producer_pool::{Delivery, KafkaWriter, OutRecord};
 
 const OFFSETS: &str = "offsets";
 /// How long one `next` call may collect records.

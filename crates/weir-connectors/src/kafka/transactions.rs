@@ -65,12 +65,52 @@ pub enum EndTxnOutcome {
     Rejected(ResponseError),
 }
 
+/// Where a transactional id's transaction is, as its coordinator says (Kafka's
+/// `TransactionState`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransactionState {
+    /// No transaction since the last one ended (or since the id was initialised).
+    Empty,
+    /// A transaction is open: records may be in it, and it holds back read_committed readers.
+    Ongoing,
+    /// Committing: decided, the markers not all written yet.
+    PrepareCommit,
+    /// Aborting: decided, the markers not all written yet.
+    PrepareAbort,
+    CompleteCommit,
+    CompleteAbort,
+    /// Being fenced: the epoch moves on and the open transaction is aborted.
+    PrepareEpochFence,
+    Dead,
+    /// A state this client does not know (a newer broker's).
+    Other(String),
+}
+
+impl TransactionState {
+    fn from_name(name: &str) -> Self {
+        match name {
+            "Empty" => Self::Empty,
+            "Ongoing" => Self::Ongoing,
+            "PrepareCommit" => Self::PrepareCommit,
+            "PrepareAbort" => Self::PrepareAbort,
+            "CompleteCommit" => Self::CompleteCommit,
+            "CompleteAbort" => Self::CompleteAbort,
+            "PrepareEpochFence" => Self::PrepareEpochFence,
+            "Dead" => Self::Dead,
+            other => Self::Other(other.to_string()),
+        }
+    }
+
+    /// Whether a transaction is open or being ended: it still holds back read_committed readers.
+    pub fn is_unresolved(&self) -> bool {
+        matches!(self, Self::Ongoing | Self::PrepareCommit | Self::PrepareAbort | Self::PrepareEpochFence)
+    }
+}
+
 /// The transaction coordinator's view of a transactional id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransactionDescription {
-    /// Kafka's state name: Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit,
-    /// CompleteAbort, PrepareEpochFence, Dead.
-    pub state: String,
+    pub state: TransactionState,
     pub producer_id: i64,
     pub producer_epoch: i16,
     pub timeout_ms: i32,
@@ -129,7 +169,7 @@ impl TransactionsClient {
             })?;
             match ResponseError::try_from_code(state.error_code) {
                 None => Ok(Some(TransactionDescription {
-                    state: state.transaction_state.as_str().to_string(),
+                    state: TransactionState::from_name(state.transaction_state.as_str()),
                     producer_id: state.producer_id.0,
                     producer_epoch: state.producer_epoch,
                     timeout_ms: state.transaction_timeout_ms,

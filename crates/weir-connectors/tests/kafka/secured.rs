@@ -10,7 +10,9 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use weir_connectors::Error;
 use weir_connectors::kafka::security::ClientSecurity;
 use weir_connectors::kafka::test_broker::{SecuredListeners, TestBroker};
-use weir_connectors::kafka::{EndTxnOutcome, PendingTransaction, TransactionResult, TransactionsClient};
+use weir_connectors::kafka::{
+    EndTxnOutcome, PendingTransaction, TransactionResult, TransactionState, TransactionsClient,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -58,7 +60,7 @@ fn pending_transaction_is_committed_over(protocol: &str, mechanism: &str) {
 
     let client = client(&listeners, protocol, &properties);
     let description = rt.block_on(client.describe(&transactional_id)).unwrap().unwrap();
-    assert_eq!(description.state, "Ongoing", "over {protocol} {mechanism}");
+    assert_eq!(description.state, TransactionState::Ongoing, "over {protocol} {mechanism}");
     drop(producer);
     let pending = PendingTransaction {
         transactional_id: transactional_id.clone(),

@@ -20,7 +20,9 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use weir_connectors::kafka::test_broker::TestBroker;
-use weir_connectors::kafka::{EndTxnOutcome, PendingTransaction, TransactionResult, TransactionsClient};
+use weir_connectors::kafka::{
+    EndTxnOutcome, PendingTransaction, TransactionResult, TransactionState, TransactionsClient,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -127,8 +129,11 @@ fn settle(transactional_id: &str) {
     let deadline = Instant::now() + TIMEOUT;
     loop {
         let description = rt.block_on(client.describe(transactional_id)).unwrap();
-        let state = description.as_ref().map(|d| d.state.as_str());
-        if matches!(state, None | Some("CompleteCommit" | "CompleteAbort" | "Empty")) {
+        let state = description.as_ref().map(|d| &d.state);
+        if matches!(
+            state,
+            None | Some(TransactionState::CompleteCommit | TransactionState::CompleteAbort | TransactionState::Empty)
+        ) {
             return;
         }
         assert!(Instant::now() < deadline, "{transactional_id} never settled: {description:?}");
@@ -203,7 +208,7 @@ fn child_producer_left_pending() {
 fn record_pending(transactional_id: &str, producer: &BaseProducer<StatsContext>) -> PendingTransaction {
     let client = TransactionsClient::new(broker().bootstrap());
     let description = runtime().block_on(client.describe(transactional_id)).unwrap().unwrap();
-    assert_eq!(description.state, "Ongoing");
+    assert_eq!(description.state, TransactionState::Ongoing);
     assert!(!description.partitions.is_empty(), "the flushed partitions are in the transaction");
     let deadline = Instant::now() + TIMEOUT;
     loop {
@@ -280,7 +285,7 @@ fn resume_commit_of_a_killed_producers_transaction() {
     let after = read_to_end(&topic, "read_committed");
     assert_eq!(sorted(after), sorted([payloads("pending", 100), vec!["before".to_string()]].concat()));
     let description = rt.block_on(client.describe(&pending.transactional_id)).unwrap().unwrap();
-    assert_eq!(description.state, "CompleteCommit");
+    assert_eq!(description.state, TransactionState::CompleteCommit);
 
     // Already committed: committing again is answered "no error", so recovery may repeat it.
     let again = rt.block_on(client.end_transaction(&pending, TransactionResult::Commit)).unwrap();
@@ -343,7 +348,7 @@ fn commit_after_the_transaction_timed_out_is_invalid_producer_epoch() {
     let deadline = Instant::now() + TIMEOUT;
     loop {
         let description = rt.block_on(client.describe(&pending.transactional_id)).unwrap().unwrap();
-        if description.state == "CompleteAbort" {
+        if description.state == TransactionState::CompleteAbort {
             break;
         }
         assert!(Instant::now() < deadline, "never aborted on timeout: {description:?}");

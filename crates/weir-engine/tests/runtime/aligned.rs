@@ -55,11 +55,11 @@ pub fn fast_and_slow(log: &TxnLog, delivery: Delivery) -> (Graph, SourceSpec, So
 async fn an_aligned_snapshot_holds_nothing_after_the_barrier_of_the_fast_input() {
     let dir = tempfile::tempdir().unwrap();
     let store = StateStore::local(dir.path()).unwrap();
-    let mut config = config(CheckpointMode::aligned(), 20);
+    let mut config = config(CheckpointMode::Aligned, 20);
     config.checkpoint.retained = 100;
     let log = TxnLog::new();
     let (graph, _, _) = fast_and_slow(&log, Delivery::ExactlyOnce);
-    let handle = start(graph, config, store.clone(), None).unwrap();
+    let handle = start(graph, config, store.clone()).unwrap();
     let status = crate::harness::finish(handle).await;
     let completed: Vec<_> = status.checkpoints.iter().filter(|c| c.status == CheckpointStatus::Completed).collect();
     assert!(completed.len() >= 3, "{status:?}");

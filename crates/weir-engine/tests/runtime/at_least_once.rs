@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use weir_engine::testkit::{Delivery, TxnLog, rows};
-use weir_engine::{CheckpointMode, CheckpointStatus, FailureInjector, FailurePoint, start};
+use weir_engine::{CheckpointMode, CheckpointStatus, FailureInjector, FailurePoint, start_with_failures};
 use weir_state::StateStore;
 
 use crate::aligned::{fast_and_slow, position, seen};
@@ -23,7 +23,7 @@ async fn at_least_once_never_blocks_and_recovers_with_duplicates_but_no_loss() {
     // Fails once, well after the first checkpoints.
     let injector =
         Arc::new(FailureInjector::new([FailurePoint::Batch { operator: "recorder".into(), subtask: 0, nth: 150 }]));
-    let handle = start(graph, config, store.clone(), Some(injector.clone())).unwrap();
+    let handle = start_with_failures(graph, config, store.clone(), injector.clone()).unwrap();
     let status = finish(handle).await;
     assert!(injector.all_fired());
     assert_eq!(status.restarts, 1);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use weir_engine::testkit::{TxnLog, rows};
-use weir_engine::{CheckpointMode, FailureInjector, FailurePoint, Step, start};
+use weir_engine::{CheckpointMode, FailureInjector, FailurePoint, Step, start_with_failures};
 use weir_state::StateStore;
 
 use crate::harness::{config, expected_counts, keyed_count_graph, spec};
@@ -44,7 +44,7 @@ async fn one_run(mode: CheckpointMode, seed: u64, failures: Vec<FailurePoint>) -
     let injector = Arc::new(FailureInjector::new(failures.clone()));
     let mut config = config(mode, 15);
     config.channel.max_batches = 4;
-    let handle = start(keyed_count_graph(&a, &b, 2, &log), config, store, Some(injector.clone())).unwrap();
+    let handle = start_with_failures(keyed_count_graph(&a, &b, 2, &log), config, store, injector.clone()).unwrap();
     tokio::time::timeout(Duration::from_secs(60), handle.wait())
         .await
         .unwrap_or_else(|_| panic!("seed {seed} {mode:?} {failures:?}: did not finish"))
@@ -93,30 +93,28 @@ async fn each_named_step(mode: CheckpointMode) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aligned_is_exactly_once_under_failures() {
-    each_named_step(CheckpointMode::aligned()).await;
-    seeded_runs(CheckpointMode::aligned(), 1).await;
+    each_named_step(CheckpointMode::Aligned).await;
+    seeded_runs(CheckpointMode::Aligned, 1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unaligned_is_exactly_once_under_failures() {
-    each_named_step(CheckpointMode::unaligned()).await;
-    seeded_runs(CheckpointMode::unaligned(), 2).await;
+    each_named_step(CheckpointMode::Unaligned).await;
+    seeded_runs(CheckpointMode::Unaligned, 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aligned_timeout_is_exactly_once_under_failures() {
-    let mode = CheckpointMode::aligned_timeout(Duration::from_millis(2));
+    let mode = CheckpointMode::AlignedTimeout(Duration::from_millis(2));
     each_named_step(mode).await;
     seeded_runs(mode, 3).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_failures_the_output_is_the_expected_one_in_every_mode() {
-    for mode in [
-        CheckpointMode::aligned(),
-        CheckpointMode::unaligned(),
-        CheckpointMode::aligned_timeout(Duration::from_millis(2)),
-    ] {
+    for mode in
+        [CheckpointMode::Aligned, CheckpointMode::Unaligned, CheckpointMode::AlignedTimeout(Duration::from_millis(2))]
+    {
         assert!(one_run(mode, 7, Vec::new()).await);
     }
 }

@@ -8,6 +8,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use weir_engine::testkit::{TxnLog, rows};
 use weir_engine::{
     CheckpointMode, CheckpointStatus, FailureInjector, FailurePoint, Graph, Partitioning, PipelineState, Step, start,
+    start_with_failures,
 };
 use weir_state::StateStore;
 
@@ -23,10 +24,10 @@ async fn two_checkpoints_in_flight_at_once_both_complete() {
     let graph = throttled_graph(&source, Duration::from_millis(2), &log);
     let dir = tempfile::tempdir().unwrap();
     // Aligned barriers wait behind ~40 ms of queue; one is triggered every 15 ms.
-    let mut config = config(CheckpointMode::aligned(), 15);
+    let mut config = config(CheckpointMode::Aligned, 15);
     config.checkpoint.max_concurrent = 2;
     config.channel.max_batches = 20;
-    let status = finish(start(graph, config, StateStore::local(dir.path()).unwrap(), None).unwrap()).await;
+    let status = finish(start(graph, config, StateStore::local(dir.path()).unwrap()).unwrap()).await;
     let completed: Vec<_> = status.checkpoints.iter().filter(|c| c.status == CheckpointStatus::Completed).collect();
     let overlapping = completed.windows(2).any(|pair| {
         let (a, b) = (pair[0], pair[1]);
@@ -49,11 +50,11 @@ async fn a_failing_snapshot_write_aborts_that_checkpoint_and_the_pipeline_goes_o
         checkpoint: Some(2),
         operator: Some("count".into()),
     }]));
-    let handle = start(
+    let handle = start_with_failures(
         keyed_count_graph(&a, &b, 2, &log),
-        config(CheckpointMode::aligned(), 10),
+        config(CheckpointMode::Aligned, 10),
         StateStore::local(dir.path()).unwrap(),
-        Some(injector.clone()),
+        injector.clone(),
     )
     .unwrap();
     let status = finish(handle).await;
@@ -79,14 +80,14 @@ async fn a_restore_at_parallelism_three_from_a_checkpoint_at_two_gives_the_same_
     let dir = tempfile::tempdir().unwrap();
     let store = StateStore::local(dir.path()).unwrap();
     let graph = keyed_count_graph(&a, &b, 2, &log);
-    let mode = CheckpointMode::unaligned();
-    let first = start(graph.clone(), config(mode, 10), store.clone(), None).unwrap();
+    let mode = CheckpointMode::Unaligned;
+    let first = start(graph.clone(), config(mode, 10), store.clone()).unwrap();
     await_completed(&first, 3, Duration::from_secs(20)).await;
     first.kill().await;
     let taken_at_two = store.latest_manifest().await.unwrap().unwrap();
     assert_eq!(taken_at_two.parallelism.get("count"), Some(&2));
 
-    let second = start(graph.with_parallelism(3), config(mode, 10), store.clone(), None).unwrap();
+    let second = start(graph.with_parallelism(3), config(mode, 10), store.clone()).unwrap();
     let status = finish(second).await;
     assert_eq!(status.restored_from, Some(taken_at_two.checkpoint_id));
     assert_eq!(status.state, PipelineState::Finished);
@@ -102,9 +103,9 @@ async fn only_the_last_k_checkpoints_are_kept() {
     let log = TxnLog::new();
     let dir = tempfile::tempdir().unwrap();
     let store = StateStore::local(dir.path()).unwrap();
-    let mut config = config(CheckpointMode::aligned(), 10);
+    let mut config = config(CheckpointMode::Aligned, 10);
     config.checkpoint.retained = 2;
-    let status = finish(start(keyed_count_graph(&a, &b, 2, &log), config, store.clone(), None).unwrap()).await;
+    let status = finish(start(keyed_count_graph(&a, &b, 2, &log), config, store.clone()).unwrap()).await;
     let completed: Vec<u64> =
         status.checkpoints.iter().filter(|c| c.status == CheckpointStatus::Completed).map(|c| c.id).collect();
     assert!(completed.len() > 4, "{completed:?}");
@@ -136,9 +137,9 @@ async fn metrics_count_records_and_back_pressure() {
     let log = TxnLog::new();
     let graph = throttled_graph(&source, Duration::from_millis(2), &log);
     let dir = tempfile::tempdir().unwrap();
-    let mut config = config(CheckpointMode::aligned(), 50);
+    let mut config = config(CheckpointMode::Aligned, 50);
     config.channel.max_batches = 4;
-    let handle = start(graph, config, StateStore::local(dir.path()).unwrap(), None).unwrap();
+    let handle = start(graph, config, StateStore::local(dir.path()).unwrap()).unwrap();
     while !handle.is_finished() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -172,7 +173,7 @@ async fn a_stop_with_a_savepoint_commits_it_and_a_restart_resumes_from_it() {
     let dir = tempfile::tempdir().unwrap();
     let store = StateStore::local(dir.path()).unwrap();
     let graph = keyed_count_graph(&a, &b, 2, &log);
-    let first = start(graph.clone(), config(CheckpointMode::aligned(), 20), store.clone(), None).unwrap();
+    let first = start(graph.clone(), config(CheckpointMode::Aligned, 20), store.clone()).unwrap();
     await_completed(&first, 2, Duration::from_secs(20)).await;
     let before = first.status().checkpoints.iter().filter(|c| c.status == CheckpointStatus::Completed).count();
     assert_eq!(first.status().state, PipelineState::Running);
@@ -182,7 +183,7 @@ async fn a_stop_with_a_savepoint_commits_it_and_a_restart_resumes_from_it() {
     assert_eq!(log.unresolved(), 0, "the savepoint is committed and nothing is left open");
     assert!(!log.committed().is_empty());
 
-    let second = start(graph, config(CheckpointMode::aligned(), 20), store.clone(), None).unwrap();
+    let second = start(graph, config(CheckpointMode::Aligned, 20), store.clone()).unwrap();
     let status = finish(second).await;
     assert_eq!(status.restored_from, Some(savepoint.checkpoint_id));
     assert_eq!(rows(&log.committed()), expected_counts(&[&a, &b]));
@@ -227,8 +228,7 @@ async fn a_fatal_error_fails_the_pipeline_without_restarts() {
         let fails = graph.add_operator("fails", 1, 1, Arc::new(|_| Ok(Box::new(FailsForGood::default()))));
         graph.connect(source, fails, 0, Partitioning::Forward);
         let dir = tempfile::tempdir().unwrap();
-        let handle =
-            start(graph, config(CheckpointMode::aligned(), 10), StateStore::local(dir.path()).unwrap(), None).unwrap();
+        let handle = start(graph, config(CheckpointMode::Aligned, 10), StateStore::local(dir.path()).unwrap()).unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         while !handle.is_finished() {
             assert!(tokio::time::Instant::now() < deadline, "still running after a fatal error: {:?}", handle.status());
@@ -254,7 +254,7 @@ async fn an_unreadable_newest_manifest_is_reported_not_skipped() {
     let dir = tempfile::tempdir().unwrap();
     let store = StateStore::local(dir.path()).unwrap();
     let graph = keyed_count_graph(&a, &b, 2, &log);
-    let first = start(graph.clone(), config(CheckpointMode::aligned(), 20), store.clone(), None).unwrap();
+    let first = start(graph.clone(), config(CheckpointMode::Aligned, 20), store.clone()).unwrap();
     await_completed(&first, 2, Duration::from_secs(20)).await;
     first.kill().await;
     let completed = store.completed_checkpoints().await.unwrap();
@@ -263,7 +263,7 @@ async fn an_unreadable_newest_manifest_is_reported_not_skipped() {
     let json = std::fs::read_to_string(&location).unwrap();
     std::fs::write(&location, &json[..json.len() / 2]).unwrap();
 
-    let second = start(graph.clone(), config(CheckpointMode::aligned(), 20), store.clone(), None).unwrap();
+    let second = start(graph.clone(), config(CheckpointMode::Aligned, 20), store.clone()).unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while !second.is_finished() {
         assert!(tokio::time::Instant::now() < deadline, "still running: {:?}", second.status());
@@ -275,9 +275,9 @@ async fn an_unreadable_newest_manifest_is_reported_not_skipped() {
     assert!(error.contains(&format!("manifest {location} cannot be read")), "{error}");
     assert!(error.contains(&format!("RESUME PIPELINE n FROM CHECKPOINT {previous}")), "{error}");
 
-    let mut explicit = config(CheckpointMode::aligned(), 20);
+    let mut explicit = config(CheckpointMode::Aligned, 20);
     explicit.restore_from = Some(previous);
-    let status = finish(start(graph, explicit, store.clone(), None).unwrap()).await;
+    let status = finish(start(graph, explicit, store.clone()).unwrap()).await;
     assert_eq!(status.restored_from, Some(previous));
 }
 
@@ -368,8 +368,7 @@ async fn a_fatal_open_lets_every_other_operator_finish_opening_and_close() {
     );
     graph.connect(after, slow, 0, Partitioning::RoundRobin);
     let dir = tempfile::tempdir().unwrap();
-    let handle =
-        start(graph, config(CheckpointMode::aligned(), 10), StateStore::local(dir.path()).unwrap(), None).unwrap();
+    let handle = start(graph, config(CheckpointMode::Aligned, 10), StateStore::local(dir.path()).unwrap()).unwrap();
     let error = tokio::time::timeout(Duration::from_secs(30), handle.wait()).await.unwrap().unwrap_err();
     assert!(error.to_string().contains("cannot be committed"), "{error}");
     let load = |c: &std::sync::atomic::AtomicUsize| c.load(std::sync::atomic::Ordering::SeqCst);

@@ -8,6 +8,7 @@ use std::time::Duration;
 use weir_engine::testkit::{TxnLog, rows};
 use weir_engine::{
     CheckpointMode, CheckpointReport, CheckpointStatus, FailureInjector, FailurePoint, Graph, Step, start,
+    start_with_failures,
 };
 use weir_state::StateStore;
 
@@ -33,7 +34,7 @@ async fn an_unaligned_checkpoint_overtakes_full_queues_and_its_data_is_replayed_
     let (graph, source) = back_pressured(&log);
     let dir = tempfile::tempdir().unwrap();
     let store = StateStore::local(dir.path()).unwrap();
-    let mut config = config(CheckpointMode::unaligned(), 100);
+    let mut config = config(CheckpointMode::Unaligned, 100);
     config.channel.max_batches = QUEUE;
     // After checkpoint 3 is committed and before anyone hears of it: the restore must replay
     // its in-flight data, and the sink must commit what 3 recorded.
@@ -42,7 +43,7 @@ async fn an_unaligned_checkpoint_overtakes_full_queues_and_its_data_is_replayed_
         checkpoint: Some(3),
         operator: None,
     }]));
-    let handle = start(graph, config, store.clone(), Some(injector.clone())).unwrap();
+    let handle = start_with_failures(graph, config, store.clone(), injector.clone()).unwrap();
     let status = finish(handle).await;
     assert!(injector.all_fired());
 
@@ -81,9 +82,9 @@ async fn under_back_pressure_an_aligned_checkpoint_waits_for_the_queues() {
     let log = TxnLog::new();
     let (graph, source) = back_pressured(&log);
     let dir = tempfile::tempdir().unwrap();
-    let mut config = config(CheckpointMode::aligned(), 100);
+    let mut config = config(CheckpointMode::Aligned, 100);
     config.channel.max_batches = QUEUE;
-    let status = finish(start(graph, config, StateStore::local(dir.path()).unwrap(), None).unwrap()).await;
+    let status = finish(start(graph, config, StateStore::local(dir.path()).unwrap()).unwrap()).await;
     let drain_ms = (QUEUE as u64) * PER_BATCH.as_millis() as u64;
     let checkpoints = completed(&status.checkpoints);
     let first = checkpoints.first().expect("a checkpoint completed");

@@ -606,7 +606,7 @@ fn a_broker_restart_mid_run_keeps_exactly_once() {
 #[test]
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs the failpoints feature (tests/run.sh builds with it)")]
 fn a_pending_transaction_that_cannot_commit_fails_loudly() {
-    use weir_connectors::kafka::TransactionsClient;
+    use weir_connectors::kafka::{TransactionState, TransactionsClient};
 
     let _serial = crate::kafka_serial();
     let pipeline = Pipeline::FilterProject;
@@ -622,7 +622,7 @@ fn a_pending_transaction_that_cannot_commit_fails_loudly() {
     let mut left_pending = 0;
     for subtask in 0..2 {
         for k in 0..8 {
-            if state(&id(subtask, k)).as_deref() != Some("Ongoing") {
+            if state(&id(subtask, k)) != Some(TransactionState::Ongoing) {
                 continue;
             }
             if subtask == 0 {
@@ -651,10 +651,10 @@ fn a_pending_transaction_that_cannot_commit_fails_loudly() {
     assert!(log.lines().any(|line| recovered(&line)), "subtask 1's pending transaction was not committed\n{log}");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let open: Vec<(String, Option<String>)> = (0..2)
+        let open: Vec<(String, Option<TransactionState>)> = (0..2)
             .flat_map(|subtask| (0..8).map(move |k| (subtask, k)))
             .map(|(subtask, k)| (id(subtask, k), state(&id(subtask, k))))
-            .filter(|(_, state)| matches!(state.as_deref(), Some("Ongoing" | "PrepareCommit" | "PrepareAbort")))
+            .filter(|(_, state)| state.as_ref().is_some_and(TransactionState::is_unresolved))
             .collect();
         if open.is_empty() {
             break;
@@ -691,7 +691,7 @@ fn rescaled_two_three_one_through_crashes_is_exactly_once() {
 /// second Ctrl-C stops at once, as a crash would (`--resume` recovers).
 #[test]
 fn ctrl_c_on_weir_run_stops_with_a_savepoint_and_twice_at_once() {
-    use weir_connectors::kafka::TransactionsClient;
+    use weir_connectors::kafka::{TransactionState, TransactionsClient};
 
     let _serial = crate::kafka_serial();
     // The second Ctrl-C must land while the savepoint is under way: a failpoint holds it.
@@ -736,7 +736,7 @@ fn ctrl_c_on_weir_run_stops_with_a_savepoint_and_twice_at_once() {
         assert!(stderr.contains("stopping with a savepoint (Ctrl-C again stops at once)"), "{stderr}");
         let ids: Vec<String> = (0..8).map(|k| format!("{prefix}-0-{k}")).collect();
         let client = TransactionsClient::new(broker().bootstrap());
-        let states: Vec<Option<String>> =
+        let states: Vec<Option<TransactionState>> =
             ids.iter().map(|id| runtime().block_on(client.describe(id)).unwrap().map(|d| d.state)).collect();
         if twice {
             assert!(stdout.contains("pipeline 1 stopped at once after "), "{stdout}\n{stderr}");
@@ -744,7 +744,10 @@ fn ctrl_c_on_weir_run_stops_with_a_savepoint_and_twice_at_once() {
             assert!(stdout.contains("pipeline 1 stopped with a savepoint after 1 checkpoints"), "{stdout}\n{stderr}");
             let committed = broker().read_to_end(&topic, "read_committed").unwrap();
             assert!(committed.len() > 100, "the savepoint committed the bids: {} records", committed.len());
-            assert!(!states.iter().any(|s| s.as_deref() == Some("Ongoing")), "no transaction left open: {states:?}");
+            assert!(
+                !states.iter().any(|s| s == &Some(TransactionState::Ongoing)),
+                "no transaction left open: {states:?}"
+            );
         }
     }
 }
