@@ -36,10 +36,10 @@ pub enum Error {
 /// The runtime's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Returns early with an [`Error::Graph`] built like `format!`.
+/// `Err` of an [`Error::Graph`] built like `format!` (an expression: `return graph_err!(...)`).
 #[macro_export]
 macro_rules! graph_err {
     ($($arg:tt)*) => {
-        return Err($crate::error::Error::Graph(format!($($arg)*)))
+        Err($crate::error::Error::Graph(format!($($arg)*)))
     };
 }

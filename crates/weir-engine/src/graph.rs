@@ -162,29 +162,32 @@ impl Graph {
         let mut seen = BTreeMap::new();
         for (index, node) in self.nodes.iter().enumerate() {
             if node.name.is_empty() || !node.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
-                graph_err!("operator name '{}' must be non-empty ASCII letters, digits, '_' or '-'", node.name);
+                return graph_err!("operator name '{}' must be non-empty ASCII letters, digits, '_' or '-'", node.name);
             }
             if seen.insert(node.name.as_str(), index).is_some() {
-                graph_err!("two operators are named '{}'", node.name);
+                return graph_err!("two operators are named '{}'", node.name);
             }
             if node.parallelism == 0 {
-                graph_err!("operator '{}' has parallelism 0", node.name);
+                return graph_err!("operator '{}' has parallelism 0", node.name);
             }
             let id = NodeId(index);
             match node.kind {
                 NodeKind::Source(_) => {
                     if self.edges.iter().any(|e| e.to == id) {
-                        graph_err!("source '{}' cannot have an input", node.name);
+                        return graph_err!("source '{}' cannot have an input", node.name);
                     }
                 }
                 NodeKind::Operator { inputs, .. } => {
                     if inputs == 0 {
-                        graph_err!("operator '{}' has no inputs", node.name);
+                        return graph_err!("operator '{}' has no inputs", node.name);
                     }
                     for input in 0..inputs {
                         let count = self.edges.iter().filter(|e| e.to == id && e.input == input).count();
                         if count != 1 {
-                            graph_err!("input {input} of '{}' has {count} edges; it needs exactly one", node.name);
+                            return graph_err!(
+                                "input {input} of '{}' has {count} edges; it needs exactly one",
+                                node.name
+                            );
                         }
                     }
                 }
@@ -192,18 +195,22 @@ impl Graph {
         }
         for edge in &self.edges {
             let (Some(from), Some(to)) = (self.nodes.get(edge.from.0), self.nodes.get(edge.to.0)) else {
-                graph_err!("an edge names a node that does not exist");
+                return graph_err!("an edge names a node that does not exist");
             };
             if edge.from.0 >= edge.to.0 {
-                graph_err!("edge {} -> {} goes backwards: add a node after the nodes feeding it", from.name, to.name);
+                return graph_err!(
+                    "edge {} -> {} goes backwards: add a node after the nodes feeding it",
+                    from.name,
+                    to.name
+                );
             }
             if let NodeKind::Operator { inputs, .. } = to.kind
                 && edge.input >= inputs
             {
-                graph_err!("edge {} -> {} names input {} of {inputs}", from.name, to.name, edge.input);
+                return graph_err!("edge {} -> {} names input {} of {inputs}", from.name, to.name, edge.input);
             }
             if edge.partitioning == Partitioning::Forward && from.parallelism != to.parallelism {
-                graph_err!(
+                return graph_err!(
                     "forward edge {} -> {} joins parallelism {} to {}; use hash or round-robin",
                     from.name,
                     to.name,
@@ -214,7 +221,7 @@ impl Graph {
             if let Partitioning::Hash(keys) = &edge.partitioning
                 && keys.is_empty()
             {
-                graph_err!("hash edge {} -> {} has no key columns", from.name, to.name);
+                return graph_err!("hash edge {} -> {} has no key columns", from.name, to.name);
             }
         }
         Ok(())

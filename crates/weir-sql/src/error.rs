@@ -25,11 +25,12 @@ pub enum Error {
 /// The SQL crate's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Returns early with an [`Error::Plan`] built like `format!` (DataFusion's `plan_err!` style).
+/// `Err` of an [`Error::Plan`] built like `format!`, as DataFusion's `plan_err!` (an expression:
+/// `return plan_err!(...)` returns it).
 #[macro_export]
 macro_rules! plan_err {
     ($($arg:tt)*) => {
-        return Err($crate::error::Error::Plan(format!($($arg)*)))
+        Err($crate::error::Error::Plan(format!($($arg)*)))
     };
 }
 

@@ -33,7 +33,7 @@ pub struct TransactionTimeout {
 
 fn connection(table: &TableDef) -> Result<KafkaConnection> {
     let Some(bootstrap) = table.connector.get("bootstrap.servers") else {
-        plan_err!("table '{}': option 'bootstrap.servers' is required", table.name)
+        return plan_err!("table '{}': option 'bootstrap.servers' is required", table.name);
     };
     let properties = table
         .connector
@@ -48,7 +48,7 @@ fn connection(table: &TableDef) -> Result<KafkaConnection> {
 /// transaction another process began): refuse here security settings it could not connect with.
 fn check_recovery_client(table: &TableDef, connection: &KafkaConnection) -> Result<()> {
     if let Err(message) = connection.transactions_client() {
-        plan_err!("table '{}': exactly-once writing: {message}", table.name);
+        return plan_err!("table '{}': exactly-once writing: {message}", table.name);
     }
     Ok(())
 }
@@ -72,7 +72,7 @@ fn prefix(table: &TableDef, options: &PlanOptions, node: &str) -> String {
 /// longest back-off) and its recovery commit it.
 fn transaction_timeout(table: &TableDef, options: &PlanOptions) -> Result<(u32, Option<TransactionTimeout>)> {
     if table.connector.get("kafka.transaction.timeout.ms").is_some() {
-        plan_err!(
+        return plan_err!(
             "table '{}': give the transaction timeout as 'transaction.timeout.ms' (checked against the checkpoints), not as the librdkafka pass-through 'kafka.transaction.timeout.ms'",
             table.name
         );
@@ -82,13 +82,13 @@ fn transaction_timeout(table: &TableDef, options: &PlanOptions) -> Result<(u32, 
         return Ok((timeout_ms as u32, None));
     }
     let Some(interval) = options.checkpoint_interval else {
-        plan_err!(
+        return plan_err!(
             "table '{}': delivery 'exactly_once' commits with the checkpoints, and checkpoint.interval is 'off': set an interval, or delivery = 'at_least_once'",
             table.name
         );
     };
     if !options.exactly_once_checkpoints {
-        plan_err!(
+        return plan_err!(
             "table '{}': delivery 'exactly_once' needs exactly-once checkpoints, and checkpoint.mode is 'at_least_once': use delivery = 'at_least_once' or checkpoint.mode = 'exactly_once'",
             table.name
         );
@@ -96,7 +96,7 @@ fn transaction_timeout(table: &TableDef, options: &PlanOptions) -> Result<(u32, 
     let required =
         (options.checkpoint_timeout + interval + options.max_restart_backoff + TIMEOUT_MARGIN).as_millis() as u64;
     if timeout_ms < required {
-        plan_err!(
+        return plan_err!(
             "table '{}': transaction.timeout.ms = {timeout_ms} is {} ms short: it must be at least {required}, the checkpoint timeout ({:?}, checkpoint.timeout) plus the interval ({interval:?}) plus the longest restart back-off ({:?}) plus {}s for recovery, or the broker may abort a pre-committed transaction before it commits (raise it, or lower checkpoint.timeout)",
             table.name,
             required - timeout_ms,
@@ -122,30 +122,36 @@ pub fn source_config(
         Some("raw") => SourceFormat::Raw,
         Some("debezium_json") => {
             if let Some(field) = table.schema.fields().iter().find(|f| weir_connectors::json_type::is_json(f)) {
-                plan_err!(
+                return plan_err!(
                     "table '{name}': format 'debezium_json' does not read JSON-typed columns yet ('{}'): declare it VARCHAR and write its value as a JSON string, or read the topic with format 'json'",
                     field.name()
                 );
             }
             SourceFormat::DebeziumJson
         }
-        Some(other) => plan_err!(
-            "table '{name}': reading format '{other}' is not supported yet (a source reads 'json', 'raw' or 'debezium_json')"
-        ),
-        None => plan_err!("table '{name}': option 'format' is required"),
+        Some(other) => {
+            return plan_err!(
+                "table '{name}': reading format '{other}' is not supported yet (a source reads 'json', 'raw' or 'debezium_json')"
+            );
+        }
+        None => return plan_err!("table '{name}': option 'format' is required"),
     };
     let startup = match options_of.get("scan.startup.mode") {
         None | Some("earliest") => StartupMode::Earliest,
         Some("latest") => StartupMode::Latest,
         Some("group") => {
             if options_of.get("group.id").is_none() {
-                plan_err!("table '{name}': scan.startup.mode 'group' needs option 'group.id'");
+                return plan_err!("table '{name}': scan.startup.mode 'group' needs option 'group.id'");
             }
             StartupMode::Group
         }
         Some(_) => match options_of.get("scan.startup.timestamp_ms").and_then(|v| v.parse().ok()) {
             Some(ms) => StartupMode::Timestamp(ms),
-            None => plan_err!("table '{name}': scan.startup.mode 'timestamp' needs option 'scan.startup.timestamp_ms'"),
+            None => {
+                return plan_err!(
+                    "table '{name}': scan.startup.mode 'timestamp' needs option 'scan.startup.timestamp_ms'"
+                );
+            }
         },
     };
     let bad_records = match options_of.get("bad_records") {
@@ -156,7 +162,7 @@ pub fn source_config(
                 topic: topic.to_string(),
                 create: options_of.boolean("dead_letter.create-topic", false).then(TopicCreation::default),
             },
-            None => plan_err!("table '{name}': bad_records 'dead_letter' needs option 'dead_letter.topic'"),
+            None => return plan_err!("table '{name}': bad_records 'dead_letter' needs option 'dead_letter.topic'"),
         },
     };
     let (timeout_ms, check) = match bad_records {
@@ -167,7 +173,7 @@ pub fn source_config(
     if let Some(column) = &timestamp_column
         && table.schema.field_with_name(column).is_err()
     {
-        plan_err!("table '{name}': timestamp_column '{column}' is not a column of the table");
+        return plan_err!("table '{name}': timestamp_column '{column}' is not a column of the table");
     }
     let topics: Vec<String> = options_of
         .get("topic")
@@ -219,17 +225,19 @@ pub fn sink_config(
 ) -> Result<(KafkaSinkConfig, Option<TransactionTimeout>)> {
     let name = &table.name;
     let Some(format) = table.connector.get("format").and_then(SinkFormat::parse) else {
-        plan_err!("table '{name}': option 'format' must be 'json', 'raw', 'upsert' or 'debezium_json'")
+        return plan_err!("table '{name}': option 'format' must be 'json', 'raw', 'upsert' or 'debezium_json'");
     };
     if updating && !format.takes_updates() {
-        plan_err!(
+        return plan_err!(
             "table '{name}': format '{}' takes append-only rows, and this query's result is updating (a changelog): use format = 'upsert' with key.fields, or 'debezium_json'",
             table.connector.get("format").unwrap_or_default()
         );
     }
     let topic = table.connector.get("topic").unwrap_or_default();
     if topic.contains(',') {
-        plan_err!("table '{name}': a sink writes one topic; '{topic}' names several (make one table per topic)");
+        return plan_err!(
+            "table '{name}': a sink writes one topic; '{topic}' names several (make one table per topic)"
+        );
     }
     let (timeout_ms, check) = transaction_timeout(table, options)?;
     let key_fields = table
@@ -256,7 +264,7 @@ pub fn sink_config(
     };
     // Builds one, so a format that does not fit the table fails here rather than at run time.
     if let Err(message) = weir_connectors::kafka::KafkaSink::new(config.clone()) {
-        plan_err!("table '{name}': {message}");
+        return plan_err!("table '{name}': {message}");
     }
     Ok((config, check))
 }
@@ -266,13 +274,15 @@ pub async fn check_against_brokers(checks: &[TransactionTimeout]) -> Result<()> 
     for check in checks {
         let maximum = match check.connection.max_transaction_timeout_ms().await {
             Ok(maximum) => maximum,
-            Err(message) => plan_err!(
-                "table '{}': cannot check transaction.timeout.ms against the broker's maximum: {message}",
-                check.table
-            ),
+            Err(message) => {
+                return plan_err!(
+                    "table '{}': cannot check transaction.timeout.ms against the broker's maximum: {message}",
+                    check.table
+                );
+            }
         };
         if check.timeout_ms > maximum {
-            plan_err!(
+            return plan_err!(
                 "table '{}': transaction.timeout.ms = {} exceeds the broker's transaction.max.timeout.ms = {maximum} by {} ms: lower it, or raise the broker's maximum",
                 check.table,
                 check.timeout_ms,
@@ -297,7 +307,7 @@ fn topic_creation(table: &TableDef) -> Result<Option<TopicCreation>> {
         return Ok(Some(creation));
     }
     if creation != TopicCreation::default() {
-        plan_err!(
+        return plan_err!(
             "table '{}': 'sink.create-topic.partitions' and '.replication-factor' need 'sink.create-topic' = 'true'",
             table.name
         );
@@ -359,10 +369,10 @@ pub async fn check_topics(checks: &[TopicCheck]) -> Result<()> {
                     None => "create it, or correct the table's 'topic'".to_string(),
                     Some(option) => format!("create it, or let weir create it with '{option}' = 'true'"),
                 };
-                plan_err!("table '{}': {message}: {fix}", check.table)
+                return plan_err!("table '{}': {message}: {fix}", check.table);
             }
             Err(TopicError::Unavailable(message)) => {
-                plan_err!("table '{}': cannot check its topics on the brokers: {message}", check.table)
+                return plan_err!("table '{}': cannot check its topics on the brokers: {message}", check.table);
             }
         }
     }

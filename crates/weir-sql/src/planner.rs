@@ -86,16 +86,18 @@ fn time_attr_of(expr: &Expr, schema: &DFSchema, times: &HashMap<usize, TimeAttr>
                 None => false,
             };
             match call.name() {
-                DESCRIPTOR if !event_time => plan_err!(
-                    "DESCRIPTOR({}) must name a time attribute: declare the table's event time with WATERMARK FOR <column> AS <column> - INTERVAL '...', or a processing-time column <column> AS PROCTIME()",
-                    call.args.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
-                ),
+                DESCRIPTOR if !event_time => {
+                    return plan_err!(
+                        "DESCRIPTOR({}) must name a time attribute: declare the table's event time with WATERMARK FOR <column> AS <column> - INTERVAL '...', or a processing-time column <column> AS PROCTIME()",
+                        call.args.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                    );
+                }
                 DESCRIPTOR => Some(TimeAttr::EventTime),
                 TUMBLE if event_time => Some(TimeAttr::WindowStart { size_ms: interval_arg(call, 1, "size")? }),
                 HOP_STARTS | CUMULATE_ENDS if event_time => {
                     let (first, size_ms) = (interval_arg(call, 1, "slide or step")?, interval_arg(call, 2, "size")?);
                     if !window_list_fits(call.name(), first, size_ms) {
-                        plan_err!(
+                        return plan_err!(
                             "the window size ({size_ms} ms) must be at least the slide or step ({first} ms), and for CUMULATE a whole number of steps"
                         );
                     }
@@ -265,17 +267,17 @@ fn lag_of(args: &[Expr]) -> Result<datafusion::logical_expr::AggregateUDF> {
         None => 1,
         Some(Expr::Literal(value, _)) => match value.cast_to(&DataType::UInt64) {
             Ok(ScalarValue::UInt64(Some(n))) => usize::try_from(n).unwrap_or(usize::MAX),
-            _ => plan_err!("LAG's offset must be a whole number of rows, not {value}"),
+            _ => return plan_err!("LAG's offset must be a whole number of rows, not {value}"),
         },
-        Some(other) => plan_err!("LAG's offset must be a literal number of rows, not {other}"),
+        Some(other) => return plan_err!("LAG's offset must be a literal number of rows, not {other}"),
     };
     let default = match args.get(2).map(unaliased) {
         None => ScalarValue::Null,
         Some(Expr::Literal(value, _)) => value.clone(),
-        Some(other) => plan_err!("LAG's default must be a literal, not {other}"),
+        Some(other) => return plan_err!("LAG's default must be a literal, not {other}"),
     };
     if args.is_empty() {
-        plan_err!("LAG needs the value to look back at, as in LAG(price) OVER (...)");
+        return plan_err!("LAG needs the value to look back at, as in LAG(price) OVER (...)");
     }
     Ok(crate::lag::lag(offset, default))
 }
@@ -359,7 +361,7 @@ impl Planner<'_> {
     /// refuses a prefix another writer of the pipeline has.
     fn claim_prefix(&mut self, table: &str, prefix: String) -> Result<()> {
         if let Some((other, _)) = self.transactional_prefixes.iter().find(|(_, p)| *p == prefix) {
-            plan_err!(
+            return plan_err!(
                 "table '{table}': its transactional ids would start '{prefix}' as table '{other}''s do in this pipeline, and two writers with one prefix fence each other: give each its own 'transactional_id.prefix' (or leave it unset: each sink then gets its own)"
             );
         }
@@ -474,7 +476,7 @@ impl Planner<'_> {
                     ..defaults
                 };
                 if parallelism > config.splits as usize {
-                    plan_err!(
+                    return plan_err!(
                         "table '{name}' has {} splits; the pipeline's parallelism {parallelism} needs at least as many (option 'splits')",
                         config.splits
                     );
@@ -486,7 +488,7 @@ impl Planner<'_> {
                 // A source path is read at once: one that is not there is the user's mistake,
                 // not an empty input (a sink's path, by contrast, is made when written).
                 if !path.exists() {
-                    plan_err!(
+                    return plan_err!(
                         "table '{name}': path '{}' does not exist: a filesystem table is read from an existing file or directory",
                         path.display()
                     );
@@ -509,9 +511,11 @@ impl Planner<'_> {
                 self.topics.extend(TopicCheck::of_source(&table.name, &config));
                 (node_name, Arc::new(move |_| Ok(Box::new(KafkaSource::new(config.clone())))))
             }
-            other => plan_err!(
-                "table '{name}': reading from a '{other}' table is not supported (nexmark, kafka and filesystem are)"
-            ),
+            other => {
+                return plan_err!(
+                    "table '{name}': reading from a '{other}' table is not supported (nexmark, kafka and filesystem are)"
+                );
+            }
         };
         // Processing time: the source is wrapped to stamp each batch as it is read and follow
         // it with a watermark.
@@ -553,9 +557,11 @@ impl Planner<'_> {
             LogicalPlan::TableScan(scan) => {
                 let table = scan.table_name.table().to_string();
                 if !scan.filters.is_empty() || scan.fetch.is_some() {
-                    plan_err!("a scan of '{table}' with pushed-down filters or a limit is not supported yet");
+                    return plan_err!("a scan of '{table}' with pushed-down filters or a limit is not supported yet");
                 }
-                let Some(definition) = (self.table_of)(&table) else { plan_err!("there is no table named '{table}'") };
+                let Some(definition) = (self.table_of)(&table) else {
+                    return plan_err!("there is no table named '{table}'");
+                };
                 let node = self.source(&definition)?;
                 let updating = kafka_tables::is_changelog_source(&definition);
                 // Event time and processing time are both time attributes (a processing-time
@@ -642,7 +648,7 @@ impl Planner<'_> {
             LogicalPlan::Unnest(unnest) => {
                 let mut stream = self.plan(&unnest.input)?;
                 if stream.updating {
-                    plan_err!(
+                    return plan_err!(
                         "UNNEST of an updating (changelog) input is not supported: unnest the append-only rows before aggregating them"
                     );
                 }
@@ -754,21 +760,25 @@ impl Planner<'_> {
         let mut functions = Vec::new();
         for expr in &window.window_expr {
             let Expr::WindowFunction(function) = unaliased(expr) else {
-                plan_err!("{expr} is not supported: {SUPPORTED}")
+                return plan_err!("{expr} is not supported: {SUPPORTED}");
             };
             functions.push(function.as_ref());
         }
-        let Some(first) = functions.first().map(|f| &f.params) else { plan_err!("an OVER (...) without a function") };
+        let Some(first) = functions.first().map(|f| &f.params) else {
+            return plan_err!("an OVER (...) without a function");
+        };
         if functions.iter().any(|f| {
             f.params.partition_by != first.partition_by
                 || f.params.order_by != first.order_by
                 || f.params.window_frame != first.window_frame
         }) {
-            plan_err!("OVER (...) aggregates with different windows in one SELECT are not supported: {SUPPORTED}");
+            return plan_err!(
+                "OVER (...) aggregates with different windows in one SELECT are not supported: {SUPPORTED}"
+            );
         }
         let mut input = self.plan(&window.input)?;
         if input.updating {
-            plan_err!(
+            return plan_err!(
                 "an OVER aggregate of an updating (changelog) input is not supported: a row taken back would change every later row's result; {SUPPORTED}"
             );
         }
@@ -783,19 +793,21 @@ impl Planner<'_> {
             _ => None,
         };
         let Some(time_column) = time_column else {
-            plan_err!(
+            return plan_err!(
                 "an OVER aggregate must be ordered by the event time alone, ascending (a stream is only in order up to the watermark): {SUPPORTED}"
-            )
+            );
         };
         let frame = &first.window_frame;
         let lags = functions.iter().filter(|f| is_lag(f)).count();
         if lags > 0 && lags < functions.len() {
-            plan_err!(
+            return plan_err!(
                 "LAG() shares its OVER (...) with aggregates, which weir does not run together: compute the LAG in a subquery of its own"
             );
         }
         if frame.end_bound != WindowFrameBound::CurrentRow && lags == 0 {
-            plan_err!("an OVER frame must end at the CURRENT ROW (later rows have not arrived yet): {SUPPORTED}");
+            return plan_err!(
+                "an OVER frame must end at the CURRENT ROW (later rows have not arrived yet): {SUPPORTED}"
+            );
         }
         let frame = match (&frame.units, &frame.start_bound) {
             (_, WindowFrameBound::Preceding(bound)) if bound.is_null() => match frame.units {
@@ -807,16 +819,18 @@ impl Planner<'_> {
                 Ok(ScalarValue::UInt64(Some(n))) => {
                     Frame::Rows { preceding: Some(usize::try_from(n).unwrap_or(usize::MAX)) }
                 }
-                _ => plan_err!("ROWS {bound} PRECEDING: the bound must be a whole number of rows"),
+                _ => return plan_err!("ROWS {bound} PRECEDING: the bound must be a whole number of rows"),
             },
             (WindowFrameUnits::Range, WindowFrameBound::CurrentRow) => Frame::Range { preceding_ms: Some(0) },
             (WindowFrameUnits::Range, WindowFrameBound::Preceding(bound)) => match interval_ms(bound) {
                 Some(ms) => Frame::Range { preceding_ms: Some(ms) },
-                None => plan_err!(
-                    "RANGE {bound} PRECEDING: over event time the bound must be a fixed interval, such as INTERVAL '10' SECOND"
-                ),
+                None => {
+                    return plan_err!(
+                        "RANGE {bound} PRECEDING: over event time the bound must be a fixed interval, such as INTERVAL '10' SECOND"
+                    );
+                }
             },
-            _ => plan_err!("this OVER frame is not supported: {SUPPORTED}"),
+            _ => return plan_err!("this OVER frame is not supported: {SUPPORTED}"),
         };
         // LAG counts rows whatever the frame: fed one row at a time, peers too.
         let frame = if lags > 0 { Frame::Rows { preceding: None } } else { frame };
@@ -828,7 +842,7 @@ impl Planner<'_> {
             let (udaf, args) = match &function.fun {
                 WindowFunctionDefinition::AggregateUDF(udaf) => (udaf.clone(), params.args.as_slice()),
                 _ if is_lag(function) => (Arc::new(lag_of(&params.args)?), params.args.get(..1).unwrap_or_default()),
-                _ => plan_err!("{}() OVER (...) is not an aggregate: {SUPPORTED}", function.fun.name()),
+                _ => return plan_err!("{}() OVER (...) is not an aggregate: {SUPPORTED}", function.fun.name()),
             };
             let args = args.iter().map(|a| self.physical(a, schema)).collect::<Result<Vec<_>>>()?;
             let built = AggregateExprBuilder::new(udaf.clone(), args)
@@ -842,7 +856,7 @@ impl Planner<'_> {
             if matches!(frame, Frame::Rows { preceding: Some(_) } | Frame::Range { preceding_ms: Some(_) })
                 && !built.create_sliding_accumulator()?.supports_retract_batch()
             {
-                plan_err!(
+                return plan_err!(
                     "{}() cannot take rows out of a bounded OVER frame: use it with UNBOUNDED PRECEDING",
                     function.fun.name()
                 );
@@ -855,7 +869,9 @@ impl Planner<'_> {
         }
         let (extra, partition) = self.partition_columns(&first.partition_by, schema)?;
         let step = self.appending(schema, extra, false);
-        let Step::Project { schema: operator_input, .. } = &step else { plan_err!("the OVER input lost its shape") };
+        let Step::Project { schema: operator_input, .. } = &step else {
+            return plan_err!("the OVER input lost its shape");
+        };
         let operator_input = operator_input.clone();
         input.steps.push(step);
         let times = input.times.clone();
@@ -887,17 +903,17 @@ impl Planner<'_> {
         let mut functions = Vec::new();
         for expr in &window.window_expr {
             let Expr::WindowFunction(function) = unaliased(expr) else {
-                plan_err!("{expr} is not supported: {SUPPORTED}")
+                return plan_err!("{expr} is not supported: {SUPPORTED}");
             };
             numberings.push(match function.fun.name() {
                 "row_number" => Numbering::RowNumber,
                 "rank" => Numbering::Rank,
                 "dense_rank" => Numbering::DenseRank,
-                other => plan_err!("{other}() OVER (...) is not supported yet: {SUPPORTED}"),
+                other => return plan_err!("{other}() OVER (...) is not supported yet: {SUPPORTED}"),
             });
             functions.push(function);
         }
-        let Some(function) = functions.first() else { plan_err!("an OVER (...) without a function") };
+        let Some(function) = functions.first() else { return plan_err!("an OVER (...) without a function") };
         let mut input = self.plan(&window.input)?;
         let schema = window.input.schema();
         let params = &function.params;
@@ -908,13 +924,13 @@ impl Planner<'_> {
         let window_start = earliest_window(columns, &input.times).map(|(_, column, size_ms)| (column, size_ms));
         let limit = self.rank_limits.get(&(std::ptr::from_ref(window) as usize)).copied();
         if window_start.is_none() && limit.is_none() {
-            plan_err!(
+            return plan_err!(
                 "{}() over a stream needs a limit on the number, as in WHERE rn <= 10 (top-N), or a window start among its PARTITION BY columns: a stream has no end, so all its rows can never be numbered; {SUPPORTED}",
                 function.fun.name().to_uppercase()
-            )
+            );
         }
         if window_start.is_some() && input.updating {
-            plan_err!(
+            return plan_err!(
                 "{}() per window over an updating (changelog) input is not supported: {SUPPORTED}",
                 function.fun.name().to_uppercase()
             );
@@ -930,7 +946,9 @@ impl Planner<'_> {
             })
             .collect::<Result<Vec<_>>>()?;
         let step = self.appending(schema, extra, input.updating);
-        let Step::Project { schema: input_schema, .. } = &step else { plan_err!("the rank's input lost its shape") };
+        let Step::Project { schema: input_schema, .. } = &step else {
+            return plan_err!("the rank's input lost its shape");
+        };
         // The rows the operator keeps: the input's columns and the partition columns.
         let width = input_schema.fields().len() - usize::from(input.updating);
         let input_schema = Arc::new(Schema::new(input_schema.fields()[..width].to_vec()));
@@ -954,7 +972,7 @@ impl Planner<'_> {
             }
             (None, Some(limit)) => {
                 let [numbering] = numberings.as_slice() else {
-                    plan_err!("a top-N takes one ranking function, the one its WHERE limits: {SUPPORTED}")
+                    return plan_err!("a top-N takes one ranking function, the one its WHERE limits: {SUPPORTED}");
                 };
                 let numbering = *numbering;
                 let limit = usize::try_from(limit).unwrap_or(usize::MAX);
@@ -969,7 +987,7 @@ impl Planner<'_> {
                 )?;
                 (self.name("top_n"), Arc::new(move |_| Ok(Box::new(operator.clone()))))
             }
-            (None, None) => plan_err!("ROW_NUMBER() lost its limit"),
+            (None, None) => return plan_err!("ROW_NUMBER() lost its limit"),
         };
         let rank = self.graph.add_operator(&name, self.parallelism(), 1, factory);
         let state = match (window_start, updating) {
@@ -994,7 +1012,9 @@ impl Planner<'_> {
         let mut aggregates = Vec::new();
         for &expr in exprs {
             if let Some((end, window)) = window_end_call(expr) {
-                plan_err!("{end}(...) is the end of a window: it needs GROUP BY {window}(...) with the same arguments");
+                return plan_err!(
+                    "{end}(...) is the end of a window: it needs GROUP BY {window}(...) with the same arguments"
+                );
             }
             let planning = PhysicalPlanningContext::default();
             let lowered =
@@ -1010,13 +1030,15 @@ impl Planner<'_> {
     /// window, the event time for the others).
     fn window_of(&self, aggregate: &Aggregate, input: &Stream, window: usize) -> Result<(WindowKind, Expr)> {
         if input.updating {
-            plan_err!(
+            return plan_err!(
                 "a window over an updating (changelog) input is not supported: window the append-only rows before they are aggregated or joined"
-            )
+            );
         }
-        let Some(call) = window_call(&aggregate.group_expr[window]) else { plan_err!("GROUP BY lost its window") };
+        let Some(call) = window_call(&aggregate.group_expr[window]) else {
+            return plan_err!("GROUP BY lost its window");
+        };
         if aggregate.group_expr.iter().filter(|e| window_call(e).is_some()).count() > 1 {
-            plan_err!("GROUP BY may hold one window function (tumble, hop or session)");
+            return plan_err!("GROUP BY may hold one window function (tumble, hop or session)");
         }
         let schema = aggregate.input.schema();
         let time_ok = match call.args.first() {
@@ -1024,7 +1046,7 @@ impl Planner<'_> {
             None => false,
         };
         if !time_ok {
-            plan_err!(
+            return plan_err!(
                 "{}(...) needs the event time column as its first argument: declare it on the table with WATERMARK FOR column AS column - INTERVAL '...'",
                 call.name()
             );
@@ -1037,7 +1059,7 @@ impl Planner<'_> {
             HOP => {
                 let (slide_ms, size_ms) = (interval_arg(call, 1, "slide")?, interval_arg(call, 2, "size")?);
                 if slide_ms > size_ms {
-                    plan_err!(
+                    return plan_err!(
                         "hop's slide ({slide_ms} ms) is larger than its size ({size_ms} ms): rows between windows would be lost"
                     );
                 }
@@ -1099,7 +1121,7 @@ impl Planner<'_> {
                     && matches!(unaliased(expr), Expr::AggregateFunction(f) if f.params.args == call.args)
             });
             if !same_window {
-                plan_err!(
+                return plan_err!(
                     "{end}(...) must have the arguments of the query's GROUP BY {window_name}(...): it is that window's end"
                 );
             }
@@ -1152,7 +1174,7 @@ impl Planner<'_> {
         if input.updating {
             for a in &aggregates {
                 if !UpdatingAggregate::can_retract(&a.function)? {
-                    plan_err!(
+                    return plan_err!(
                         "{} cannot take back rows, so it cannot aggregate an updating (changelog) input: use it over a window, or over append-only rows",
                         a.function.name()
                     );
@@ -1197,12 +1219,14 @@ impl Planner<'_> {
             JoinType::Full => JoinKind::Full,
             JoinType::LeftSemi => JoinKind::LeftSemi,
             JoinType::LeftAnti => JoinKind::LeftAnti,
-            other => plan_err!(
-                "{other} JOIN is not supported yet: weir runs INNER, LEFT, RIGHT and FULL joins, and EXISTS / IN subqueries"
-            ),
+            other => {
+                return plan_err!(
+                    "{other} JOIN is not supported yet: weir runs INNER, LEFT, RIGHT and FULL joins, and EXISTS / IN subqueries"
+                );
+            }
         };
         if join.on.is_empty() {
-            plan_err!(
+            return plan_err!(
                 "a join needs an equality between the two sides (as in ON a.id = b.id): a streaming cross join would keep every row forever"
             );
         }
@@ -1259,7 +1283,7 @@ impl Planner<'_> {
             ];
         }
         if inputs_updating && expiry[0].is_some() {
-            plan_err!(
+            return plan_err!(
                 "a window or interval join of an updating (changelog) input is not supported: a row taken back may already have expired; join the append-only rows, or use a regular join (with state.ttl)"
             );
         }
@@ -1360,7 +1384,7 @@ impl Planner<'_> {
                     }
                     "filesystem" => {
                         if updating {
-                            plan_err!(
+                            return plan_err!(
                                 "table '{}': a filesystem table takes append-only rows, and this query's result is updating (a changelog): aggregate over a window, or write to a table that takes updates",
                                 target.name
                             );
@@ -1400,10 +1424,12 @@ impl Planner<'_> {
                             }),
                         )
                     }
-                    other => plan_err!(
-                        "table '{}': writing to a '{other}' table is not supported (blackhole, preview, kafka and filesystem are)",
-                        target.name
-                    ),
+                    other => {
+                        return plan_err!(
+                            "table '{}': writing to a '{other}' table is not supported (blackhole, preview, kafka and filesystem are)",
+                            target.name
+                        );
+                    }
                 }
             }
         };
@@ -1427,10 +1453,10 @@ impl Planner<'_> {
 /// A filesystem table's directory (or file), format and partitioning.
 fn filesystem_options(table: &TableDef) -> Result<(std::path::PathBuf, FileFormat, Option<HivePartitions>)> {
     let (Some(path), Some(format)) = (table.connector.get("path"), table.connector.get("format")) else {
-        plan_err!("table '{}': a filesystem table needs 'path' and 'format'", table.name)
+        return plan_err!("table '{}': a filesystem table needs 'path' and 'format'", table.name);
     };
     let Some(format) = FileFormat::parse(format) else {
-        plan_err!("table '{}': format '{format}' is not one of 'parquet', 'json'", table.name)
+        return plan_err!("table '{}': format '{format}' is not one of 'parquet', 'json'", table.name);
     };
     let partitioning = HivePartitions::new(&table.connector_view().schema, &table.connector.list("partition.fields"))
         .map_err(|e| Error::Plan(format!("table '{}': {e}", table.name)))?;

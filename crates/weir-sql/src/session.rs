@@ -218,15 +218,19 @@ fn table_options(table: &str, options: &CreateTableOptions) -> Result<BTreeMap<S
     let list = match options {
         CreateTableOptions::None => return Ok(BTreeMap::new()),
         CreateTableOptions::With(list) => list,
-        _ => plan_err!("table '{table}': give its options as WITH (name = 'value', ...)"),
+        _ => return plan_err!("table '{table}': give its options as WITH (name = 'value', ...)"),
     };
     let mut map = BTreeMap::new();
     for option in list {
         let SqlOption::KeyValue { key, value } = option else {
-            plan_err!("table '{table}': option {option} is not of the form name = 'value'");
+            return plan_err!("table '{table}': option {option} is not of the form name = 'value'");
         };
         let Some(value) = option_value(value) else {
-            plan_err!("table '{table}': option '{}' needs a quoted value, as in {} = 'value'", key.value, key.value);
+            return plan_err!(
+                "table '{table}': option '{}' needs a quoted value, as in {} = 'value'",
+                key.value,
+                key.value
+            );
         };
         map.insert(key.value.clone(), value);
     }
@@ -355,7 +359,7 @@ impl Session {
             Statement::CreateView(view) => {
                 let name = name_of(&view.name);
                 if self.catalog.contains(&name) && !view.or_replace {
-                    plan_err!("'{name}' exists already; use CREATE OR REPLACE VIEW to replace a view");
+                    return plan_err!("'{name}' exists already; use CREATE OR REPLACE VIEW to replace a view");
                 }
                 let query = view.query.to_string();
                 self.catalog.views.insert(name.clone(), ViewDef { name: name.clone(), query });
@@ -367,10 +371,10 @@ impl Session {
                     let removed = match object_type {
                         ObjectType::Table => self.catalog.tables.remove(&name).is_some(),
                         ObjectType::View => self.catalog.views.remove(&name).is_some(),
-                        other => plan_err!("DROP {other} is not supported: weir drops tables and views"),
+                        other => return plan_err!("DROP {other} is not supported: weir drops tables and views"),
                     };
                     if !removed && !if_exists {
-                        plan_err!("there is no {} named '{name}'", object_type.to_string().to_lowercase());
+                        return plan_err!("there is no {} named '{name}'", object_type.to_string().to_lowercase());
                     }
                     dropped.push(name);
                 }
@@ -393,7 +397,9 @@ impl Session {
                     [value] => option_value(value),
                     _ => None,
                 };
-                let Some(value) = value else { plan_err!("SET {name} needs one value, as in SET {name} = 'value'") };
+                let Some(value) = value else {
+                    return plan_err!("SET {name} needs one value, as in SET {name} = 'value'");
+                };
                 check_pipeline_option(&name, &value).map_err(Error::Plan)?;
                 self.options.insert(name.clone(), value.clone());
                 Ok(Output::Done(format!("{name} = '{value}' for the next pipeline")))
@@ -431,7 +437,7 @@ impl Session {
                     Statement::Query(query) => {
                         self.query(Statement::Query(query), SinkTarget::Preview(PreviewBuffer::new(1))).await?
                     }
-                    other => plan_err!("EXPLAIN shows the dataflow of a SELECT or an INSERT, not of '{other}'"),
+                    other => return plan_err!("EXPLAIN shows the dataflow of a SELECT or an INSERT, not of '{other}'"),
                 };
                 let (planned, config) = self.plan_queries(vec![query], "explain")?;
                 let rows = planned.graph.describe(config.chaining).lines().map(|line| vec![line.to_string()]).collect();
@@ -452,18 +458,20 @@ impl Session {
             if create.if_not_exists {
                 return Ok(Output::Done(format!("table {name} exists already")));
             }
-            plan_err!("'{name}' exists already; use CREATE OR REPLACE TABLE to replace it");
+            return plan_err!("'{name}' exists already; use CREATE OR REPLACE TABLE to replace it");
         }
         let mut options = table_options(&name, &create.table_options)?;
         // Flink's PARTITIONED BY (a, b) is the option partition.fields = 'a,b'.
         if let HiveDistributionStyle::PARTITIONED { columns } = &create.hive_distribution {
             if let Some(connector) = options.get("connector").filter(|c| *c != "filesystem") {
-                plan_err!(
+                return plan_err!(
                     "table '{name}': only a filesystem table is partitioned (PARTITIONED BY), not a '{connector}' one"
                 );
             }
             if options.contains_key("partition.fields") {
-                plan_err!("table '{name}': give its partition columns once, with PARTITIONED BY or 'partition.fields'");
+                return plan_err!(
+                    "table '{name}': give its partition columns once, with PARTITIONED BY or 'partition.fields'"
+                );
             }
             let names: Vec<String> = columns.iter().map(|c| c.name.value.clone()).collect();
             options.insert("partition.fields".into(), names.join(","));
@@ -478,12 +486,14 @@ impl Session {
         }
         let schema = if connector.connector == "nexmark" {
             if !create.columns.is_empty() {
-                plan_err!("table '{name}': the nexmark connector has a fixed schema; leave out the column list");
+                return plan_err!(
+                    "table '{name}': the nexmark connector has a fixed schema; leave out the column list"
+                );
             }
             nexmark_schema()
         } else {
             if create.columns.is_empty() {
-                plan_err!(
+                return plan_err!(
                     "table '{name}': list its columns, as in CREATE TABLE {name} (id BIGINT, ts TIMESTAMP) WITH (...)"
                 );
             }
@@ -505,7 +515,7 @@ impl Session {
                 .await?;
             let schema = match plan {
                 LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(table)) => table.input.schema().as_arrow().clone(),
-                other => plan_err!("table '{name}': could not read its columns ({})", other.display()),
+                other => return plan_err!("table '{name}': could not read its columns ({})", other.display()),
             };
             let fields: Vec<Field> = schema
                 .fields()
@@ -524,12 +534,14 @@ impl Session {
         let schema = match &proctime {
             Some(column) => {
                 if event_time.is_some() {
-                    plan_err!(
+                    return plan_err!(
                         "table '{name}': give it an event time (WATERMARK FOR) or a processing time ({column} AS PROCTIME()), not both"
                     );
                 }
                 if schema.field_with_name(column).is_ok() {
-                    plan_err!("table '{name}': its processing-time column '{column}' is one of its columns already");
+                    return plan_err!(
+                        "table '{name}': its processing-time column '{column}' is one of its columns already"
+                    );
                 }
                 let mut fields = schema.fields().to_vec();
                 fields.push(Arc::new(Field::new(column, DataType::Timestamp(TimeUnit::Millisecond, None), false)));
@@ -545,9 +557,9 @@ impl Session {
     fn describe(&self, name: &str) -> Result<Output> {
         let Some(table) = self.catalog.tables.get(name) else {
             if self.catalog.views.contains_key(name) {
-                plan_err!("'{name}' is a view; DESCRIBE shows tables (EXPLAIN a SELECT from it instead)");
+                return plan_err!("'{name}' is a view; DESCRIBE shows tables (EXPLAIN a SELECT from it instead)");
             }
-            plan_err!("there is no table named '{name}'");
+            return plan_err!("there is no table named '{name}'");
         };
         let rows = table
             .schema
@@ -577,7 +589,10 @@ impl Session {
             let produced = plan.schema().fields().len();
             let expected = target.schema.fields().len();
             if produced != expected {
-                plan_err!("INSERT INTO {}: the query gives {produced} columns, the table has {expected}", target.name);
+                return plan_err!(
+                    "INSERT INTO {}: the query gives {produced} columns, the table has {expected}",
+                    target.name
+                );
             }
             // Rows are cast to the table's columns as they are written: what cannot be cast
             // fails now, not at run time.
@@ -588,14 +603,14 @@ impl Session {
                         DataType::Union(..) => "a union of JSON's types".to_string(),
                         other => other.to_string(),
                     };
-                    plan_err!(
+                    return plan_err!(
                         "INSERT INTO {}: column '{}' is JSON and takes text holding JSON, not {given}: take a JSON value out with json_get_json(doc, 'key', ...) (the -> operator gives a union of JSON's types)",
                         target.name,
                         column.name(),
                     );
                 }
                 if !can_cast_types(field.data_type(), column.data_type()) {
-                    plan_err!(
+                    return plan_err!(
                         "INSERT INTO {}: column '{}' is {}, and the query gives {} ('{}'), which does not cast to it",
                         target.name,
                         column.name(),
@@ -612,15 +627,15 @@ impl Session {
     async fn insert_query(&mut self, insert: Insert) -> Result<(LogicalPlan, SinkTarget)> {
         let target = insert.table.to_string();
         let Some(table) = self.catalog.tables.get(target.trim_matches('"')).cloned() else {
-            plan_err!("INSERT INTO {target}: there is no table named '{target}'");
+            return plan_err!("INSERT INTO {target}: there is no table named '{target}'");
         };
         if let Some(column) = &table.proctime {
-            plan_err!(
+            return plan_err!(
                 "table '{target}' has a processing-time column ({column} AS PROCTIME()): it is filled in as the table is read, so the table cannot be written to"
             );
         }
         let Some(source) = insert.source else {
-            plan_err!("INSERT INTO {target} needs a SELECT, as in INSERT INTO {target} SELECT ...")
+            return plan_err!("INSERT INTO {target} needs a SELECT, as in INSERT INTO {target} SELECT ...");
         };
         self.query(Statement::Query(source), SinkTarget::Table(table)).await
     }
@@ -669,7 +684,9 @@ impl Session {
         for view in self.catalog.views.values() {
             self.context.deregister_table(view.name.as_str())?;
             let statements = Parser::parse_sql(&GenericDialect {}, &view.query).map_err(syntax_error)?;
-            let Some(query) = statements.into_iter().next() else { plan_err!("view '{}' has no query", view.name) };
+            let Some(query) = statements.into_iter().next() else {
+                return plan_err!("view '{}' has no query", view.name);
+            };
             let state = self.context.state();
             let plan = state.statement_to_plan(DFStatement::Statement(Box::new(query))).await?;
             self.context
@@ -811,14 +828,14 @@ fn attach_time_clauses(statements: &mut [Statement], clauses: Vec<TimeClause>) -
                 let given =
                     |name: &str| list.iter().any(|o| matches!(o, SqlOption::KeyValue { key, .. } if key.value == name));
                 if names.iter().any(|name| given(name)) {
-                    plan_err!(
+                    return plan_err!(
                         "table '{}': give its time as a clause (WATERMARK FOR, AS PROCTIME()) or as options, not both",
                         name_of(&create.name)
                     );
                 }
                 list.extend(new);
             }
-            _ => plan_err!("table '{}': give its options as WITH (name = 'value', ...)", name_of(&create.name)),
+            _ => return plan_err!("table '{}': give its options as WITH (name = 'value', ...)", name_of(&create.name)),
         }
     }
     Ok(())
@@ -830,15 +847,15 @@ fn event_time_of(table: &str, schema: &Schema, connector: &ConnectorOptions) -> 
     let delay = connector.duration("watermark_delay");
     let Some(column) = connector.get("event_time") else {
         if delay.is_some() {
-            plan_err!("table '{table}': 'watermark_delay' needs 'event_time', the column it applies to");
+            return plan_err!("table '{table}': 'watermark_delay' needs 'event_time', the column it applies to");
         }
         return Ok(None);
     };
     let Ok(field) = schema.field_with_name(column) else {
-        plan_err!("table '{table}': event_time column '{column}' is not one of its columns");
+        return plan_err!("table '{table}': event_time column '{column}' is not one of its columns");
     };
     if !matches!(field.data_type(), DataType::Timestamp(_, _)) {
-        plan_err!("table '{table}': event_time column '{column}' is {}, not a TIMESTAMP", field.data_type());
+        return plan_err!("table '{table}': event_time column '{column}' is {}, not a TIMESTAMP", field.data_type());
     }
     Ok(Some((column.to_string(), delay.unwrap_or_default())))
 }

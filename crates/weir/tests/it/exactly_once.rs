@@ -331,6 +331,19 @@ impl Runs {
         assert!(status.success(), "the final run failed: {status}\n{}", self.log());
     }
 
+    /// Resumes once; the run must fail for good (exit with an error, no restart loop) within
+    /// two minutes. Returns the log.
+    fn resume_failing_for_good(&self) -> String {
+        let mut child = self.spawn(true, "");
+        let status = wait(&mut child, Duration::from_secs(120)).unwrap_or_else(|| {
+            child.kill().unwrap();
+            panic!("the restart did not fail for good\n{}", self.log())
+        });
+        let log = self.log();
+        assert!(!status.success(), "{log}");
+        log
+    }
+
     /// Runs once with `failpoints` armed; the process must die by the failpoint.
     fn crash_with(&self, resume: bool, failpoints: &str) {
         let mut child = self.spawn(resume, failpoints);
@@ -539,13 +552,7 @@ fn a_transaction_expired_while_down_fails_the_restart_loudly() {
     runs.crash_with(false, "weir::after_manifest_before_notify=2*off->return");
     // The broker's abort runs every second (transaction.abort.timed.out.transaction.cleanup.interval.ms).
     std::thread::sleep(Duration::from_millis(TIMEOUT_MS + 5_000));
-    let mut child = runs.spawn(true, "");
-    let status = wait(&mut child, Duration::from_secs(120)).unwrap_or_else(|| {
-        child.kill().unwrap();
-        panic!("the restart did not fail for good\n{}", runs.log())
-    });
-    let log = runs.log();
-    assert!(!status.success(), "{log}");
+    let log = runs.resume_failing_for_good();
     assert!(log.contains("restoring checkpoint ") && log.contains(": the pending transaction run-pipeline-"), "{log}");
     assert!(log.contains("stayed open longer than transaction.timeout.ms"), "{log}");
     assert!(log.contains("its records are not in the output"), "{log}");
@@ -634,13 +641,7 @@ fn a_pending_transaction_that_cannot_commit_fails_loudly() {
         }
     }
     assert!(!fenced.is_empty() && left_pending > 0, "the crash left no transaction pending\n{}", runs.log());
-    let mut child = runs.spawn(true, "");
-    let status = wait(&mut child, Duration::from_secs(120)).unwrap_or_else(|| {
-        child.kill().unwrap();
-        panic!("the restart did not fail for good\n{}", runs.log())
-    });
-    let log = runs.log();
-    assert!(!status.success(), "{log}");
+    let log = runs.resume_failing_for_good();
     assert!(log.contains(&format!(": the pending transaction {}", id(0, 0).trim_end_matches("0-0"))), "{log}");
     assert!(log.contains("restoring checkpoint "), "{log}");
     assert!(log.contains("cannot be committed: InvalidProducerEpoch"), "{log}");
