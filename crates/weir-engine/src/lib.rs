@@ -35,7 +35,7 @@ pub use error::{Error, Result};
 pub use failure::{FailureInjector, FailurePoint, Step};
 pub use graph::{Graph, NodeId, OperatorFactory};
 pub use message::{Barrier, Message};
-pub use operator::{Collector, Operator, RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
+pub use operator::{Collector, Operator, RestoredState, Source, SourceEvent, StateTable, SubtaskInfo, state_column};
 pub use partition::Partitioning;
 #[cfg(feature = "testkit")]
 pub use pipeline::start_with_failures;

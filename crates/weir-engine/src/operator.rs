@@ -177,3 +177,12 @@ pub trait Source: Send {
         Ok(())
     }
 }
+
+/// Column `name` of a restored state table, as `T`: state is read by column name, never by
+/// position, so a table's layout can grow without old snapshots being misread.
+pub fn state_column<'a, T: 'static>(batch: &'a RecordBatch, name: &str, info: &SubtaskInfo) -> Result<&'a T> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<T>())
+        .ok_or_else(|| info.error(format!("restored state: column '{name}' is missing or of the wrong type")))
+}

@@ -22,12 +22,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{Array, ArrayRef, UInt64Array};
+use datafusion::arrow::array::{ArrayRef, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::Result;
-use crate::operator::{Collector, Operator, RestoredState, StateTable, SubtaskInfo};
+use crate::operator::{Collector, Operator, RestoredState, StateTable, SubtaskInfo, state_column};
 
 /// What identifies one pre-committed transaction, as the snapshot stores it: the columns after
 /// `subtask` and `checkpoint` in the sink's pending table.
@@ -101,7 +101,7 @@ impl<C: TwoPhaseCommitter> TwoPhaseCommit<C> {
     pub async fn open(&mut self, info: &SubtaskInfo, restored: &RestoredState) -> Result<()> {
         let mut recorded = Vec::new();
         for batch in restored.table(C::Committable::TABLE) {
-            let subtasks = column::<UInt64Array>(batch, "subtask", info)?;
+            let subtasks = state_column::<UInt64Array>(batch, "subtask", info)?;
             let items = C::Committable::from_batch(batch, info)?;
             let owned = items
                 .into_iter()
@@ -188,12 +188,4 @@ impl<C: TwoPhaseCommitter + BatchWriter> Operator for TwoPhaseCommitSink<C> {
     async fn close(&mut self) -> Result<()> {
         self.protocol.close().await
     }
-}
-
-/// Column `name` of a restored pending table, as `T`.
-pub fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str, info: &SubtaskInfo) -> Result<&'a T> {
-    batch
-        .column_by_name(name)
-        .and_then(|c| c.as_any().downcast_ref::<T>())
-        .ok_or_else(|| info.error(format!("restored pending transactions: column '{name}' is missing or mistyped")))
 }

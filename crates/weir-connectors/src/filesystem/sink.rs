@@ -19,7 +19,8 @@ use datafusion::arrow::array::{ArrayRef, StringArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use weir_engine::two_phase_commit::{BatchWriter, Committable, TwoPhaseCommitter, column};
+use weir_engine::state_column as column;
+use weir_engine::two_phase_commit::{BatchWriter, Committable, TwoPhaseCommitter};
 use weir_engine::{RestoredState, SubtaskInfo};
 
 use super::partitions::HivePartitions;

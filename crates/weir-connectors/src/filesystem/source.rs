@@ -10,10 +10,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{Array, StringArray, UInt64Array};
+use datafusion::arrow::array::{StringArray, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use weir_engine::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
+use weir_engine::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo, state_column};
 
 use super::partitions::HivePartitions;
 use super::{FileFormat, blocking, files_under, subtask_error};
@@ -81,12 +81,8 @@ impl Source for FileSource {
         .map_err(|e| self.error(e))?;
         let mut read: HashMap<String, u64> = HashMap::new();
         for batch in restored.table(POSITIONS) {
-            let (Some(files), Some(rows)) = (
-                batch.column(0).as_any().downcast_ref::<StringArray>(),
-                batch.column(1).as_any().downcast_ref::<UInt64Array>(),
-            ) else {
-                return Err(info.error("restored file positions have the wrong types"));
-            };
+            let files = state_column::<StringArray>(batch, "file", info)?;
+            let rows = state_column::<UInt64Array>(batch, "rows", info)?;
             for row in 0..batch.num_rows() {
                 read.insert(files.value(row).to_string(), rows.value(row));
             }

@@ -46,7 +46,8 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Message};
 use weir_engine::metrics::OperatorMetrics;
-use weir_engine::two_phase_commit::{Committable, TwoPhaseCommitter, column};
+use weir_engine::state_column as column;
+use weir_engine::two_phase_commit::{Committable, TwoPhaseCommitter};
 use weir_engine::{RestoredState, StateTable, SubtaskInfo};
 
 use super::blocking::blocking;

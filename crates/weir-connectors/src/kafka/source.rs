@@ -34,7 +34,7 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Message, Offset, Timestamp, TopicPartitionList};
 use weir_engine::changelog::{change_column, changelog_schema};
 use weir_engine::two_phase_commit::TwoPhaseCommit;
-use weir_engine::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
+use weir_engine::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo, state_column};
 
 use super::blocking::blocking;
 use super::connection::{KafkaConnection, QuietContext, TopicCreation, TopicError};
@@ -546,13 +546,9 @@ impl Source for KafkaSource {
         self.info = Some(info.clone());
         let mut offsets = HashMap::new();
         for batch in restored.table(OFFSETS) {
-            let (Some(topics), Some(partitions), Some(next)) = (
-                batch.column(0).as_any().downcast_ref::<StringArray>(),
-                batch.column(1).as_any().downcast_ref::<Int32Array>(),
-                batch.column(2).as_any().downcast_ref::<Int64Array>(),
-            ) else {
-                return Err(info.error("restored Kafka offsets have the wrong types"));
-            };
+            let topics = state_column::<StringArray>(batch, "topic", info)?;
+            let partitions = state_column::<Int32Array>(batch, "partition", info)?;
+            let next = state_column::<Int64Array>(batch, "offset", info)?;
             for row in 0..batch.num_rows() {
                 offsets.insert((topics.value(row).to_string(), partitions.value(row)), next.value(row));
             }

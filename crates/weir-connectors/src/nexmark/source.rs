@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{Array, UInt32Array, UInt64Array};
+use datafusion::arrow::array::{UInt32Array, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
-use weir_engine::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
+use weir_engine::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo, state_column};
 
 use super::generator::{NexmarkConfig, NexmarkGenerator};
 
@@ -58,12 +58,8 @@ impl Source for NexmarkSource {
         }
         self.rate = config.rate as f64 * self.next.len() as f64 / f64::from(splits);
         for batch in restored.table(POSITIONS) {
-            let (Some(splits), Some(next)) = (
-                batch.column(0).as_any().downcast_ref::<UInt32Array>(),
-                batch.column(1).as_any().downcast_ref::<UInt64Array>(),
-            ) else {
-                return Err(info.error("restored nexmark positions have the wrong types"));
-            };
+            let splits = state_column::<UInt32Array>(batch, "split", info)?;
+            let next = state_column::<UInt64Array>(batch, "next", info)?;
             for (split, n) in splits.values().iter().zip(next.values()) {
                 if let Some(position) = self.next.get_mut(split) {
                     *position = *n;

@@ -17,8 +17,9 @@ use datafusion::arrow::datatypes::{DataType, Field};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::Result;
+use crate::operator::state_column as column;
 use crate::operator::{RestoredState, SubtaskInfo};
-use crate::two_phase_commit::{BatchWriter, Committable, TwoPhaseCommitSink, TwoPhaseCommitter, column};
+use crate::two_phase_commit::{BatchWriter, Committable, TwoPhaseCommitSink, TwoPhaseCommitter};
 
 const PENDING: &str = "pending";
 
