@@ -15,7 +15,8 @@
 # Environment (all optional):
 #   WEIR_KAFKA_PORT             client port on 127.0.0.1 (default 9092)
 #   WEIR_KAFKA_CONTROLLER_PORT  KRaft controller port (default: client port + 1)
-#                               SASL_PLAINTEXT, SSL and SASL_SSL take client port + 2, + 3, + 4
+#   WEIR_KAFKA_SASL_PORT, WEIR_KAFKA_SSL_PORT, WEIR_KAFKA_SASL_SSL_PORT
+#                               the secured listeners (default: client port + 2, + 3, + 4)
 #   WEIR_KAFKA_VERSION          Apache Kafka version (default 4.4.0; any 4.x)
 #   WEIR_CACHE_DIR              cache root (default ~/.cache/weir)
 #   WEIR_KAFKA_HEAP             JVM heap (default 1g)
@@ -24,9 +25,9 @@ set -euo pipefail
 KAFKA_VERSION=${WEIR_KAFKA_VERSION:-4.4.0}
 PORT=${WEIR_KAFKA_PORT:-9092}
 CONTROLLER_PORT=${WEIR_KAFKA_CONTROLLER_PORT:-$((PORT + 1))}
-SASL_PORT=$((PORT + 2))
-SSL_PORT=$((PORT + 3))
-SASL_SSL_PORT=$((PORT + 4))
+SASL_PORT=${WEIR_KAFKA_SASL_PORT:-$((PORT + 2))}
+SSL_PORT=${WEIR_KAFKA_SSL_PORT:-$((PORT + 3))}
+SASL_SSL_PORT=${WEIR_KAFKA_SASL_SSL_PORT:-$((PORT + 4))}
 CACHE_DIR=${WEIR_CACHE_DIR:-$HOME/.cache/weir}
 DIST_DIR=$CACHE_DIR/kafka-$KAFKA_VERSION
 LIBS=$DIST_DIR/libs
@@ -197,7 +198,7 @@ start() {
   port_open "$PORT" && die "port $PORT on 127.0.0.1 is taken by another process (set WEIR_KAFKA_PORT)"
   port_open "$CONTROLLER_PORT" && die "controller port $CONTROLLER_PORT is taken (set WEIR_KAFKA_CONTROLLER_PORT)"
   for p in "$SASL_PORT" "$SSL_PORT" "$SASL_SSL_PORT"; do
-    port_open "$p" && die "port $p on 127.0.0.1 (a secured listener: client port + 2..4) is taken"
+    port_open "$p" && die "port $p on 127.0.0.1 (a secured listener) is taken (set WEIR_KAFKA_SASL_PORT, WEIR_KAFKA_SSL_PORT, WEIR_KAFKA_SASL_SSL_PORT)"
   done
   fetch
   write_config

@@ -3,14 +3,24 @@
 //! alone, so state written at parallelism 2 can be re-split for 3 by filtering on the stored
 //! hash column, and the runtime's hash edges route records by the same rule.
 
+use std::sync::Arc;
+
 use datafusion::arrow::array::{Array, BooleanArray, UInt64Array};
 use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::{Error, Result};
 
 /// The column that carries each keyed state row's key hash.
 pub const KEY_HASH_COLUMN: &str = "_key_hash";
+
+/// The schema of a keyed state table: the key hash first (a restore splits the rows among the
+/// subtasks by it), then `fields`. Every keyed table is built with it.
+pub fn keyed_schema<F: Into<FieldRef>>(fields: impl IntoIterator<Item = F>) -> SchemaRef {
+    let key_hash = Arc::new(Field::new(KEY_HASH_COLUMN, DataType::UInt64, false));
+    Arc::new(Schema::new(std::iter::once(key_hash).chain(fields.into_iter().map(Into::into)).collect::<Vec<_>>()))
+}
 
 /// The subtask (of `parallelism`) that owns `hash`.
 pub fn owner_of(hash: u64, parallelism: usize) -> usize {

@@ -17,6 +17,6 @@ pub mod store;
 
 pub use dir_lock::DataDirLock;
 pub use error::{Error, Result};
-pub use key_range::{KEY_HASH_COLUMN, owner_of};
+pub use key_range::{KEY_HASH_COLUMN, keyed_schema, owner_of};
 pub use manifest::{Manifest, StateFile};
 pub use store::{RetentionReport, StateStore, now_ms};

@@ -110,6 +110,10 @@ fn a_started_broker_stops_promptly() {
     let envs = [
         ("WEIR_KAFKA_PORT", port.clone()),
         ("WEIR_KAFKA_CONTROLLER_PORT", free_port().to_string()),
+        // Not the default client port + 2..4: those may be anyone's.
+        ("WEIR_KAFKA_SASL_PORT", free_port().to_string()),
+        ("WEIR_KAFKA_SSL_PORT", free_port().to_string()),
+        ("WEIR_KAFKA_SASL_SSL_PORT", free_port().to_string()),
         ("WEIR_KAFKA_HEAP", "256m".to_string()),
     ];
     let started = run(&["start"], &envs);

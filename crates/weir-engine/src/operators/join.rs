@@ -27,7 +27,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit}
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::row::{OwnedRow, RowConverter, Rows, SortField};
 use datafusion::physical_expr::PhysicalExpr;
-use weir_state::KEY_HASH_COLUMN;
+use weir_state::keyed_schema;
 
 use crate::changelog::{Change, change_array, changes, is_changelog};
 use crate::error::{Error, Result};
@@ -682,7 +682,7 @@ impl Operator for StreamingJoin {
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
         let mut tables = Vec::new();
         for side in 0..2 {
-            let mut fields = vec![Field::new(KEY_HASH_COLUMN, DataType::UInt64, false)];
+            let mut fields = Vec::new();
             for (i, data_type) in self.key_types.iter().enumerate() {
                 fields.push(Field::new(join_key_column(i), data_type.clone(), true));
             }
@@ -692,7 +692,7 @@ impl Operator for StreamingJoin {
             for name in [MATCHED, EXPIRES_AT, LAST_ACCESS] {
                 fields.push(Field::new(name, DataType::Int64, false));
             }
-            let schema = Arc::new(Schema::new(fields));
+            let schema = keyed_schema(fields);
             let mut key_rows = Vec::new();
             let mut value_rows = Vec::new();
             let (mut matched, mut expires, mut access) = (Vec::new(), Vec::new(), Vec::new());

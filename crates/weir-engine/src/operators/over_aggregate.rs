@@ -27,7 +27,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Accumulator;
-use weir_state::KEY_HASH_COLUMN;
+use weir_state::keyed_schema;
 
 use crate::error::{Error, Result};
 use crate::metrics::OperatorMetrics;
@@ -248,10 +248,8 @@ impl OverAggregate {
     }
 
     fn input_with(&self, extra: &[(&str, DataType)]) -> SchemaRef {
-        let mut fields = vec![Arc::new(Field::new(KEY_HASH_COLUMN, DataType::UInt64, false))];
-        fields.extend(self.input.fields().iter().cloned());
-        fields.extend(extra.iter().map(|(name, data_type)| Arc::new(Field::new(*name, data_type.clone(), true))));
-        Arc::new(Schema::new(fields))
+        let extra = extra.iter().map(|(name, data_type)| Arc::new(Field::new(*name, data_type.clone(), true)));
+        keyed_schema(self.input.fields().iter().cloned().chain(extra))
     }
 
     /// The rows of a restored table that are input rows (after the key hash).
@@ -384,16 +382,17 @@ impl Operator for OverAggregate {
             };
             tables.push(StateTable { name: FRAMES.into(), schema, batches: vec![batch] });
         } else {
-            let mut fields = vec![Field::new(KEY_HASH_COLUMN, DataType::UInt64, false)];
+            let mut fields = Vec::new();
             for name in &self.partition {
                 fields.push(self.input.field_with_name(name)?.clone().with_nullable(true));
             }
             for mut accumulator in self.accumulators()? {
                 for state in accumulator.state()? {
-                    fields.push(Field::new(format!("state_{}", fields.len()), state.data_type(), true));
+                    // Numbered as the table's columns, the key hash first.
+                    fields.push(Field::new(format!("state_{}", fields.len() + 1), state.data_type(), true));
                 }
             }
-            let schema = Arc::new(Schema::new(fields));
+            let schema = keyed_schema(fields);
             let converter = self.converter.as_ref();
             let batch = match (converter, self.partitions.is_empty()) {
                 (Some(converter), false) => {

@@ -19,11 +19,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, Int64Array, UInt64Array};
 use datafusion::arrow::compute::{SortOptions, cast};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
-use weir_state::KEY_HASH_COLUMN;
+use weir_state::keyed_schema;
 
 use crate::changelog::{Change, change_array, changes};
 use crate::error::{Error, Result};
@@ -274,10 +274,8 @@ impl Operator for TopN {
     }
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
-        let mut fields = vec![Arc::new(Field::new(KEY_HASH_COLUMN, DataType::UInt64, false))];
-        fields.extend(self.input.fields().iter().cloned());
-        fields.push(Arc::new(Field::new(COPIES, DataType::Int64, false)));
-        let schema = Arc::new(Schema::new(fields));
+        let copies = Arc::new(Field::new(COPIES, DataType::Int64, false));
+        let schema = keyed_schema(self.input.fields().iter().cloned().chain([copies]));
         let kept: Vec<(&OwnedRow, usize)> = self
             .partitions
             .values()
@@ -307,6 +305,7 @@ impl Operator for TopN {
 
 #[cfg(test)]
 mod tests {
+    use datafusion::arrow::datatypes::Schema;
     use datafusion::physical_expr::expressions::col;
 
     use super::*;

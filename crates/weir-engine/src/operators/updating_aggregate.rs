@@ -21,7 +21,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{ScalarValue, exec_err};
 use datafusion::logical_expr::Accumulator;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
-use weir_state::KEY_HASH_COLUMN;
+use weir_state::keyed_schema;
 
 use crate::changelog::{Change, change_array, changes};
 use crate::error::{Error, Result};
@@ -285,7 +285,7 @@ impl Operator for UpdatingAggregate {
     }
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
-        let mut fields = vec![Field::new(KEY_HASH_COLUMN, DataType::UInt64, false)];
+        let mut fields = Vec::new();
         for (i, name) in self.group_columns.iter().enumerate() {
             fields.push(Field::new(name, self.output.field(i).data_type().clone(), true));
         }
@@ -293,10 +293,11 @@ impl Operator for UpdatingAggregate {
         fields.push(Field::new(LAST_ACCESS, DataType::Int64, false));
         for types in self.state_layout()? {
             for data_type in types {
-                fields.push(Field::new(format!("state_{}", fields.len()), data_type, true));
+                // Numbered as the table's columns, the key hash first.
+                fields.push(Field::new(format!("state_{}", fields.len() + 1), data_type, true));
             }
         }
-        let schema = Arc::new(Schema::new(fields));
+        let schema = keyed_schema(fields);
         if self.groups.is_empty() {
             return Ok(vec![StateTable {
                 name: GROUPS.into(),

@@ -19,7 +19,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit}
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Accumulator;
-use weir_state::KEY_HASH_COLUMN;
+use weir_state::keyed_schema;
 
 use crate::error::{Error, Result};
 use crate::metrics::OperatorMetrics;
@@ -352,20 +352,18 @@ impl Operator for WindowAggregate {
     }
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
-        let mut fields = vec![
-            Field::new(KEY_HASH_COLUMN, DataType::UInt64, false),
-            Field::new(START, DataType::Int64, false),
-            Field::new(END, DataType::Int64, false),
-        ];
+        let mut fields = vec![Field::new(START, DataType::Int64, false), Field::new(END, DataType::Int64, false)];
         for (i, name) in self.group_columns.iter().enumerate().skip(1) {
             fields.push(Field::new(name, self.output.field(i).data_type().clone(), true));
         }
         for aggregate in &self.aggregates {
             for field in aggregate.function.state_fields()? {
-                fields.push(Field::new(format!("{}_{}", fields.len(), field.name()), field.data_type().clone(), true));
+                // Numbered as the table's columns, the key hash first.
+                let name = format!("{}_{}", fields.len() + 1, field.name());
+                fields.push(Field::new(name, field.data_type().clone(), true));
             }
         }
-        let schema = Arc::new(Schema::new(fields));
+        let schema = keyed_schema(fields);
         let mut rows: Vec<Vec<ScalarValue>> = Vec::new();
         let groups = self.windows.values().map(HashMap::len).sum::<usize>()
             + self.sessions.values().map(Vec::len).sum::<usize>();

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::array::{Array, ArrayRef, Int64Array, UInt32Array, UInt64Array};
 use datafusion::arrow::compute::{SortColumn, SortOptions, cast, concat_batches, lexsort_to_indices, take};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
-use weir_state::KEY_HASH_COLUMN;
+use weir_state::keyed_schema;
 
 use crate::error::{Error, Result};
 use crate::metrics::OperatorMetrics;
@@ -177,9 +177,7 @@ impl Operator for WindowRank {
     }
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
-        let mut fields = vec![Arc::new(Field::new(KEY_HASH_COLUMN, DataType::UInt64, false))];
-        fields.extend(self.input.fields().iter().cloned());
-        let schema = Arc::new(Schema::new(fields));
+        let schema = keyed_schema(self.input.fields().iter().cloned());
         let mut batches = Vec::new();
         for batch in self.buffered.values().flatten() {
             let mut columns: Vec<ArrayRef> = vec![Arc::new(key_hashes(batch, &self.partition)?)];

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use datafusion::arrow::array::{Array, Int64Array, StringArray, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use weir_state::KEY_HASH_COLUMN;
+use weir_state::keyed_schema;
 
 use crate::error::Result;
 use crate::operator::{Collector, Operator, RestoredState, StateTable, SubtaskInfo};
@@ -36,11 +36,7 @@ impl KeyedCounter {
     }
 
     fn state_schema() -> SchemaRef {
-        Arc::new(Schema::new(vec![
-            Field::new(KEY_HASH_COLUMN, DataType::UInt64, false),
-            Field::new("key", DataType::Utf8, false),
-            Field::new("count", DataType::Int64, false),
-        ]))
+        keyed_schema([Field::new("key", DataType::Utf8, false), Field::new("count", DataType::Int64, false)])
     }
 
     fn error(&self, message: &str) -> crate::Error {
