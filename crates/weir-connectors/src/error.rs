@@ -7,6 +7,12 @@ use kafka_protocol::ResponseError;
 /// Every error a connector can report.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A table's options cannot be planned (the message names the table and the option).
+    #[error("{0}")]
+    Plan(String),
+    /// A table's option is unknown, or has a value outside the accepted ones.
+    #[error("{0}")]
+    Options(String),
     /// A Kafka broker could not be reached, or the connection broke.
     #[error("Kafka broker {broker}: {source}")]
     Io {
@@ -39,3 +45,11 @@ pub enum Error {
 
 /// The connectors crate's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `Err` of an [`Error::Plan`] built like `format!` (an expression: `return plan_err!(...)`).
+#[macro_export]
+macro_rules! plan_err {
+    ($($arg:tt)*) => {
+        Err($crate::error::Error::Plan(format!($($arg)*)))
+    };
+}

@@ -1,15 +1,26 @@
-//! weir's sources and sinks.
+//! weir's sources and sinks, each behind the [`Connector`] trait and found by name in the
+//! [`Registry`]: the SQL layer plans tables through them and knows none by name.
 //!
 //! `nexmark`: the Nexmark generator, the embedded default source. `filesystem`: Parquet and
-//! JSON-lines files, a bounded source and an exactly-once sink. `kafka`: so far the pieces the exactly-once sink rests on: a minimal client for the
-//! few Kafka protocol requests librdkafka cannot send for us (committing a transaction that an
-//! earlier process began), and, behind the `testing` feature, the helper every Kafka test uses
-//! to reach the real broker of `tests/kafka/broker.sh`.
+//! JSON-lines files, a bounded source and an exactly-once sink. `kafka`: a source and a
+//! two-phase-commit sink, with the minimal protocol client that commits or aborts a
+//! transaction an earlier process began, and, behind the `testing` feature, the helper every
+//! Kafka test uses to reach the real broker of `tests/kafka/broker.sh`. `blackhole` and
+//! `preview`: sinks that keep nothing. [`options`]: how WITH options are declared, validated
+//! and read.
 
+pub mod connector;
 pub mod error;
 pub mod filesystem;
 pub mod json_type;
 pub mod kafka;
 pub mod nexmark;
+pub mod options;
+pub mod registry;
+mod sinks;
 
+pub use connector::{
+    Connector, ConnectorTable, NodeContext, PlanOptions, PlannedSink, PlannedSource, Preflight, PreflightPhase,
+};
 pub use error::{Error, Result};
+pub use registry::Registry;

@@ -24,6 +24,7 @@ pub mod partition;
 pub mod pipeline;
 pub mod processing_time;
 mod restore;
+pub mod state_table;
 mod status;
 mod task;
 #[cfg(feature = "testkit")]

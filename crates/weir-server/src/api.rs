@@ -325,11 +325,14 @@ pub struct ConnectorView {
 
 #[utoipa::path(get, path = "/api/v1/connectors", responses((status = 200, body = ConnectorsView)))]
 async fn connectors() -> Json<ConnectorsView> {
-    let connectors = weir_sql::options::CONNECTORS
-        .iter()
-        .map(|(name, options)| ConnectorView { name, options: options.iter().map(|o| o.name).collect() })
+    let connectors = weir_connectors::Registry::built_in()
+        .all()
+        .map(|connector| ConnectorView {
+            name: connector.name(),
+            options: connector.options().iter().map(|o| o.name).collect(),
+        })
         .collect();
-    let pipeline_options = weir_sql::session::PIPELINE_OPTIONS.iter().map(|(name, _)| *name).collect();
+    let pipeline_options = weir_sql::PIPELINE_OPTIONS.iter().map(|(name, _)| *name).collect();
     Json(ConnectorsView { connectors, pipeline_options })
 }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use weir_engine::{PipelineHandle, PipelineState, PipelineStatus};
-use weir_sql::{FileRoots, Output, PlannedPipeline, Preview, Session};
+use weir_sql::{FileRoots, Output, PipelineOptions, PlannedPipeline, Preview, Session};
 use weir_state::StateStore;
 
 mod commands;
@@ -155,19 +155,17 @@ impl Manager {
         // Pipelines of this request get names no earlier or later request can have.
         let request = uuid::Uuid::new_v4().simple().to_string();
         let generated = format!("w{}", &request[..12]);
-        let user_name = session.options.get("pipeline.name").cloned();
-        if user_name.is_none() {
-            session.options.insert("pipeline.name".into(), generated.clone());
+        if session.options.pipeline_name.is_none() {
+            session.options.pipeline_name = Some(generated.clone());
         }
         let outputs = session.execute(sql).await;
         // The generated name goes again; a `SET pipeline.name` of this request stays.
-        if session.options.get("pipeline.name") == Some(&generated) {
-            session.options.remove("pipeline.name");
+        if session.options.pipeline_name.as_ref() == Some(&generated) {
+            session.options.pipeline_name = None;
         }
         let logged = std::mem::take(&mut session.catalog_log);
         self.store.append_catalog(logged).await?;
-        let options: String =
-            session.options.iter().map(|(k, v)| format!("SET {k} = '{}';\n", v.replace('\'', "''"))).collect();
+        let options = session.options.to_json();
         drop(session);
         let mut results = Vec::new();
         for output in outputs? {
@@ -420,7 +418,8 @@ impl Manager {
         for sql in self.store.catalog().await? {
             session.execute(&sql).await.map_err(ApiError::from)?;
         }
-        session.execute(&record.options).await.map_err(ApiError::from)?;
+        session.options = PipelineOptions::from_json(&record.options)
+            .map_err(|e| ApiError::internal(format!("pipeline {id}'s stored options: {e}")))?;
         let outputs = session.execute_named(&record.sql, &record.name).await.map_err(ApiError::from)?;
         let Some(Output::Pipeline(mut planned)) = outputs.into_iter().next_back() else {
             return Err(ApiError::internal(format!("pipeline {id}'s SQL no longer plans a pipeline")));

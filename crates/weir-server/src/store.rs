@@ -47,7 +47,7 @@ pub struct PipelineRecord {
     /// Names its Kafka transactional ids.
     pub name: String,
     pub sql: String,
-    /// The session's `SET` options when it was created, as `SET` statements.
+    /// The session's `SET` options when it was created, as JSON ([`weir_sql::PipelineOptions`]).
     pub options: String,
     pub parallelism: i64,
     pub status: String,

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use datafusion::arrow::datatypes::SchemaRef;
 
-use crate::options::ConnectorOptions;
+use weir_connectors::ConnectorTable;
+use weir_connectors::options::ConnectorOptions;
 
 /// A table: its schema and where its records come from or go to.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,17 +23,19 @@ pub struct TableDef {
 
 impl TableDef {
     /// The table as its connector sees it: without the processing-time column.
-    pub fn connector_view(&self) -> TableDef {
-        match &self.proctime {
-            None => self.clone(),
+    pub fn connector_view(&self) -> ConnectorTable {
+        let schema = match &self.proctime {
+            None => self.schema.clone(),
             Some(column) => {
                 let fields = self.schema.fields().iter().filter(|f| f.name() != column).cloned().collect::<Vec<_>>();
-                TableDef {
-                    schema: std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(fields)),
-                    proctime: None,
-                    ..self.clone()
-                }
+                std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(fields))
             }
+        };
+        ConnectorTable {
+            name: self.name.clone(),
+            schema,
+            options: self.connector.clone(),
+            event_time: self.event_time.clone(),
         }
     }
 }

@@ -20,6 +20,19 @@ pub enum Error {
     DataFusion(#[from] datafusion::error::DataFusionError),
     #[error(transparent)]
     Engine(#[from] weir_engine::Error),
+    #[error(transparent)]
+    Connector(weir_connectors::Error),
+}
+
+impl From<weir_connectors::Error> for Error {
+    /// A connector's planning refusal is a planning error like any other; the rest keep their
+    /// source.
+    fn from(error: weir_connectors::Error) -> Self {
+        match error {
+            weir_connectors::Error::Plan(message) => Error::Plan(message),
+            other => Error::Connector(other),
+        }
+    }
 }
 
 /// The SQL crate's result.

@@ -11,11 +11,9 @@ pub mod error;
 mod filesystem_roundtrip;
 #[cfg(test)]
 mod kafka_roundtrip;
-pub mod kafka_tables;
 mod lag;
-pub mod options;
+pub mod pipeline_options;
 pub mod pipeline_statements;
-pub mod plan_options;
 pub mod planner;
 pub mod session;
 #[cfg(test)]
@@ -25,5 +23,6 @@ pub mod window_functions;
 pub mod window_table_functions;
 
 pub use error::{Error, Result};
+pub use pipeline_options::{PIPELINE_OPTIONS, PipelineOptions};
 pub use pipeline_statements::PipelineCommand;
 pub use session::{FileRoots, Output, PlannedPipeline, Preview, Session};

@@ -25,24 +25,20 @@ use datafusion::physical_expr::aggregate::{AggregateExprBuilder, LoweredAggregat
 use datafusion::physical_expr::expressions::{Column as PhysicalColumn, Literal};
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::unnest::{ListUnnest, UnnestExec};
-use weir_connectors::filesystem::{FileFormat, FileSink, FileSinkConfig, FileSource, HivePartitions};
-use weir_connectors::kafka::{Delivery, KafkaSink, KafkaSource};
-use weir_connectors::nexmark::{NexmarkConfig, NexmarkSource};
+pub use weir_connectors::PlanOptions;
+use weir_connectors::{NodeContext, Preflight, Registry};
 use weir_engine::changelog::{Change, changelog_schema};
 use weir_engine::graph::SourceFactory;
 use weir_engine::operators::{
-    ALL_IN_ONE, AggregateCall, Blackhole, Expiry, Frame, JoinKind, JoinSide, LateRows, Numbering, OverAggregate,
-    PreviewBuffer, PreviewSink, Stateless, Step, StreamingJoin, TopN, UpdatingAggregate, WatermarkAssigner,
-    WindowAggregate, WindowKind, WindowRank, join_key_column,
+    ALL_IN_ONE, AggregateCall, Expiry, Frame, JoinKind, JoinSide, LateRows, Numbering, OverAggregate, PreviewBuffer,
+    PreviewSink, Stateless, Step, StreamingJoin, TopN, UpdatingAggregate, WatermarkAssigner, WindowAggregate,
+    WindowKind, WindowRank, join_key_column,
 };
-use weir_engine::two_phase_commit::TwoPhaseCommitSink;
 use weir_engine::{Graph, NodeId, Partitioning, ProcessingTime};
 
 use crate::catalog::TableDef;
-use crate::error::{Error, Result};
-use crate::kafka_tables::{self, TopicCheck, TransactionTimeout};
+use crate::error::Result;
 use crate::plan_err;
-pub use crate::plan_options::PlanOptions;
 use crate::window_functions::{
     CUMULATE_ENDS, DESCRIPTOR, HOP, HOP_STARTS, SESSION, TUMBLE, interval_ms, window_list_fits, window_of_end,
 };
@@ -55,10 +51,6 @@ pub enum SinkTarget {
     /// INSERT INTO this table.
     Table(TableDef),
 }
-
-/// A filesystem sink's rolling size unless the table says (Flink's default): a partition's rows
-/// go to a file once they take this much memory, before the checkpoint that commits them.
-const DEFAULT_ROLLING_BYTES: u64 = 128 << 20;
 
 /// What a column of a stream means in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,16 +144,24 @@ struct Stream {
     updating: bool,
 }
 
+/// A table's source node (after its watermark assigner, if it has one).
+#[derive(Debug, Clone, Copy)]
+struct SourceNode {
+    node: NodeId,
+    /// Its rows are changes, not appends.
+    changelog: bool,
+}
+
 struct Planner<'a> {
     state: &'a SessionState,
     table_of: &'a dyn Fn(&str) -> Option<TableDef>,
     options: &'a PlanOptions,
     graph: Graph,
     /// Source nodes by table, shared by every query of the pipeline that reads the table.
-    sources: HashMap<String, NodeId>,
+    sources: HashMap<String, SourceNode>,
     used_names: HashMap<String, usize>,
-    transaction_timeouts: Vec<TransactionTimeout>,
-    topics: Vec<TopicCheck>,
+    /// Checks against the connectors' external systems, to run before the pipeline starts.
+    preflight: Vec<Arc<dyn Preflight>>,
     /// (table, prefix) of each exactly-once Kafka writer planned so far.
     transactional_prefixes: Vec<(String, String)>,
     /// Limits on ROW_NUMBER() set by a filter above its window node (by the node's address in
@@ -176,10 +176,9 @@ pub struct Planned {
     pub sources: Vec<String>,
     /// Per query, whether its output is a changelog (rows with a `_change` column).
     pub updating: Vec<bool>,
-    /// Kafka transaction timeouts to check against each broker's maximum.
-    pub transaction_timeouts: Vec<TransactionTimeout>,
-    /// Kafka topics read, to check that the brokers have them.
-    pub topics: Vec<TopicCheck>,
+    /// What only the connectors' external systems can confirm (a Kafka topic exists, a
+    /// transaction timeout is within the broker's maximum), checked before it starts.
+    pub preflight: Vec<Arc<dyn Preflight>>,
     /// The prefixes of the transactional ids its exactly-once Kafka writers use (distinct: two
     /// writers with one prefix fence each other).
     pub transactional_prefixes: Vec<String>,
@@ -451,72 +450,23 @@ impl Planner<'_> {
         Step::Project { exprs, schema }
     }
 
-    fn source(&mut self, definition: &TableDef) -> Result<NodeId> {
-        if let Some(node) = self.sources.get(&definition.name) {
-            return Ok(*node);
+    fn source(&mut self, definition: &TableDef) -> Result<SourceNode> {
+        if let Some(source) = self.sources.get(&definition.name) {
+            return Ok(*source);
         }
         let parallelism = self.parallelism();
         // The connector reads the declared columns; a processing-time column is added after.
         let table = &definition.connector_view();
         let name = &table.name;
-        let (node_name, factory): (String, SourceFactory) = match table.connector.connector.as_str() {
-            "nexmark" => {
-                let options = &table.connector;
-                let defaults = NexmarkConfig::default();
-                let config = NexmarkConfig {
-                    seed: options.integer("seed", defaults.seed),
-                    rate: options.integer("rate", defaults.rate),
-                    as_fast_as_possible: options.boolean("as_fast_as_possible", defaults.as_fast_as_possible),
-                    events: options.get("events").and_then(|v| v.parse().ok()),
-                    splits: options.integer("splits", u64::from(defaults.splits)).try_into().unwrap_or(defaults.splits),
-                    batch_size: options
-                        .integer("batch_size", defaults.batch_size as u64)
-                        .try_into()
-                        .unwrap_or(defaults.batch_size),
-                    ..defaults
-                };
-                if parallelism > config.splits as usize {
-                    return plan_err!(
-                        "table '{name}' has {} splits; the pipeline's parallelism {parallelism} needs at least as many (option 'splits')",
-                        config.splits
-                    );
-                }
-                (self.name(name), Arc::new(move |_| Ok(Box::new(NexmarkSource::new(config.clone())))))
-            }
-            "filesystem" => {
-                let (path, format, partitioning) = filesystem_options(table)?;
-                // A source path is read at once: one that is not there is the user's mistake,
-                // not an empty input (a sink's path, by contrast, is made when written).
-                if !path.exists() {
-                    return plan_err!(
-                        "table '{name}': path '{}' does not exist: a filesystem table is read from an existing file or directory",
-                        path.display()
-                    );
-                }
-                let schema = table.schema.clone();
-                (
-                    self.name(name),
-                    Arc::new(move |_| {
-                        Ok(Box::new(FileSource::new(path.clone(), format, schema.clone(), partitioning.clone(), 8192)))
-                    }),
-                )
-            }
-            "kafka" => {
-                let node_name = self.name(name);
-                let (config, check) = kafka_tables::source_config(table, self.options, &node_name)?;
-                self.transaction_timeouts.extend(check);
-                if let Some(prefix) = kafka_tables::dead_letter_prefix(&config) {
-                    self.claim_prefix(&table.name, prefix)?;
-                }
-                self.topics.extend(TopicCheck::of_source(&table.name, &config));
-                (node_name, Arc::new(move |_| Ok(Box::new(KafkaSource::new(config.clone())))))
-            }
-            other => {
-                return plan_err!(
-                    "table '{name}': reading from a '{other}' table is not supported (nexmark, kafka and filesystem are)"
-                );
-            }
-        };
+        let connector = Registry::built_in().connector(&table.options.connector)?;
+        let node_name = self.name(name);
+        let context = NodeContext { node: &node_name, options: self.options };
+        let planned = connector.source(table, parallelism, context)?;
+        for prefix in planned.transactional_prefixes {
+            self.claim_prefix(name, prefix)?;
+        }
+        self.preflight.extend(planned.preflight);
+        let factory = planned.factory;
         // Processing time: the source is wrapped to stamp each batch as it is read and follow
         // it with a watermark.
         let factory: SourceFactory = match &definition.proctime {
@@ -527,17 +477,12 @@ impl Planner<'_> {
             None => factory,
         };
         let node = self.graph.add_source(&node_name, parallelism, factory);
-        let position = match table.connector.connector.as_str() {
-            "nexmark" => "the next event number of each split",
-            "filesystem" => "the rows read of each file",
-            _ => "the next offset of each partition",
-        };
-        self.graph.describe_state(node, position);
+        self.graph.describe_state(node, planned.state);
         // Event time starts right after the source: the watermark is the largest event time
-        // seen less the table's allowed lateness. A Kafka source tracks it per partition
-        // itself.
+        // seen less the table's allowed lateness, unless the source tracks it itself (Kafka,
+        // per partition).
         let node = match &table.event_time {
-            Some(_) if table.connector.connector == "kafka" => node,
+            Some(_) if planned.assigns_watermarks => node,
             Some((column, delay)) => {
                 let assigner = WatermarkAssigner::new(column, delay.as_millis() as i64);
                 let name = self.name("watermark");
@@ -548,8 +493,9 @@ impl Planner<'_> {
             }
             None => node,
         };
-        self.sources.insert(definition.name.clone(), node);
-        Ok(node)
+        let source = SourceNode { node, changelog: planned.changelog };
+        self.sources.insert(definition.name.clone(), source);
+        Ok(source)
     }
 
     fn plan(&mut self, plan: &LogicalPlan) -> Result<Stream> {
@@ -562,8 +508,7 @@ impl Planner<'_> {
                 let Some(definition) = (self.table_of)(&table) else {
                     return plan_err!("there is no table named '{table}'");
                 };
-                let node = self.source(&definition)?;
-                let updating = kafka_tables::is_changelog_source(&definition);
+                let SourceNode { node, changelog: updating } = self.source(&definition)?;
                 // Event time and processing time are both time attributes (a processing-time
                 // watermark follows the clock).
                 let time_column =
@@ -1369,98 +1314,23 @@ impl Planner<'_> {
             }
             SinkTarget::Table(target) => {
                 let name = self.name(&target.name);
-                match target.connector.connector.as_str() {
-                    "blackhole" => {
-                        self.graph.add_operator(&name, parallelism, 1, Arc::new(|_| Ok(Box::new(Blackhole))))
-                    }
-                    "preview" => {
-                        let buffer = PreviewBuffer::new(target.connector.integer("capacity", 10_000) as usize);
-                        self.graph.add_operator(
-                            &name,
-                            parallelism,
-                            1,
-                            Arc::new(move |_| Ok(Box::new(PreviewSink::new(buffer.clone())))),
-                        )
-                    }
-                    "filesystem" => {
-                        if updating {
-                            return plan_err!(
-                                "table '{}': a filesystem table takes append-only rows, and this query's result is updating (a changelog): aggregate over a window, or write to a table that takes updates",
-                                target.name
-                            );
-                        }
-                        let (dir, format, partitioning) = filesystem_options(target)?;
-                        let config = FileSinkConfig {
-                            dir,
-                            format,
-                            schema: target.schema.clone(),
-                            partitioning,
-                            rolling_bytes: usize::try_from(
-                                target.connector.size("sink.rolling-policy.file-size", DEFAULT_ROLLING_BYTES),
-                            )
-                            .unwrap_or(usize::MAX),
-                        };
-                        self.graph.add_operator(
-                            &name,
-                            parallelism,
-                            1,
-                            Arc::new(move |_| Ok(Box::new(TwoPhaseCommitSink::new(FileSink::new(config.clone()))))),
-                        )
-                    }
-                    "kafka" => {
-                        let (config, check) = kafka_tables::sink_config(target, updating, self.options, &name)?;
-                        self.transaction_timeouts.extend(check);
-                        self.topics.push(TopicCheck::of_sink(&target.name, &config));
-                        if config.delivery == Delivery::ExactlyOnce {
-                            self.claim_prefix(&target.name, config.transactional_id_prefix.clone())?;
-                        }
-                        self.graph.add_operator(
-                            &name,
-                            parallelism,
-                            1,
-                            Arc::new(move |_| {
-                                let sink = KafkaSink::new(config.clone()).map_err(weir_engine::Error::Graph)?;
-                                Ok(Box::new(TwoPhaseCommitSink::new(sink)))
-                            }),
-                        )
-                    }
-                    other => {
-                        return plan_err!(
-                            "table '{}': writing to a '{other}' table is not supported (blackhole, preview, kafka and filesystem are)",
-                            target.name
-                        );
-                    }
+                let table = target.connector_view();
+                let connector = Registry::built_in().connector(&table.options.connector)?;
+                let planned = connector.sink(&table, updating, NodeContext { node: &name, options: self.options })?;
+                for prefix in planned.transactional_prefixes {
+                    self.claim_prefix(&target.name, prefix)?;
                 }
+                self.preflight.extend(planned.preflight);
+                let sink_node = self.graph.add_operator(&name, parallelism, 1, planned.factory);
+                if let Some(state) = planned.state {
+                    self.graph.describe_state(sink_node, state);
+                }
+                sink_node
             }
         };
-        if let SinkTarget::Table(target) = sink {
-            let pending = match target.connector.connector.as_str() {
-                "filesystem" => Some("the files written for checkpoints not yet complete"),
-                "kafka" if target.connector.get("delivery").is_none_or(|d| d == "exactly_once") => {
-                    Some("the open transactions of checkpoints not yet complete (id, producer id, epoch)")
-                }
-                _ => None,
-            };
-            if let Some(pending) = pending {
-                self.graph.describe_state(sink_node, pending);
-            }
-        }
         self.graph.connect(node, sink_node, 0, Partitioning::Forward);
         Ok(())
     }
-}
-
-/// A filesystem table's directory (or file), format and partitioning.
-fn filesystem_options(table: &TableDef) -> Result<(std::path::PathBuf, FileFormat, Option<HivePartitions>)> {
-    let (Some(path), Some(format)) = (table.connector.get("path"), table.connector.get("format")) else {
-        return plan_err!("table '{}': a filesystem table needs 'path' and 'format'", table.name);
-    };
-    let Some(format) = FileFormat::parse(format) else {
-        return plan_err!("table '{}': format '{format}' is not one of 'parquet', 'json'", table.name);
-    };
-    let partitioning = HivePartitions::new(&table.connector_view().schema, &table.connector.list("partition.fields"))
-        .map_err(|e| Error::Plan(format!("table '{}': {e}", table.name)))?;
-    Ok((std::path::PathBuf::from(path), format, partitioning))
 }
 
 /// The graph of `queries` (each a plan and where its rows go), sharing the sources they
@@ -1478,8 +1348,7 @@ pub fn build_graph(
         graph: Graph::new(),
         sources: HashMap::new(),
         used_names: HashMap::new(),
-        transaction_timeouts: Vec::new(),
-        topics: Vec::new(),
+        preflight: Vec::new(),
         transactional_prefixes: Vec::new(),
         rank_limits: HashMap::new(),
     };
@@ -1494,8 +1363,7 @@ pub fn build_graph(
         graph: planner.graph,
         sources: planner.sources.into_keys().collect(),
         updating,
-        transaction_timeouts: planner.transaction_timeouts,
-        topics: planner.topics,
+        preflight: planner.preflight,
         transactional_prefixes: planner.transactional_prefixes.into_iter().map(|(_, prefix)| prefix).collect(),
     })
 }

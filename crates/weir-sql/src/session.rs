@@ -19,19 +19,18 @@ use datafusion::sql::sqlparser::ast::{
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
-use weir_connectors::filesystem::HivePartitions;
 use weir_connectors::json_type::{is_json, json_field};
-use weir_connectors::nexmark::{NexmarkConfig, nexmark_schema};
+use weir_connectors::options::{ConnectorOptions, Kind};
+use weir_connectors::{Connector, Registry};
 use weir_engine::operators::PreviewBuffer;
-use weir_engine::{CheckpointMode, Graph, PipelineConfig};
+use weir_engine::{Graph, PipelineConfig};
 
 use crate::catalog::{Catalog, TableDef, ViewDef};
 use crate::error::{Error, Result, located};
-use crate::kafka_tables;
-use crate::options::{self, ConnectorOptions, parse_duration};
+use crate::pipeline_options::PipelineOptions;
 use crate::pipeline_statements::{self, PipelineCommand, PlacedCommand};
 use crate::plan_err;
-use crate::planner::{PlanOptions, Planned, SinkTarget, build_graph};
+use crate::planner::{Planned, SinkTarget, build_graph};
 use crate::time_clauses::{self, ClauseKind, TimeClause};
 use crate::window_table_functions;
 
@@ -120,47 +119,11 @@ pub struct Preview {
 /// Rows a bare SELECT's preview keeps, unless the session says otherwise.
 const PREVIEW_ROWS: usize = 10_000;
 
-/// Pipeline options set with `SET`, applied to the next pipeline.
-pub const PIPELINE_OPTIONS: &[(&str, &str)] = &[
-    ("checkpoint.mode", "'exactly_once' or 'at_least_once'"),
-    ("checkpoint.unaligned", "'true' or 'false'"),
-    ("checkpoint.aligned_timeout", "a duration such as '100 ms'"),
-    ("checkpoint.interval", "a duration such as '10 s', or 'off'"),
-    ("checkpoint.max_concurrent", "an integer from 1 to 16"),
-    ("checkpoint.timeout", "a duration such as '2 min' (a checkpoint not complete by then is aborted)"),
-    ("checkpoint.retained", "an integer from 1 to 1000"),
-    ("parallelism", "an integer from 1 to 256"),
-    ("state.ttl", "a duration such as '1 hour', or 'off' (updating aggregates and regular joins)"),
-    ("pipeline.name", "a name of letters, digits, '-' and '_' (names the pipelines' Kafka transactional ids)"),
-];
-
-fn check_pipeline_option(name: &str, value: &str) -> Result<(), String> {
-    let Some((_, accepted)) = PIPELINE_OPTIONS.iter().find(|(n, _)| *n == name) else {
-        let names: Vec<&str> = PIPELINE_OPTIONS.iter().map(|(n, _)| *n).collect();
-        return Err(format!("'{name}' is not a pipeline option: expected one of {}", names.join(", ")));
-    };
-    let in_range = |min: u64, max: u64| value.parse::<u64>().is_ok_and(|v| (min..=max).contains(&v));
-    let valid = match name {
-        "checkpoint.mode" => matches!(value, "exactly_once" | "at_least_once"),
-        "checkpoint.unaligned" => matches!(value, "true" | "false"),
-        "checkpoint.aligned_timeout" => parse_duration(value).is_ok(),
-        "checkpoint.timeout" => parse_duration(value).is_ok_and(|d| !d.is_zero()),
-        "checkpoint.interval" | "state.ttl" => value == "off" || parse_duration(value).is_ok_and(|d| !d.is_zero()),
-        "checkpoint.max_concurrent" => in_range(1, 16),
-        "checkpoint.retained" => in_range(1, 1000),
-        "pipeline.name" => {
-            !value.is_empty() && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        }
-        _ => in_range(1, 256),
-    };
-    if valid { Ok(()) } else { Err(format!("'{name}' = '{value}' is invalid: expected {accepted}")) }
-}
-
 /// One user's statements and their effects.
 pub struct Session {
     pub catalog: Catalog,
-    /// `SET` options, by name, as given.
-    pub options: BTreeMap<String, String>,
+    /// What `SET` gave the next pipelines.
+    pub options: PipelineOptions,
     /// Rows a bare SELECT's preview keeps (the latest ones).
     pub preview_rows: usize,
     /// Pipelines planned so far: the n-th is named `<pipeline.name>-<n>`.
@@ -259,7 +222,7 @@ impl Session {
         }
         Self {
             catalog: Catalog::default(),
-            options: BTreeMap::new(),
+            options: PipelineOptions::default(),
             preview_rows: PREVIEW_ROWS,
             pipelines: 0,
             catalog_log: Vec::new(),
@@ -400,8 +363,7 @@ impl Session {
                 let Some(value) = value else {
                     return plan_err!("SET {name} needs one value, as in SET {name} = 'value'");
                 };
-                check_pipeline_option(&name, &value).map_err(Error::Plan)?;
-                self.options.insert(name.clone(), value.clone());
+                self.options.set(&name, &value).map_err(Error::Plan)?;
                 Ok(Output::Done(format!("{name} = '{value}' for the next pipeline")))
             }
             Statement::Query(query) => {
@@ -418,7 +380,8 @@ impl Session {
                 let (name, planned, config) = self.plan_pipeline(vec![query]).await?;
                 let mut sources = planned.sources;
                 sources.sort();
-                let reading = sources.iter().filter_map(|t| self.catalog.tables.get(t)).map(reading_of).collect();
+                let reading =
+                    sources.iter().filter_map(|t| self.catalog.tables.get(t)).map(reading_of).collect::<Result<_>>()?;
                 let updating = planned.updating.first().copied().unwrap_or(false);
                 let preview = Preview { buffer, columns, updating, reading };
                 Ok(Output::Pipeline(Box::new(PlannedPipeline {
@@ -463,34 +426,45 @@ impl Session {
         let mut options = table_options(&name, &create.table_options)?;
         // Flink's PARTITIONED BY (a, b) is the option partition.fields = 'a,b'.
         if let HiveDistributionStyle::PARTITIONED { columns } = &create.hive_distribution {
-            if let Some(connector) = options.get("connector").filter(|c| *c != "filesystem") {
+            let registry = Registry::built_in();
+            let partitioned = |c: &dyn Connector| c.options().iter().any(|o| o.name == PARTITION_FIELDS);
+            let connector = options.get("connector").map(|c| registry.connector(c)).transpose()?;
+            if let Some(connector) = connector.filter(|c| !partitioned(*c)) {
+                let kinds: Vec<&str> = registry.all().filter(|c| partitioned(*c)).map(|c| c.name()).collect();
                 return plan_err!(
-                    "table '{name}': only a filesystem table is partitioned (PARTITIONED BY), not a '{connector}' one"
+                    "table '{name}': only a {} table is partitioned (PARTITIONED BY), not a '{}' one",
+                    kinds.join(" or "),
+                    connector.name()
                 );
             }
-            if options.contains_key("partition.fields") {
+            if options.contains_key(PARTITION_FIELDS) {
                 return plan_err!(
                     "table '{name}': give its partition columns once, with PARTITIONED BY or 'partition.fields'"
                 );
             }
             let names: Vec<String> = columns.iter().map(|c| c.name.value.clone()).collect();
-            options.insert("partition.fields".into(), names.join(","));
+            options.insert(PARTITION_FIELDS.into(), names.join(","));
             create.hive_distribution = HiveDistributionStyle::NONE;
         }
-        let mut connector =
-            options::validate(options).map_err(|message| Error::Options { table: name.clone(), message })?;
-        if let (Some(files), Some(path)) = (&self.files, connector.values.get_mut("path"))
-            && connector.connector == "filesystem"
-        {
-            *path = files.confine(path).map_err(|message| Error::Options { table: name.clone(), message })?;
+        let registry = Registry::built_in();
+        let options_error = |e: weir_connectors::Error| Error::Options { table: name.clone(), message: e.to_string() };
+        let mut connector = registry.validate(options).map_err(options_error)?;
+        let kind = registry.connector(&connector.connector)?;
+        if let Some(files) = &self.files {
+            for spec in kind.options().iter().filter(|spec| spec.kind == Kind::Path) {
+                if let Some(path) = connector.values.get_mut(spec.name) {
+                    *path = files.confine(path).map_err(|message| Error::Options { table: name.clone(), message })?;
+                }
+            }
         }
-        let schema = if connector.connector == "nexmark" {
+        let schema = if let Some(schema) = kind.fixed_schema() {
             if !create.columns.is_empty() {
                 return plan_err!(
-                    "table '{name}': the nexmark connector has a fixed schema; leave out the column list"
+                    "table '{name}': the {} connector has a fixed schema; leave out the column list",
+                    kind.name()
                 );
             }
-            nexmark_schema()
+            schema
         } else {
             if create.columns.is_empty() {
                 return plan_err!(
@@ -527,8 +501,13 @@ impl Session {
                 .collect();
             Arc::new(Schema::new(fields))
         };
-        HivePartitions::new(&schema, &connector.list("partition.fields"))
-            .map_err(|message| Error::Options { table: name.clone(), message })?;
+        let checked = weir_connectors::ConnectorTable {
+            name: name.clone(),
+            schema: schema.clone(),
+            options: connector.clone(),
+            event_time: None,
+        };
+        kind.check(&checked)?;
         let event_time = event_time_of(&name, &schema, &connector)?;
         let proctime = connector.get("proctime").map(str::to_string);
         let schema = match &proctime {
@@ -649,27 +628,21 @@ impl Session {
         self.pipelines += 1;
         let name = match &self.fixed_name {
             Some(name) => name.clone(),
-            None => format!("{}-{}", self.option("pipeline.name").unwrap_or("weir"), self.pipelines),
+            None => format!("{}-{}", self.options.pipeline_name.as_deref().unwrap_or("weir"), self.pipelines),
         };
         let (planned, config) = self.plan_queries(queries, &name)?;
-        kafka_tables::check_against_brokers(&planned.transaction_timeouts).await?;
-        kafka_tables::check_topics(&planned.topics).await?;
+        let mut checks: Vec<_> = planned.preflight.iter().collect();
+        checks.sort_by_key(|check| check.phase());
+        for check in checks {
+            check.check().await?;
+        }
         Ok((name, planned, config))
     }
 
     /// One graph for `queries`, with the session's pipeline options.
     fn plan_queries(&self, queries: Vec<(LogicalPlan, SinkTarget)>, name: &str) -> Result<(Planned, PipelineConfig)> {
-        let config = self.pipeline_config();
-        let options = PlanOptions {
-            parallelism: self.option("parallelism").and_then(|p| p.parse().ok()).unwrap_or(1),
-            state_ttl: self.option("state.ttl").filter(|v| *v != "off").and_then(|v| parse_duration(v).ok()),
-            pipeline_name: name.to_string(),
-            checkpoint_interval: config.checkpoint.interval,
-            exactly_once_checkpoints: !matches!(config.checkpoint.mode, CheckpointMode::AtLeastOnce),
-            max_concurrent_checkpoints: config.checkpoint.max_concurrent,
-            checkpoint_timeout: config.checkpoint.timeout,
-            max_restart_backoff: config.restart.max_backoff,
-        };
+        let config = self.options.config();
+        let options = self.options.plan_options(name, &config);
         let state = self.context.state();
         let planned = build_graph(&queries, &state, &|name| self.catalog.tables.get(name).cloned(), &options)?;
         Ok((planned, config))
@@ -695,94 +668,24 @@ impl Session {
         Ok(())
     }
 
-    /// The runtime configuration the `SET` options describe.
-    fn pipeline_config(&self) -> PipelineConfig {
-        let mut config = PipelineConfig::default();
-        let checkpoint = &mut config.checkpoint;
-        let duration = |name: &str| self.option(name).and_then(|v| parse_duration(v).ok());
-        if self.option("checkpoint.interval") == Some("off") {
-            checkpoint.interval = None;
-        } else if let Some(interval) = duration("checkpoint.interval") {
-            checkpoint.interval = Some(interval);
-        }
-        let unaligned = self.option("checkpoint.unaligned") == Some("true");
-        checkpoint.mode = match (self.option("checkpoint.mode"), duration("checkpoint.aligned_timeout")) {
-            (Some("at_least_once"), _) => CheckpointMode::AtLeastOnce,
-            _ if unaligned => CheckpointMode::Unaligned,
-            (_, Some(timeout)) => CheckpointMode::AlignedTimeout(timeout),
-            (_, None) => CheckpointMode::Aligned,
-        };
-        if let Some(n) = self.option("checkpoint.max_concurrent").and_then(|v| v.parse().ok()) {
-            checkpoint.max_concurrent = n;
-        }
-        if let Some(timeout) = duration("checkpoint.timeout") {
-            checkpoint.timeout = timeout;
-        }
-        if let Some(n) = self.option("checkpoint.retained").and_then(|v| v.parse().ok()) {
-            checkpoint.retained = n;
-        }
-        config
-    }
-
     /// Numbers the next pipelines after `n` (their names are `<pipeline.name>-<number>`): a
     /// service that restarts continues after the pipelines it has, so a name set again does
     /// not give a new pipeline an earlier one's Kafka transactional ids.
     pub fn number_pipelines_after(&mut self, n: usize) {
         self.pipelines = self.pipelines.max(n);
     }
-
-    /// The pipeline option `name` as set, if it was.
-    pub fn option(&self, name: &str) -> Option<&str> {
-        self.options.get(name).map(String::as_str)
-    }
 }
 
 /// Where reading `table` starts, in words: what a reader of a preview is told, so that an empty
 /// result is never a mystery.
-fn reading_of(table: &TableDef) -> String {
-    let options = &table.connector;
-    let name = &table.name;
-    match options.connector.as_str() {
-        "kafka" => {
-            let topic = options.get("topic").unwrap_or_default();
-            let from = match options.get("scan.startup.mode") {
-                Some("latest") => "from the latest offset (only records written from now on)".to_string(),
-                Some("group") => {
-                    format!("from group '{}''s committed offsets", options.get("group.id").unwrap_or_default())
-                }
-                Some("timestamp") => {
-                    format!("from timestamp {} ms", options.get("scan.startup.timestamp_ms").unwrap_or_default())
-                }
-                _ => "from the earliest offset".to_string(),
-            };
-            let until = match options.get("scan.bounded.mode") {
-                Some("latest") => ", until the offsets of the start",
-                _ => "",
-            };
-            format!("{name}: kafka topic '{topic}' {from}{until}")
-        }
-        "nexmark" => {
-            let events = match options.get("events") {
-                Some(n) => format!("{n} events"),
-                None => "events without end".to_string(),
-            };
-            let defaults = NexmarkConfig::default();
-            let pace = match options.boolean("as_fast_as_possible", defaults.as_fast_as_possible) {
-                true => " as fast as it can".to_string(),
-                false => format!(" at {} events/s", options.integer("rate", defaults.rate)),
-            };
-            format!("{name}: the nexmark generator, {events}{pace}, from its first event")
-        }
-        "filesystem" => {
-            format!(
-                "{name}: the {} files under '{}'",
-                options.get("format").unwrap_or_default(),
-                options.get("path").unwrap_or_default()
-            )
-        }
-        other => format!("{name}: {other}"),
-    }
+fn reading_of(table: &TableDef) -> Result<String> {
+    let connector = Registry::built_in().connector(&table.connector.connector)?;
+    Ok(connector.reading(&table.connector_view()))
 }
+
+/// The option a connector whose tables are partitioned takes its partition columns in, also
+/// written `PARTITIONED BY (...)`.
+const PARTITION_FIELDS: &str = "partition.fields";
 
 /// Gives each time clause to the CREATE TABLE it was written in (the last statement starting
 /// before it): WATERMARK FOR as `event_time` and `watermark_delay` options, `pt AS PROCTIME()`
@@ -1030,8 +933,8 @@ mod tests {
             "SET checkpoint.mode = 'at_least_once'; SET parallelism = 3; SET checkpoint.interval = '200 ms'",
         )
         .await;
-        assert_eq!(session.option("checkpoint.mode"), Some("at_least_once"));
-        assert_eq!(session.option("parallelism"), Some("3"));
+        assert_eq!(session.options.exactly_once, Some(false));
+        assert_eq!(session.options.parallelism, Some(3));
         assert_eq!(
             error(&mut session, "SET checkpoint.mode = 'sometimes'").await,
             "'checkpoint.mode' = 'sometimes' is invalid: expected 'exactly_once' or 'at_least_once'"

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::options::parse_duration;
+use weir_connectors::options::parse_duration;
 
 /// One clause: what it says, and where it started (1-based line and column).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -45,7 +45,7 @@ pub async fn run_file(path: &Path, options: &RunOptions) -> anyhow::Result<()> {
     // does not fence them.
     let name: String = stem.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
     let identity = run_identity(&options.data_dir.join("run").join(&stem))?;
-    session.options.insert("pipeline.name".into(), format!("run-{name}-{identity}"));
+    session.options.pipeline_name = Some(format!("run-{name}-{identity}"));
     let outputs = session.execute(&sql).await.with_context(|| format!("in {}", path.display()))?;
     let mut running = Vec::new();
     for output in outputs {

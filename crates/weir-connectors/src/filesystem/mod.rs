@@ -3,11 +3,13 @@
 //! exactly-once sink (a two-phase commit by rename: rows of checkpoint n go to pending files,
 //! renamed into place when n completes), both with Hive-style partition directories.
 
+mod connector;
 mod format;
 mod partitions;
 mod sink;
 mod source;
 
+pub use connector::FilesystemConnector;
 pub use format::FileFormat;
 pub use partitions::HivePartitions;
 pub use sink::{FileSink, FileSinkConfig};

@@ -1,5 +1,6 @@
 //! Kafka: the source, the two-phase-commit sink, and the protocol-level client that lets a
-//! restarted pipeline finish what a dead one pre-committed.
+//! restarted pipeline finish what a dead one pre-committed; [`KafkaConnector`] plans them from
+//! a table's options.
 //!
 //! - [`source`]: partitions split across subtasks, offsets in the snapshot, `read_committed`,
 //!   per-partition watermarks, JSON decoded straight into Arrow ([`decode`]), bad records
@@ -12,6 +13,7 @@
 
 mod blocking;
 mod connection;
+mod connector;
 mod decode;
 mod encode;
 mod producer_pool;
@@ -26,6 +28,7 @@ mod wire;
 pub mod test_broker;
 
 pub use connection::{KafkaConnection, TopicCreation, TopicError};
+pub use connector::KafkaConnector;
 pub use encode::SinkFormat;
 pub use producer_pool::{Delivery, pool_size};
 pub use security::ClientSecurity;

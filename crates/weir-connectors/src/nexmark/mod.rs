@@ -6,8 +6,10 @@
 //! time from n and the configured rate. So a checkpointed position is just "the next n" of each
 //! split, and any replay produces the same events.
 
+mod connector;
 mod generator;
 mod source;
 
+pub use connector::NexmarkConnector;
 pub use generator::{NexmarkConfig, NexmarkGenerator, event_kind, nexmark_schema};
 pub use source::NexmarkSource;

@@ -27,13 +27,13 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit}
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::row::{OwnedRow, RowConverter, Rows, SortField};
 use datafusion::physical_expr::PhysicalExpr;
-use weir_state::keyed_schema;
 
 use crate::changelog::{Change, change_array, changes, is_changelog};
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
 use crate::operators::state_ttl::{StateTtl, now_ms};
 use crate::partition::key_hashes;
+use crate::state_table::KeyedTable;
 
 const MATCHED: &str = "__matched";
 const EXPIRES_AT: &str = "__expires_at";
@@ -194,6 +194,22 @@ fn int_column(batch: &RecordBatch, name: &str) -> Result<Int64Array> {
 }
 
 impl StreamingJoin {
+    /// A side's table: the join key columns, the side's row, and whether it matched, when it
+    /// expires and when it was last read.
+    fn side_table(&self, side: usize) -> KeyedTable {
+        let mut fields = Vec::new();
+        for (i, data_type) in self.key_types.iter().enumerate() {
+            fields.push(Field::new(join_key_column(i), data_type.clone(), true));
+        }
+        for (i, field) in self.sides[side].schema.fields().iter().enumerate() {
+            fields.push(Field::new(format!("c{i}"), field.data_type().clone(), true));
+        }
+        for name in [MATCHED, EXPIRES_AT, LAST_ACCESS] {
+            fields.push(Field::new(name, DataType::Int64, false));
+        }
+        KeyedTable::new(fields)
+    }
+
     pub fn new(
         kind: JoinKind,
         sides: [JoinSide; 2],
@@ -596,13 +612,15 @@ impl Operator for StreamingJoin {
         let keys = self.key_types.len();
         for side in 0..2 {
             let width = self.sides[side].schema.fields().len();
+            let table = self.side_table(side);
+            let fields = table.fields();
             for batch in restored.table(&format!("side_{side}")) {
                 let (matched, expires, access) =
                     (int_column(batch, MATCHED)?, int_column(batch, EXPIRES_AT)?, int_column(batch, LAST_ACCESS)?);
                 let converters = self.converters()?;
-                let key_rows = converters.keys.convert_columns(&batch.columns()[1..=keys])?;
+                let key_rows = converters.keys.convert_columns(&table.read(batch, &fields[..keys])?)?;
                 let value_rows =
-                    converters.values[side].convert_columns(&batch.columns()[1 + keys..1 + keys + width])?;
+                    converters.values[side].convert_columns(&table.read(batch, &fields[keys..keys + width])?)?;
                 for row in 0..batch.num_rows() {
                     let key = key_rows.row(row).owned();
                     let stored = Stored {
@@ -682,17 +700,7 @@ impl Operator for StreamingJoin {
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
         let mut tables = Vec::new();
         for side in 0..2 {
-            let mut fields = Vec::new();
-            for (i, data_type) in self.key_types.iter().enumerate() {
-                fields.push(Field::new(join_key_column(i), data_type.clone(), true));
-            }
-            for (i, field) in self.sides[side].schema.fields().iter().enumerate() {
-                fields.push(Field::new(format!("c{i}"), field.data_type().clone(), true));
-            }
-            for name in [MATCHED, EXPIRES_AT, LAST_ACCESS] {
-                fields.push(Field::new(name, DataType::Int64, false));
-            }
-            let schema = keyed_schema(fields);
+            let schema = self.side_table(side).schema().clone();
             let mut key_rows = Vec::new();
             let mut value_rows = Vec::new();
             let (mut matched, mut expires, mut access) = (Vec::new(), Vec::new(), Vec::new());

@@ -27,17 +27,19 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Accumulator;
-use weir_state::keyed_schema;
 
 use crate::error::{Error, Result};
 use crate::metrics::OperatorMetrics;
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
 use crate::operators::accumulators::{self, AggregateCall, Arguments};
 use crate::partition::key_hashes;
+use crate::state_table::KeyedTable;
 
 const PENDING: &str = "pending";
 const FRAMES: &str = "frames";
 const ACCUMULATORS: &str = "accumulators";
+/// A frame row's place in its partition's frame.
+const POSITION: &str = "__position";
 
 /// How far back an OVER aggregate's frame reaches from the current row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -247,15 +249,33 @@ impl OverAggregate {
         Ok(RecordBatch::try_new(schema.clone(), columns)?)
     }
 
-    fn input_with(&self, extra: &[(&str, DataType)]) -> SchemaRef {
-        let extra = extra.iter().map(|(name, data_type)| Arc::new(Field::new(*name, data_type.clone(), true)));
-        keyed_schema(self.input.fields().iter().cloned().chain(extra))
+    /// The pending table (rows waiting for the watermark) and, with their position in their
+    /// partition's frame after them, the frames table: both hold input rows.
+    fn rows_table(&self, with_position: bool) -> KeyedTable {
+        let position = with_position.then(|| Arc::new(Field::new(POSITION, DataType::Int64, true)));
+        KeyedTable::new(self.input.fields().iter().cloned().chain(position))
     }
 
-    /// The rows of a restored table that are input rows (after the key hash).
-    fn restored_rows(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+    /// The accumulators table (unbounded frames): the partition columns, then each
+    /// accumulator's state columns.
+    fn accumulators_table(&self) -> Result<KeyedTable> {
+        let mut fields = Vec::new();
+        for name in &self.partition {
+            fields.push(self.input.field_with_name(name)?.clone().with_nullable(true));
+        }
+        for mut accumulator in self.accumulators()? {
+            for state in accumulator.state()? {
+                // Numbered as the table's columns, the key hash first.
+                fields.push(Field::new(format!("state_{}", fields.len() + 1), state.data_type(), true));
+            }
+        }
+        Ok(KeyedTable::new(fields))
+    }
+
+    /// The input rows of a restored pending or frames table.
+    fn restored_rows(&self, table: &KeyedTable, batch: &RecordBatch) -> Result<RecordBatch> {
         let width = self.input.fields().len();
-        Ok(RecordBatch::try_new(self.input.clone(), batch.columns()[1..=width].to_vec())?)
+        Ok(RecordBatch::try_new(self.input.clone(), table.read(batch, &table.fields()[..width])?)?)
     }
 }
 
@@ -263,18 +283,21 @@ impl OverAggregate {
 impl Operator for OverAggregate {
     async fn open(&mut self, info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
         self.metrics = info.metrics.clone();
+        let pending = self.rows_table(false);
         for batch in restored.table(PENDING) {
-            let rows = self.restored_rows(batch)?;
+            let rows = self.restored_rows(&pending, batch)?;
             self.pending.push(rows);
         }
         // Frame rows in their old order (the position column), then fed in again.
         let frames: Vec<RecordBatch> = restored.table(FRAMES).to_vec();
         if let Some(first) = frames.first() {
             let all = concat_batches(&first.schema(), &frames)?;
-            let rows = self.restored_rows(&all)?;
+            let table = self.rows_table(true);
+            let rows = self.restored_rows(&table, &all)?;
+            let positions = table.read(&all, &table.fields()[self.input.fields().len()..])?;
             let mut sort: Vec<SortColumn> =
                 self.partition_columns(&rows)?.into_iter().map(|values| SortColumn { values, options: None }).collect();
-            sort.push(SortColumn { values: all.column(all.num_columns() - 1).clone(), options: None });
+            sort.extend(positions.into_iter().map(|values| SortColumn { values, options: None }));
             let order = lexsort_to_indices(&sort, None)?;
             let columns =
                 rows.columns().iter().map(|c| take(c, &order, None)).collect::<std::result::Result<_, _>>()?;
@@ -297,25 +320,22 @@ impl Operator for OverAggregate {
                 });
             }
         }
+        let table = self.accumulators_table()?;
+        let keys_width = self.partition.len();
         for batch in restored.table(ACCUMULATORS) {
-            let keys_width = self.partition.len();
-            let key_columns: Vec<ArrayRef> = batch.columns()[1..=keys_width].to_vec();
-            let fields: Vec<Field> = self
-                .partition
-                .iter()
-                .zip(&key_columns)
-                .map(|(n, c)| Field::new(n, c.data_type().clone(), true))
-                .collect();
-            let keyed = RecordBatch::try_new(Arc::new(Schema::new(fields)), key_columns)?;
+            let key_fields = &table.fields()[..keys_width];
+            let key_columns = table.read(batch, key_fields)?;
+            let states = table.read(batch, &table.fields()[keys_width..])?;
+            let keyed = RecordBatch::try_new(Arc::new(Schema::new(key_fields.to_vec())), key_columns)?;
             let keys = self.keys(&keyed)?;
             for row in 0..batch.num_rows() {
                 let mut accumulators = self.accumulators()?;
-                let mut column = 1 + keys_width;
+                let mut column = 0;
                 for accumulator in &mut accumulators {
                     let width = accumulator.state()?.len();
-                    let states: Vec<ArrayRef> =
-                        (column..column + width).map(|c| batch.column(c).slice(row, 1)).collect();
-                    accumulator.merge_batch(&states)?;
+                    let row_states: Vec<ArrayRef> =
+                        states[column..column + width].iter().map(|state| state.slice(row, 1)).collect();
+                    accumulator.merge_batch(&row_states)?;
                     column += width;
                 }
                 self.partitions.insert(keys.row(row).owned(), Partition { accumulators, frame: VecDeque::new() });
@@ -354,7 +374,7 @@ impl Operator for OverAggregate {
     }
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
-        let schema = self.input_with(&[]);
+        let schema = self.rows_table(false).schema().clone();
         let mut pending = Vec::new();
         for batch in &self.pending {
             pending.push(self.keyed(&schema, batch, Vec::new())?);
@@ -364,7 +384,7 @@ impl Operator for OverAggregate {
         }
         let mut tables = vec![StateTable { name: PENDING.into(), schema, batches: pending }];
         if self.frame.bounded() {
-            let schema = self.input_with(&[("__position", DataType::Int64)]);
+            let schema = self.rows_table(true).schema().clone();
             let mut rows = Vec::new();
             let mut positions = Vec::new();
             for partition in self.partitions.values() {
@@ -382,17 +402,7 @@ impl Operator for OverAggregate {
             };
             tables.push(StateTable { name: FRAMES.into(), schema, batches: vec![batch] });
         } else {
-            let mut fields = Vec::new();
-            for name in &self.partition {
-                fields.push(self.input.field_with_name(name)?.clone().with_nullable(true));
-            }
-            for mut accumulator in self.accumulators()? {
-                for state in accumulator.state()? {
-                    // Numbered as the table's columns, the key hash first.
-                    fields.push(Field::new(format!("state_{}", fields.len() + 1), state.data_type(), true));
-                }
-            }
-            let schema = keyed_schema(fields);
+            let schema = self.accumulators_table()?.schema().clone();
             let converter = self.converter.as_ref();
             let batch = match (converter, self.partitions.is_empty()) {
                 (Some(converter), false) => {

@@ -23,13 +23,13 @@ use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
-use weir_state::keyed_schema;
 
 use crate::changelog::{Change, change_array, changes};
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
 use crate::operators::numbering::Numbering;
 use crate::partition::key_hashes;
+use crate::state_table::KeyedTable;
 
 const ROWS: &str = "rows";
 const COPIES: &str = "__copies";
@@ -120,6 +120,12 @@ impl Clone for TopN {
 }
 
 impl TopN {
+    /// The rows table: each kept input row, and how many copies of it are kept.
+    fn rows_table(&self) -> KeyedTable {
+        let copies = Arc::new(Field::new(COPIES, DataType::Int64, false));
+        KeyedTable::new(self.input.fields().iter().cloned().chain([copies]))
+    }
+
     pub fn new(
         partition: Vec<String>,
         order: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
@@ -249,11 +255,13 @@ impl TopN {
 impl Operator for TopN {
     async fn open(&mut self, _info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
         let width = self.input.fields().len();
+        let table = self.rows_table();
         for batch in restored.table(ROWS) {
-            let rows = RecordBatch::try_new(self.input.clone(), batch.columns()[1..=width].to_vec())?;
-            let copies = batch
-                .column_by_name(COPIES)
-                .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
+            let rows = RecordBatch::try_new(self.input.clone(), table.read(batch, &table.fields()[..width])?)?;
+            let copies = table.read(batch, &table.fields()[width..])?;
+            let copies = copies[0]
+                .as_any()
+                .downcast_ref::<Int64Array>()
                 .ok_or_else(|| Error::Graph(format!("top-N state has no Int64 '{COPIES}'")))?;
             self.apply(&rows, copies.values())?;
         }
@@ -274,8 +282,7 @@ impl Operator for TopN {
     }
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
-        let copies = Arc::new(Field::new(COPIES, DataType::Int64, false));
-        let schema = keyed_schema(self.input.fields().iter().cloned().chain([copies]));
+        let schema = self.rows_table().schema().clone();
         let kept: Vec<(&OwnedRow, usize)> = self
             .partitions
             .values()

@@ -21,7 +21,6 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{ScalarValue, exec_err};
 use datafusion::logical_expr::Accumulator;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
-use weir_state::keyed_schema;
 
 use crate::changelog::{Change, change_array, changes};
 use crate::error::{Error, Result};
@@ -31,6 +30,7 @@ use crate::operators::state_ttl::{StateTtl, now_ms};
 use crate::operators::value_counts::{Reported, ValueCounts};
 use crate::operators::window_aggregate::ALL_IN_ONE;
 use crate::partition::key_hashes;
+use crate::state_table::KeyedTable;
 
 const GROUPS: &str = "groups";
 
@@ -139,12 +139,25 @@ impl UpdatingAggregate {
 
     /// The types of each accumulator's state, as a fresh one reports it (sliding accumulators
     /// keep more than `state_fields` says).
-    fn state_layout(&self) -> Result<Vec<Vec<DataType>>> {
-        let mut layout = Vec::new();
-        for mut accumulator in self.accumulators()? {
-            layout.push(accumulator.state()?.iter().map(ScalarValue::data_type).collect());
+    /// The groups table: the group columns, the row count and last access, then each
+    /// accumulator's state columns; with the number of state columns of each accumulator.
+    fn groups_table(&self) -> Result<(KeyedTable, Vec<usize>)> {
+        let mut fields = Vec::new();
+        for (i, name) in self.group_columns.iter().enumerate() {
+            fields.push(Field::new(name, self.output.field(i).data_type().clone(), true));
         }
-        Ok(layout)
+        fields.push(Field::new(ROWS, DataType::Int64, false));
+        fields.push(Field::new(LAST_ACCESS, DataType::Int64, false));
+        let mut widths = Vec::new();
+        for mut accumulator in self.accumulators()? {
+            let states = accumulator.state()?;
+            widths.push(states.len());
+            for state in states {
+                // Numbered as the table's columns, the key hash first.
+                fields.push(Field::new(format!("state_{}", fields.len() + 1), state.data_type(), true));
+            }
+        }
+        Ok((KeyedTable::new(fields), widths))
     }
 
     /// Forgets groups idle for longer than the time-to-live (checked every half of it).
@@ -170,29 +183,32 @@ impl UpdatingAggregate {
 impl Operator for UpdatingAggregate {
     async fn open(&mut self, _info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
         let keys = self.group_columns.len();
-        let layout = self.state_layout()?;
+        let (table, widths) = self.groups_table()?;
+        let fields = table.fields();
         for batch in restored.table(GROUPS) {
-            let schema = batch.schema();
-            let (rows, access) = (schema.index_of(ROWS)?, schema.index_of(LAST_ACCESS)?);
-            let int =
-                |column: usize| {
-                    batch.column(column).as_any().downcast_ref::<Int64Array>().cloned().ok_or_else(|| {
-                        Error::Graph(format!("state column {} is not Int64", schema.field(column).name()))
-                    })
-                };
-            let (counts, accesses) = (int(rows)?, int(access)?);
+            let key_columns = table.read(batch, &fields[..keys])?;
+            let counters = table.read(batch, &fields[keys..keys + 2])?;
+            let states = table.read(batch, &fields[keys + 2..])?;
+            let int = |column: &ArrayRef| {
+                column
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .cloned()
+                    .ok_or_else(|| Error::Graph("restored state: a counter column is not Int64".into()))
+            };
+            let (counts, accesses) = (int(&counters[0])?, int(&counters[1])?);
             for row in 0..batch.num_rows() {
-                let key: Vec<ScalarValue> = (1..=keys)
-                    .map(|k| ScalarValue::try_from_array(batch.column(k), row))
+                let key: Vec<ScalarValue> = key_columns
+                    .iter()
+                    .map(|column| ScalarValue::try_from_array(column, row))
                     .collect::<datafusion::error::Result<_>>()?;
                 let mut accumulators = self.accumulators()?;
-                let mut column = access + 1;
-                for (accumulator, types) in accumulators.iter_mut().zip(&layout) {
-                    let fields = types.len();
-                    let states: Vec<ArrayRef> =
-                        (column..column + fields).map(|c| batch.column(c).slice(row, 1)).collect();
-                    accumulator.merge_batch(&states)?;
-                    column += fields;
+                let mut column = 0;
+                for (accumulator, width) in accumulators.iter_mut().zip(&widths) {
+                    let row_states: Vec<ArrayRef> =
+                        states[column..column + width].iter().map(|state| state.slice(row, 1)).collect();
+                    accumulator.merge_batch(&row_states)?;
+                    column += width;
                 }
                 // Every batch's changes were emitted before the snapshot: the emitted values
                 // are the current ones.
@@ -285,19 +301,8 @@ impl Operator for UpdatingAggregate {
     }
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
-        let mut fields = Vec::new();
-        for (i, name) in self.group_columns.iter().enumerate() {
-            fields.push(Field::new(name, self.output.field(i).data_type().clone(), true));
-        }
-        fields.push(Field::new(ROWS, DataType::Int64, false));
-        fields.push(Field::new(LAST_ACCESS, DataType::Int64, false));
-        for types in self.state_layout()? {
-            for data_type in types {
-                // Numbered as the table's columns, the key hash first.
-                fields.push(Field::new(format!("state_{}", fields.len() + 1), data_type, true));
-            }
-        }
-        let schema = keyed_schema(fields);
+        let (table, _) = self.groups_table()?;
+        let schema = table.schema().clone();
         if self.groups.is_empty() {
             return Ok(vec![StateTable {
                 name: GROUPS.into(),

@@ -19,13 +19,13 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit}
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Accumulator;
-use weir_state::keyed_schema;
 
 use crate::error::{Error, Result};
 use crate::metrics::OperatorMetrics;
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
 use crate::operators::accumulators::{self, AggregateCall};
 use crate::partition::key_hashes;
+use crate::state_table::KeyedTable;
 
 const WINDOWS: &str = "windows";
 const START: &str = "__window_start";
@@ -242,21 +242,24 @@ impl Operator for WindowAggregate {
     async fn open(&mut self, info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
         self.metrics = info.metrics.clone();
         let keys = self.group_columns.len() - 1;
+        let (table, widths) = self.windows_table()?;
+        let fields = table.fields();
         for batch in restored.table(WINDOWS) {
             let (starts, ends) = (millis_of(batch, START)?, millis_of(batch, END)?);
-            let first_key = batch.schema().index_of(END)? + 1;
+            let key_columns = table.read(batch, &fields[2..2 + keys])?;
+            let states = table.read(batch, &fields[2 + keys..])?;
             for row in 0..batch.num_rows() {
-                let key: Vec<ScalarValue> = (first_key..first_key + keys)
-                    .map(|k| ScalarValue::try_from_array(batch.column(k), row))
+                let key: Vec<ScalarValue> = key_columns
+                    .iter()
+                    .map(|column| ScalarValue::try_from_array(column, row))
                     .collect::<datafusion::error::Result<_>>()?;
                 let mut accumulators = self.accumulators()?;
-                let mut column = first_key + keys;
-                for (accumulator, aggregate) in accumulators.iter_mut().zip(&self.aggregates) {
-                    let fields = aggregate.function.state_fields()?.len();
-                    let states: Vec<ArrayRef> =
-                        (column..column + fields).map(|c| batch.column(c).slice(row, 1)).collect();
-                    accumulator.merge_batch(&states)?;
-                    column += fields;
+                let mut column = 0;
+                for (accumulator, width) in accumulators.iter_mut().zip(&widths) {
+                    let row_states: Vec<ArrayRef> =
+                        states[column..column + width].iter().map(|state| state.slice(row, 1)).collect();
+                    accumulator.merge_batch(&row_states)?;
+                    column += width;
                 }
                 let (start, end) = (starts.value(row), ends.value(row));
                 match self.kind {
@@ -352,18 +355,8 @@ impl Operator for WindowAggregate {
     }
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
-        let mut fields = vec![Field::new(START, DataType::Int64, false), Field::new(END, DataType::Int64, false)];
-        for (i, name) in self.group_columns.iter().enumerate().skip(1) {
-            fields.push(Field::new(name, self.output.field(i).data_type().clone(), true));
-        }
-        for aggregate in &self.aggregates {
-            for field in aggregate.function.state_fields()? {
-                // Numbered as the table's columns, the key hash first.
-                let name = format!("{}_{}", fields.len() + 1, field.name());
-                fields.push(Field::new(name, field.data_type().clone(), true));
-            }
-        }
-        let schema = keyed_schema(fields);
+        let (table, _) = self.windows_table()?;
+        let schema = table.schema().clone();
         let mut rows: Vec<Vec<ScalarValue>> = Vec::new();
         let groups = self.windows.values().map(HashMap::len).sum::<usize>()
             + self.sessions.values().map(Vec::len).sum::<usize>();
@@ -411,6 +404,26 @@ impl Operator for WindowAggregate {
 }
 
 impl WindowAggregate {
+    /// The windows table: each window's start and end, the group's key columns, then each
+    /// accumulator's state columns; with the number of state columns of each accumulator.
+    fn windows_table(&self) -> Result<(KeyedTable, Vec<usize>)> {
+        let mut fields = vec![Field::new(START, DataType::Int64, false), Field::new(END, DataType::Int64, false)];
+        for (i, name) in self.group_columns.iter().enumerate().skip(1) {
+            fields.push(Field::new(name, self.output.field(i).data_type().clone(), true));
+        }
+        let mut widths = Vec::new();
+        for aggregate in &self.aggregates {
+            let states = aggregate.function.state_fields()?;
+            widths.push(states.len());
+            for field in states {
+                // Numbered as the table's columns, the key hash first.
+                let name = format!("{}_{}", fields.len() + 1, field.name());
+                fields.push(Field::new(name, field.data_type().clone(), true));
+            }
+        }
+        Ok((KeyedTable::new(fields), widths))
+    }
+
     /// The partition columns of snapshot rows (`columns`: start, end, keys, states), named as
     /// the input names them, so their hash is the one the input was routed by.
     fn partition_batch(&self, columns: &[ArrayRef], rows: usize) -> Result<RecordBatch> {

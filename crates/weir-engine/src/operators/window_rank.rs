@@ -14,13 +14,13 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
-use weir_state::keyed_schema;
 
 use crate::error::{Error, Result};
 use crate::metrics::OperatorMetrics;
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
 use crate::operators::numbering::Numbering;
 use crate::partition::key_hashes;
+use crate::state_table::KeyedTable;
 
 const ROWS: &str = "rows";
 
@@ -47,6 +47,11 @@ pub struct WindowRank {
 }
 
 impl WindowRank {
+    /// The rows table: the buffered input rows of windows not yet ranked.
+    fn rows_table(&self) -> KeyedTable {
+        KeyedTable::new(self.input.fields().iter().cloned())
+    }
+
     pub fn new(
         window_column: usize,
         size_ms: i64,
@@ -158,8 +163,9 @@ impl WindowRank {
 impl Operator for WindowRank {
     async fn open(&mut self, info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
         self.metrics = info.metrics.clone();
+        let table = self.rows_table();
         for batch in restored.table(ROWS) {
-            let rows = RecordBatch::try_new(self.input.clone(), batch.columns()[1..].to_vec())?;
+            let rows = RecordBatch::try_new(self.input.clone(), table.read_all(batch)?)?;
             self.buffer(&rows)?;
         }
         Ok(())
@@ -177,7 +183,7 @@ impl Operator for WindowRank {
     }
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
-        let schema = keyed_schema(self.input.fields().iter().cloned());
+        let schema = self.rows_table().schema().clone();
         let mut batches = Vec::new();
         for batch in self.buffered.values().flatten() {
             let mut columns: Vec<ArrayRef> = vec![Arc::new(key_hashes(batch, &self.partition)?)];

@@ -9,10 +9,10 @@ use async_trait::async_trait;
 use datafusion::arrow::array::{Array, Int64Array, StringArray, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use weir_state::keyed_schema;
+use weir_state::{KEY_HASH_COLUMN, keyed_schema};
 
 use crate::error::Result;
-use crate::operator::{Collector, Operator, RestoredState, StateTable, SubtaskInfo};
+use crate::operator::{Collector, Operator, RestoredState, StateTable, SubtaskInfo, state_column};
 use crate::partition::key_hashes;
 
 const COUNTS: &str = "counts";
@@ -52,10 +52,10 @@ impl Operator for KeyedCounter {
     async fn open(&mut self, info: &SubtaskInfo, restored: RestoredState) -> Result<()> {
         self.info = Some(info.clone());
         for batch in restored.table(COUNTS) {
-            let (Some(hashes), Some(keys), Some(counts)) = (
-                batch.column(0).as_any().downcast_ref::<UInt64Array>(),
-                batch.column(1).as_any().downcast_ref::<StringArray>(),
-                batch.column(2).as_any().downcast_ref::<Int64Array>(),
+            let (Ok(hashes), Ok(keys), Ok(counts)) = (
+                state_column::<UInt64Array>(batch, KEY_HASH_COLUMN, info),
+                state_column::<StringArray>(batch, "key", info),
+                state_column::<Int64Array>(batch, "count", info),
             ) else {
                 return Err(info.error("restored counts have the wrong types"));
             };

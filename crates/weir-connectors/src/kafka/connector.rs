@@ -1,22 +1,30 @@
-//! Kafka tables as sources and sinks: their options read into the connector's configuration,
-//! and the checks that belong to planning (a format that cannot carry an updating result, a
-//! transaction timeout too short for the checkpoint interval or too long for the broker).
+//! `connector = 'kafka'`: a table's options read into the source's and the sink's
+//! configuration, the checks that belong to planning (a format that cannot carry an updating
+//! result, a transaction timeout too short for the checkpoint interval), and those only the
+//! brokers can answer before a pipeline starts (the timeout within the broker's maximum, the
+//! topics there).
 
 use std::time::Duration;
 
-use weir_connectors::kafka::{
-    BadRecords, Delivery, KafkaConnection, KafkaSinkConfig, KafkaSourceConfig, SinkFormat, SourceFormat, StartupMode,
-    TopicCreation, TopicError, pool_size,
-};
+use async_trait::async_trait;
 
-use crate::catalog::TableDef;
-use crate::error::Result;
-use crate::plan_err;
-use crate::plan_options::PlanOptions;
+use std::sync::Arc;
+
+use weir_engine::two_phase_commit::TwoPhaseCommitSink;
+
+use super::{
+    BadRecords, Delivery, KafkaConnection, KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig, SinkFormat,
+    SourceFormat, StartupMode, TopicCreation, TopicError, pool_size,
+};
+use crate::connector::{
+    Connector, ConnectorTable, NodeContext, PlanOptions, PlannedSink, PlannedSource, Preflight, PreflightPhase,
+};
+use crate::options::{ANY_COUNT, Kind, OptionSpec, option, required};
+use crate::{Result, plan_err};
 
 /// weir's default transaction timeout: the broker's default `transaction.max.timeout.ms`, so
 /// a pending transaction survives as long a recovery as the broker allows.
-pub const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 900_000;
+const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 900_000;
 /// On top of the checkpoint interval, the least a transaction timeout must leave for the
 /// checkpoint itself and a recovery.
 const TIMEOUT_MARGIN: Duration = Duration::from_secs(60);
@@ -25,18 +33,18 @@ const DEFAULT_DISCOVERY_INTERVAL: Duration = Duration::from_secs(10);
 
 /// A transaction timeout to check against the broker's maximum (which only the broker knows).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TransactionTimeout {
-    pub table: String,
-    pub connection: KafkaConnection,
-    pub timeout_ms: u64,
+struct TransactionTimeout {
+    table: String,
+    connection: KafkaConnection,
+    timeout_ms: u64,
 }
 
-fn connection(table: &TableDef) -> Result<KafkaConnection> {
-    let Some(bootstrap) = table.connector.get("bootstrap.servers") else {
+fn connection(table: &ConnectorTable) -> Result<KafkaConnection> {
+    let Some(bootstrap) = table.options.get("bootstrap.servers") else {
         return plan_err!("table '{}': option 'bootstrap.servers' is required", table.name);
     };
     let properties = table
-        .connector
+        .options
         .values
         .iter()
         .filter_map(|(k, v)| k.strip_prefix("kafka.").map(|k| (k.to_string(), v.clone())))
@@ -46,20 +54,20 @@ fn connection(table: &TableDef) -> Result<KafkaConnection> {
 
 /// An exactly-once writer's recovery speaks to the brokers itself (librdkafka cannot end a
 /// transaction another process began): refuse here security settings it could not connect with.
-fn check_recovery_client(table: &TableDef, connection: &KafkaConnection) -> Result<()> {
+fn check_recovery_client(table: &ConnectorTable, connection: &KafkaConnection) -> Result<()> {
     if let Err(message) = connection.transactions_client() {
         return plan_err!("table '{}': exactly-once writing: {message}", table.name);
     }
     Ok(())
 }
 
-fn delivery(table: &TableDef) -> Delivery {
-    table.connector.get("delivery").and_then(Delivery::parse).unwrap_or(Delivery::ExactlyOnce)
+fn delivery(table: &ConnectorTable) -> Delivery {
+    table.options.get("delivery").and_then(Delivery::parse).unwrap_or(Delivery::ExactlyOnce)
 }
 
-fn prefix(table: &TableDef, options: &PlanOptions, node: &str) -> String {
+fn prefix(table: &ConnectorTable, options: &PlanOptions, node: &str) -> String {
     table
-        .connector
+        .options
         .get("transactional_id.prefix")
         .map_or_else(|| format!("{}-{node}", options.pipeline_name), str::to_string)
 }
@@ -70,14 +78,14 @@ fn prefix(table: &TableDef, options: &PlanOptions, node: &str) -> String {
 /// from its barrier until its checkpoint completes (up to checkpoint.timeout), or, if that one
 /// fails, until the next does (an interval later); after a crash, until the restart (up to the
 /// longest back-off) and its recovery commit it.
-fn transaction_timeout(table: &TableDef, options: &PlanOptions) -> Result<(u32, Option<TransactionTimeout>)> {
-    if table.connector.get("kafka.transaction.timeout.ms").is_some() {
+fn transaction_timeout(table: &ConnectorTable, options: &PlanOptions) -> Result<(u32, Option<TransactionTimeout>)> {
+    if table.options.get("kafka.transaction.timeout.ms").is_some() {
         return plan_err!(
             "table '{}': give the transaction timeout as 'transaction.timeout.ms' (checked against the checkpoints), not as the librdkafka pass-through 'kafka.transaction.timeout.ms'",
             table.name
         );
     }
-    let timeout_ms = table.connector.integer("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS);
+    let timeout_ms = table.options.integer("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS);
     if delivery(table) != Delivery::ExactlyOnce {
         return Ok((timeout_ms as u32, None));
     }
@@ -110,18 +118,18 @@ fn transaction_timeout(table: &TableDef, options: &PlanOptions) -> Result<(u32, 
 }
 
 /// A Kafka table read as a source by graph node `node`.
-pub fn source_config(
-    table: &TableDef,
+fn source_config(
+    table: &ConnectorTable,
     options: &PlanOptions,
     node: &str,
 ) -> Result<(KafkaSourceConfig, Option<TransactionTimeout>)> {
     let name = &table.name;
-    let options_of = &table.connector;
+    let options_of = &table.options;
     let format = match options_of.get("format") {
         Some("json") => SourceFormat::Json,
         Some("raw") => SourceFormat::Raw,
         Some("debezium_json") => {
-            if let Some(field) = table.schema.fields().iter().find(|f| weir_connectors::json_type::is_json(f)) {
+            if let Some(field) = table.schema.fields().iter().find(|f| crate::json_type::is_json(f)) {
                 return plan_err!(
                     "table '{name}': format 'debezium_json' does not read JSON-typed columns yet ('{}'): declare it VARCHAR and write its value as a JSON string, or read the topic with format 'json'",
                     field.name()
@@ -210,30 +218,30 @@ pub fn source_config(
 }
 
 /// The transactional ids' prefix of a source's exactly-once dead-letter writer, if it has one.
-pub fn dead_letter_prefix(config: &KafkaSourceConfig) -> Option<String> {
+fn dead_letter_prefix(config: &KafkaSourceConfig) -> Option<String> {
     let dead_letters = matches!(config.bad_records, BadRecords::DeadLetter { .. });
     (dead_letters && config.delivery == Delivery::ExactlyOnce)
-        .then(|| weir_connectors::kafka::source::dead_letter_prefix(&config.transactional_id_prefix))
+        .then(|| super::source::dead_letter_prefix(&config.transactional_id_prefix))
 }
 
 /// A Kafka table written by graph node `node`; `updating`: the query's result is a changelog.
-pub fn sink_config(
-    table: &TableDef,
+fn sink_config(
+    table: &ConnectorTable,
     updating: bool,
     options: &PlanOptions,
     node: &str,
 ) -> Result<(KafkaSinkConfig, Option<TransactionTimeout>)> {
     let name = &table.name;
-    let Some(format) = table.connector.get("format").and_then(SinkFormat::parse) else {
+    let Some(format) = table.options.get("format").and_then(SinkFormat::parse) else {
         return plan_err!("table '{name}': option 'format' must be 'json', 'raw', 'upsert' or 'debezium_json'");
     };
     if updating && !format.takes_updates() {
         return plan_err!(
             "table '{name}': format '{}' takes append-only rows, and this query's result is updating (a changelog): use format = 'upsert' with key.fields, or 'debezium_json'",
-            table.connector.get("format").unwrap_or_default()
+            table.options.get("format").unwrap_or_default()
         );
     }
-    let topic = table.connector.get("topic").unwrap_or_default();
+    let topic = table.options.get("topic").unwrap_or_default();
     if topic.contains(',') {
         return plan_err!(
             "table '{name}': a sink writes one topic; '{topic}' names several (make one table per topic)"
@@ -241,7 +249,7 @@ pub fn sink_config(
     }
     let (timeout_ms, check) = transaction_timeout(table, options)?;
     let key_fields = table
-        .connector
+        .options
         .get("key.fields")
         .map(|k| k.split(',').map(|f| f.trim().to_string()).collect())
         .unwrap_or_default();
@@ -263,41 +271,42 @@ pub fn sink_config(
         create_topic,
     };
     // Builds one, so a format that does not fit the table fails here rather than at run time.
-    if let Err(message) = weir_connectors::kafka::KafkaSink::new(config.clone()) {
+    if let Err(message) = super::KafkaSink::new(config.clone()) {
         return plan_err!("table '{name}': {message}");
     }
     Ok((config, check))
 }
 
-/// Checks each transaction timeout against its broker's `transaction.max.timeout.ms`.
-pub async fn check_against_brokers(checks: &[TransactionTimeout]) -> Result<()> {
-    for check in checks {
-        let maximum = match check.connection.max_transaction_timeout_ms().await {
+/// Checks the transaction timeout against its broker's `transaction.max.timeout.ms`.
+#[async_trait]
+impl Preflight for TransactionTimeout {
+    async fn check(&self) -> Result<()> {
+        let maximum = match self.connection.max_transaction_timeout_ms().await {
             Ok(maximum) => maximum,
             Err(message) => {
                 return plan_err!(
                     "table '{}': cannot check transaction.timeout.ms against the broker's maximum: {message}",
-                    check.table
+                    self.table
                 );
             }
         };
-        if check.timeout_ms > maximum {
+        if self.timeout_ms > maximum {
             return plan_err!(
                 "table '{}': transaction.timeout.ms = {} exceeds the broker's transaction.max.timeout.ms = {maximum} by {} ms: lower it, or raise the broker's maximum",
-                check.table,
-                check.timeout_ms,
-                check.timeout_ms - maximum
+                self.table,
+                self.timeout_ms,
+                self.timeout_ms - maximum
             );
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// How weir creates a sink table's topic when it is missing: `sink.create-topic` (off: a missing
 /// topic is an error), with `sink.create-topic.partitions` and `.replication-factor` (the
 /// broker's defaults without them).
-fn topic_creation(table: &TableDef) -> Result<Option<TopicCreation>> {
-    let options = &table.connector;
+fn topic_creation(table: &ConnectorTable) -> Result<Option<TopicCreation>> {
+    let options = &table.options;
     let count = |name: &str| options.get(name).map(|_| options.integer(name, 1) as i32);
     let creation = TopicCreation {
         partitions: count("sink.create-topic.partitions"),
@@ -319,19 +328,19 @@ fn topic_creation(table: &TableDef) -> Result<Option<TopicCreation>> {
 /// a missing one would make a source retry forever, and have a producer either fail late or
 /// (with the broker's auto-creation) write into a topic nobody configured.
 #[derive(Debug, Clone)]
-pub struct TopicCheck {
-    pub table: String,
-    pub connection: KafkaConnection,
-    pub topic: String,
+struct TopicCheck {
+    table: String,
+    connection: KafkaConnection,
+    topic: String,
     /// `None`: must exist; `Some`: created when missing (`sink.create-topic`).
-    pub create: Option<TopicCreation>,
+    create: Option<TopicCreation>,
     /// The option that lets weir create it, named in the error (none for a source's topics).
-    pub create_option: Option<&'static str>,
+    create_option: Option<&'static str>,
 }
 
 impl TopicCheck {
     /// The topics a Kafka source reads, and its dead-letter topic.
-    pub fn of_source(table: &str, config: &KafkaSourceConfig) -> Vec<Self> {
+    fn of_source(table: &str, config: &KafkaSourceConfig) -> Vec<Self> {
         let check = |topic: &str, create, create_option| Self {
             table: table.to_string(),
             connection: config.connection.clone(),
@@ -347,7 +356,7 @@ impl TopicCheck {
     }
 
     /// The topic a Kafka sink writes.
-    pub fn of_sink(table: &str, config: &KafkaSinkConfig) -> Self {
+    fn of_sink(table: &str, config: &KafkaSinkConfig) -> Self {
         Self {
             table: table.to_string(),
             connection: config.connection.clone(),
@@ -358,28 +367,126 @@ impl TopicCheck {
     }
 }
 
-/// Fails naming the first topic its brokers do not have (and weir may not create), after
-/// creating those weir was asked to.
-pub async fn check_topics(checks: &[TopicCheck]) -> Result<()> {
-    for check in checks {
-        match check.connection.ensure_topic(&check.topic, check.create).await {
-            Ok(()) => {}
+/// Fails naming the topic when its brokers do not have it (and weir may not create it), after
+/// creating it when weir was asked to.
+#[async_trait]
+impl Preflight for TopicCheck {
+    fn phase(&self) -> PreflightPhase {
+        PreflightPhase::Provision
+    }
+
+    async fn check(&self) -> Result<()> {
+        match self.connection.ensure_topic(&self.topic, self.create).await {
+            Ok(()) => Ok(()),
             Err(TopicError::Missing(message)) => {
-                let fix = match check.create_option {
+                let fix = match self.create_option {
                     None => "create it, or correct the table's 'topic'".to_string(),
                     Some(option) => format!("create it, or let weir create it with '{option}' = 'true'"),
                 };
-                return plan_err!("table '{}': {message}: {fix}", check.table);
+                plan_err!("table '{}': {message}: {fix}", self.table)
             }
             Err(TopicError::Unavailable(message)) => {
-                return plan_err!("table '{}': cannot check its topics on the brokers: {message}", check.table);
+                plan_err!("table '{}': cannot check its topics on the brokers: {message}", self.table)
             }
         }
     }
-    Ok(())
 }
 
-/// Whether reading `table` gives a changelog (Debezium change events) rather than appends.
-pub fn is_changelog_source(table: &TableDef) -> bool {
-    table.connector.connector == "kafka" && table.connector.get("format") == Some("debezium_json")
+pub struct KafkaConnector;
+
+const OPTIONS: &[OptionSpec] = &[
+    required("bootstrap.servers", Kind::Text),
+    required("topic", Kind::Text),
+    required("format", Kind::OneOf(&["json", "raw", "debezium_json", "upsert"])),
+    option("scan.startup.mode", Kind::OneOf(&["earliest", "latest", "group", "timestamp"])),
+    option("scan.startup.timestamp_ms", ANY_COUNT),
+    option("group.id", Kind::Text),
+    option("bad_records", Kind::OneOf(&["fail", "skip", "dead_letter"])),
+    option("dead_letter.topic", Kind::Text),
+    option("dead_letter.create-topic", Kind::Boolean),
+    option("sink.create-topic", Kind::Boolean),
+    option("sink.create-topic.partitions", Kind::Integer { min: 1, max: 100_000 }),
+    option("sink.create-topic.replication-factor", Kind::Integer { min: 1, max: 32_767 }),
+    option("delivery", Kind::OneOf(&["exactly_once", "at_least_once", "none"])),
+    option("transactional_id.prefix", Kind::Text),
+    option("transaction.timeout.ms", Kind::Integer { min: 1000, max: 3_600_000 }),
+    option("key.fields", Kind::Text),
+    option("scan.bounded.mode", Kind::OneOf(&["unbounded", "latest"])),
+    option("timestamp_column", Kind::Text),
+    option("watermark.idle_timeout", Kind::Duration),
+    option("scan.partition_discovery.interval", Kind::Duration),
+    option("batch_size", Kind::Integer { min: 1, max: 1_000_000 }),
+];
+
+/// The checks a table's pre-flight runs: its transaction timeout (when it writes
+/// transactionally), then its topics.
+fn preflight(timeout: Option<TransactionTimeout>, topics: Vec<TopicCheck>) -> Vec<Arc<dyn Preflight>> {
+    let timeout = timeout.map(|check| Arc::new(check) as Arc<dyn Preflight>);
+    timeout.into_iter().chain(topics.into_iter().map(|check| Arc::new(check) as Arc<dyn Preflight>)).collect()
+}
+
+impl Connector for KafkaConnector {
+    fn name(&self) -> &'static str {
+        "kafka"
+    }
+
+    fn options(&self) -> &'static [OptionSpec] {
+        OPTIONS
+    }
+
+    /// librdkafka's own properties, as `kafka.<property>`.
+    fn pass_through(&self) -> Option<&'static str> {
+        Some("kafka.")
+    }
+
+    fn reading(&self, table: &ConnectorTable) -> String {
+        let options = &table.options;
+        let topic = options.get("topic").unwrap_or_default();
+        let from = match options.get("scan.startup.mode") {
+            Some("latest") => "from the latest offset (only records written from now on)".to_string(),
+            Some("group") => {
+                format!("from group '{}''s committed offsets", options.get("group.id").unwrap_or_default())
+            }
+            Some("timestamp") => {
+                format!("from timestamp {} ms", options.get("scan.startup.timestamp_ms").unwrap_or_default())
+            }
+            _ => "from the earliest offset".to_string(),
+        };
+        let until = match options.get("scan.bounded.mode") {
+            Some("latest") => ", until the offsets of the start",
+            _ => "",
+        };
+        format!("{}: kafka topic '{topic}' {from}{until}", table.name)
+    }
+
+    fn source(&self, table: &ConnectorTable, _: usize, context: NodeContext<'_>) -> Result<PlannedSource> {
+        let (config, timeout) = source_config(table, context.options, context.node)?;
+        let topics = TopicCheck::of_source(&table.name, &config);
+        let changelog = config.format == SourceFormat::DebeziumJson;
+        let assigns_watermarks = config.event_time.is_some();
+        Ok(PlannedSource {
+            transactional_prefixes: dead_letter_prefix(&config).into_iter().collect(),
+            factory: Arc::new(move |_| Ok(Box::new(KafkaSource::new(config.clone())))),
+            state: "the next offset of each partition".into(),
+            assigns_watermarks,
+            changelog,
+            preflight: preflight(timeout, topics),
+        })
+    }
+
+    fn sink(&self, table: &ConnectorTable, updating: bool, context: NodeContext<'_>) -> Result<PlannedSink> {
+        let (config, timeout) = sink_config(table, updating, context.options, context.node)?;
+        let topics = vec![TopicCheck::of_sink(&table.name, &config)];
+        let exactly_once = config.delivery == Delivery::ExactlyOnce;
+        Ok(PlannedSink {
+            transactional_prefixes: exactly_once.then(|| config.transactional_id_prefix.clone()).into_iter().collect(),
+            state: exactly_once
+                .then(|| "the open transactions of checkpoints not yet complete (id, producer id, epoch)".to_string()),
+            factory: Arc::new(move |_| {
+                let sink = KafkaSink::new(config.clone()).map_err(weir_engine::Error::Graph)?;
+                Ok(Box::new(TwoPhaseCommitSink::new(sink)))
+            }),
+            preflight: preflight(timeout, topics),
+        })
+    }
 }

@@ -1,5 +1,7 @@
-//! The connectors a table may name and the options each accepts. Validation happens at CREATE
-//! TABLE, so a typo fails then, with the option's name and what it accepts, never at run time.
+//! A table's WITH options: what values each option takes ([`OptionSpec`]), their validation
+//! against the connector's specs, and the validated values ([`ConnectorOptions`]). Validation
+//! happens at CREATE TABLE, so a typo fails then, with the option's name and what it accepts,
+//! never at run time.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -18,6 +20,8 @@ pub enum Kind {
     Duration,
     /// A size such as '128 MB', '64kb', '1048576'.
     Size,
+    /// A path on the local filesystem: confined to the directories a service allows.
+    Path,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,75 +31,22 @@ pub struct OptionSpec {
     pub required: bool,
 }
 
-const fn option(name: &'static str, kind: Kind) -> OptionSpec {
+pub const fn option(name: &'static str, kind: Kind) -> OptionSpec {
     OptionSpec { name, kind, required: false }
 }
 
-const fn required(name: &'static str, kind: Kind) -> OptionSpec {
+pub const fn required(name: &'static str, kind: Kind) -> OptionSpec {
     OptionSpec { name, kind, required: true }
 }
 
-const ANY_COUNT: Kind = Kind::Integer { min: 0, max: u64::MAX };
+/// Any count, zero included.
+pub const ANY_COUNT: Kind = Kind::Integer { min: 0, max: u64::MAX };
 
 /// Options every table accepts: which column is the event time, and how late its records may
 /// be (the watermark is the largest event time seen minus this delay); or the name of a
 /// processing-time column to add.
-const TIME: [OptionSpec; 3] =
+pub const TIME: [OptionSpec; 3] =
     [option("event_time", Kind::Text), option("watermark_delay", Kind::Duration), option("proctime", Kind::Text)];
-
-const NEXMARK: &[OptionSpec] = &[
-    option("seed", ANY_COUNT),
-    option("rate", Kind::Integer { min: 1, max: u64::MAX }),
-    option("events", ANY_COUNT),
-    option("splits", Kind::Integer { min: 1, max: 1024 }),
-    option("batch_size", Kind::Integer { min: 1, max: 1_000_000 }),
-    option("as_fast_as_possible", Kind::Boolean),
-];
-
-const KAFKA: &[OptionSpec] = &[
-    required("bootstrap.servers", Kind::Text),
-    required("topic", Kind::Text),
-    required("format", Kind::OneOf(&["json", "raw", "debezium_json", "upsert"])),
-    option("scan.startup.mode", Kind::OneOf(&["earliest", "latest", "group", "timestamp"])),
-    option("scan.startup.timestamp_ms", ANY_COUNT),
-    option("group.id", Kind::Text),
-    option("bad_records", Kind::OneOf(&["fail", "skip", "dead_letter"])),
-    option("dead_letter.topic", Kind::Text),
-    option("dead_letter.create-topic", Kind::Boolean),
-    option("sink.create-topic", Kind::Boolean),
-    option("sink.create-topic.partitions", Kind::Integer { min: 1, max: 100_000 }),
-    option("sink.create-topic.replication-factor", Kind::Integer { min: 1, max: 32_767 }),
-    option("delivery", Kind::OneOf(&["exactly_once", "at_least_once", "none"])),
-    option("transactional_id.prefix", Kind::Text),
-    option("transaction.timeout.ms", Kind::Integer { min: 1000, max: 3_600_000 }),
-    option("key.fields", Kind::Text),
-    option("scan.bounded.mode", Kind::OneOf(&["unbounded", "latest"])),
-    option("timestamp_column", Kind::Text),
-    option("watermark.idle_timeout", Kind::Duration),
-    option("scan.partition_discovery.interval", Kind::Duration),
-    option("batch_size", Kind::Integer { min: 1, max: 1_000_000 }),
-];
-
-const FILESYSTEM: &[OptionSpec] = &[
-    required("path", Kind::Text),
-    required("format", Kind::OneOf(&["parquet", "json"])),
-    // Columns whose values name the rows' directories (also written PARTITIONED BY (...)).
-    option("partition.fields", Kind::Text),
-    option("sink.rolling-policy.file-size", Kind::Size),
-];
-
-const PREVIEW: &[OptionSpec] = &[option("capacity", Kind::Integer { min: 1, max: 10_000_000 })];
-
-const BLACKHOLE: &[OptionSpec] = &[];
-
-/// The connectors, with their own options.
-pub const CONNECTORS: &[(&str, &[OptionSpec])] = &[
-    ("nexmark", NEXMARK),
-    ("kafka", KAFKA),
-    ("filesystem", FILESYSTEM),
-    ("preview", PREVIEW),
-    ("blackhole", BLACKHOLE),
-];
 
 /// A table's connector and its validated options.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,6 +133,7 @@ fn accepted(kind: Kind) -> String {
         Kind::Integer { min, max } => format!("an integer from {min} to {max}"),
         Kind::Boolean => "'true' or 'false'".into(),
         Kind::Text => "any text".into(),
+        Kind::Path => "a path".into(),
         Kind::OneOf(values) => {
             format!("one of {}", values.iter().map(|v| format!("'{v}'")).collect::<Vec<_>>().join(", "))
         }
@@ -194,7 +146,7 @@ fn check(spec: &OptionSpec, value: &str) -> Result<(), String> {
     let valid = match spec.kind {
         Kind::Integer { min, max } => value.parse::<u64>().is_ok_and(|v| (min..=max).contains(&v)),
         Kind::Boolean => parse_bool(value).is_some(),
-        Kind::Text => !value.is_empty(),
+        Kind::Text | Kind::Path => !value.is_empty(),
         Kind::OneOf(values) => values.contains(&value),
         Kind::Duration => parse_duration(value).is_ok(),
         Kind::Size => parse_size(value).is_ok_and(|bytes| bytes > 0),
@@ -206,24 +158,22 @@ fn check(spec: &OptionSpec, value: &str) -> Result<(), String> {
     }
 }
 
-/// Validates a table's WITH options; the error names the option and what it accepts.
-pub fn validate(options: BTreeMap<String, String>) -> Result<ConnectorOptions, String> {
-    let names: Vec<&str> = CONNECTORS.iter().map(|(name, _)| *name).collect();
-    let Some(connector) = options.get("connector").cloned() else {
-        return Err(format!("option 'connector' is missing: expected one of {}", names.join(", ")));
-    };
-    let Some((_, specs)) = CONNECTORS.iter().find(|(name, _)| *name == connector) else {
-        return Err(format!("connector '{connector}' is unknown: expected one of {}", names.join(", ")));
-    };
-    let mut values = options;
-    values.remove("connector");
-    for (name, value) in &values {
-        if connector == "kafka" && name.starts_with("kafka.") {
-            continue; // passed to librdkafka as it is
+/// Checks `values` (every WITH option but `connector`) against the options of `connector`
+/// (`specs` and the [`TIME`] options; names under `pass_through` go to the connector's client
+/// as they are); the error names the option and what it accepts.
+pub fn check_options(
+    connector: &str,
+    specs: &[OptionSpec],
+    pass_through: Option<&str>,
+    values: &BTreeMap<String, String>,
+) -> Result<(), String> {
+    for (name, value) in values {
+        if pass_through.is_some_and(|prefix| name.starts_with(prefix)) {
+            continue;
         }
         let Some(spec) = specs.iter().chain(TIME.iter()).find(|s| s.name == name) else {
             let known: Vec<&str> = specs.iter().chain(TIME.iter()).map(|s| s.name).collect();
-            let extra = if connector == "kafka" { ", or 'kafka.<librdkafka property>'" } else { "" };
+            let extra = pass_through.map(|prefix| format!(", or '{prefix}<client property>'")).unwrap_or_default();
             return Err(format!(
                 "option '{name}' is unknown for connector '{connector}': expected {}{extra}",
                 known.join(", ")
@@ -240,67 +190,12 @@ pub fn validate(options: BTreeMap<String, String>) -> Result<ConnectorOptions, S
             ));
         }
     }
-    Ok(ConnectorOptions { connector, values })
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn options(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-    }
-
-    #[test]
-    fn valid_options_pass_and_are_read_back() {
-        let nexmark =
-            validate(options(&[("connector", "nexmark"), ("events", "1000"), ("as_fast_as_possible", "true")]))
-                .unwrap();
-        assert_eq!(nexmark.connector, "nexmark");
-        assert_eq!(nexmark.integer("events", 0), 1000);
-        assert!(nexmark.boolean("as_fast_as_possible", false));
-        let kafka = validate(options(&[
-            ("connector", "kafka"),
-            ("bootstrap.servers", "127.0.0.1:9092"),
-            ("topic", "in"),
-            ("format", "json"),
-            ("kafka.fetch.min.bytes", "1"),
-            ("event_time", "ts"),
-            ("watermark_delay", "5 seconds"),
-        ]))
-        .unwrap();
-        assert_eq!(kafka.duration("watermark_delay"), Some(Duration::from_secs(5)));
-    }
-
-    #[test]
-    fn errors_name_the_option_and_what_it_accepts() {
-        let error = |pairs: &[(&str, &str)]| validate(options(pairs)).unwrap_err();
-        assert_eq!(
-            error(&[("connector", "kafak")]),
-            "connector 'kafak' is unknown: expected one of nexmark, kafka, filesystem, preview, blackhole"
-        );
-        assert!(error(&[]).contains("option 'connector' is missing"));
-        assert_eq!(
-            error(&[("connector", "nexmark"), ("rate", "fast")]),
-            "option 'rate' = 'fast' is invalid: expected an integer of at least 1"
-        );
-        assert!(
-            error(&[("connector", "nexmark"), ("speed", "1")])
-                .starts_with("option 'speed' is unknown for connector 'nexmark': expected seed, rate,")
-        );
-        assert_eq!(
-            error(&[("connector", "kafka"), ("bootstrap.servers", "b"), ("topic", "t"), ("format", "xml")]),
-            "option 'format' = 'xml' is invalid: expected one of 'json', 'raw', 'debezium_json', 'upsert'"
-        );
-        assert_eq!(
-            error(&[("connector", "filesystem"), ("format", "json")]),
-            "option 'path' is required by connector 'filesystem' (any text)"
-        );
-        assert!(
-            error(&[("connector", "blackhole"), ("watermark_delay", "soon")])
-                .contains("a duration such as '5 seconds'")
-        );
-    }
 
     #[test]
     fn durations_read_the_usual_units() {
@@ -316,13 +211,10 @@ mod tests {
         assert_eq!(parse_size("64kb"), Ok(64 << 10));
         assert_eq!(parse_size("4096"), Ok(4096));
         assert!(parse_size("big").is_err());
-        let table = validate(options(&[
-            ("connector", "filesystem"),
-            ("path", "/tmp/x"),
-            ("format", "json"),
-            ("partition.fields", " dt, hr "),
-        ]))
-        .unwrap();
+        let table = ConnectorOptions {
+            connector: "filesystem".into(),
+            values: BTreeMap::from([("partition.fields".to_string(), " dt, hr ".to_string())]),
+        };
         assert_eq!(table.list("partition.fields"), vec!["dt", "hr"]);
         assert_eq!(table.size("sink.rolling-policy.file-size", 7), 7);
     }

@@ -1,0 +1,192 @@
+//! The options `SET` gives the next pipelines, parsed once, when set, into typed
+//! [`PipelineOptions`]; the planner and the runtime configuration read the typed values, and a
+//! service stores them with each pipeline as JSON, to plan it again exactly so on a resume.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use weir_connectors::PlanOptions;
+use weir_connectors::options::parse_duration;
+use weir_engine::{CheckpointMode, PipelineConfig};
+
+/// Every pipeline option, with what it accepts (for errors and for clients to complete).
+pub const PIPELINE_OPTIONS: &[(&str, &str)] = &[
+    ("checkpoint.mode", "'exactly_once' or 'at_least_once'"),
+    ("checkpoint.unaligned", "'true' or 'false'"),
+    ("checkpoint.aligned_timeout", "a duration such as '100 ms'"),
+    ("checkpoint.interval", "a duration such as '10 s', or 'off'"),
+    ("checkpoint.max_concurrent", "an integer from 1 to 16"),
+    ("checkpoint.timeout", "a duration such as '2 min' (a checkpoint not complete by then is aborted)"),
+    ("checkpoint.retained", "an integer from 1 to 1000"),
+    ("parallelism", "an integer from 1 to 256"),
+    ("state.ttl", "a duration such as '1 hour', or 'off' (updating aggregates and regular joins)"),
+    ("pipeline.name", "a name of letters, digits, '-' and '_' (names the pipelines' Kafka transactional ids)"),
+];
+
+/// A duration that may be switched off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Every {
+    Off,
+    Every(Duration),
+}
+
+impl Every {
+    fn duration(self) -> Option<Duration> {
+        match self {
+            Every::Off => None,
+            Every::Every(duration) => Some(duration),
+        }
+    }
+}
+
+/// The options set, each `None` until `SET` (the runtime's default then applies).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PipelineOptions {
+    /// `checkpoint.mode`: whether checkpoints are exactly-once (barriers aligned).
+    pub exactly_once: Option<bool>,
+    pub unaligned: Option<bool>,
+    pub aligned_timeout: Option<Duration>,
+    pub checkpoint_interval: Option<Every>,
+    pub max_concurrent_checkpoints: Option<usize>,
+    pub checkpoint_timeout: Option<Duration>,
+    pub retained_checkpoints: Option<usize>,
+    pub parallelism: Option<usize>,
+    pub state_ttl: Option<Every>,
+    pub pipeline_name: Option<String>,
+}
+
+impl PipelineOptions {
+    /// Sets option `name` from its SQL text; the error names what it accepts.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+        let Some((_, accepted)) = PIPELINE_OPTIONS.iter().find(|(n, _)| *n == name) else {
+            let names: Vec<&str> = PIPELINE_OPTIONS.iter().map(|(n, _)| *n).collect();
+            return Err(format!("'{name}' is not a pipeline option: expected one of {}", names.join(", ")));
+        };
+        let invalid = || format!("'{name}' = '{value}' is invalid: expected {accepted}");
+        let count = |min: usize, max: usize| {
+            value.parse::<usize>().ok().filter(|v| (min..=max).contains(v)).ok_or_else(invalid)
+        };
+        let boolean = || match value {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(invalid()),
+        };
+        let positive = || parse_duration(value).ok().filter(|d| !d.is_zero()).ok_or_else(invalid);
+        let every = || match value {
+            "off" => Ok(Every::Off),
+            _ => positive().map(Every::Every),
+        };
+        match name {
+            "checkpoint.mode" => {
+                self.exactly_once = Some(match value {
+                    "exactly_once" => true,
+                    "at_least_once" => false,
+                    _ => return Err(invalid()),
+                })
+            }
+            "checkpoint.unaligned" => self.unaligned = Some(boolean()?),
+            "checkpoint.aligned_timeout" => self.aligned_timeout = Some(parse_duration(value).map_err(|_| invalid())?),
+            "checkpoint.interval" => self.checkpoint_interval = Some(every()?),
+            "checkpoint.max_concurrent" => self.max_concurrent_checkpoints = Some(count(1, 16)?),
+            "checkpoint.timeout" => self.checkpoint_timeout = Some(positive()?),
+            "checkpoint.retained" => self.retained_checkpoints = Some(count(1, 1000)?),
+            "parallelism" => self.parallelism = Some(count(1, 256)?),
+            "state.ttl" => self.state_ttl = Some(every()?),
+            _ => {
+                if value.is_empty() || !value.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                    return Err(invalid());
+                }
+                self.pipeline_name = Some(value.to_string());
+            }
+        }
+        Ok(())
+    }
+
+    /// The runtime configuration the options describe (the runtime's defaults where unset).
+    pub fn config(&self) -> PipelineConfig {
+        let mut config = PipelineConfig::default();
+        let checkpoint = &mut config.checkpoint;
+        if let Some(interval) = self.checkpoint_interval {
+            checkpoint.interval = interval.duration();
+        }
+        checkpoint.mode = match (self.exactly_once, self.unaligned, self.aligned_timeout) {
+            (Some(false), _, _) => CheckpointMode::AtLeastOnce,
+            (_, Some(true), _) => CheckpointMode::Unaligned,
+            (_, _, Some(timeout)) => CheckpointMode::AlignedTimeout(timeout),
+            _ => CheckpointMode::Aligned,
+        };
+        if let Some(n) = self.max_concurrent_checkpoints {
+            checkpoint.max_concurrent = n;
+        }
+        if let Some(timeout) = self.checkpoint_timeout {
+            checkpoint.timeout = timeout;
+        }
+        if let Some(n) = self.retained_checkpoints {
+            checkpoint.retained = n;
+        }
+        config
+    }
+
+    /// What planning needs, for the pipeline named `name` running with `config`.
+    pub fn plan_options(&self, name: &str, config: &PipelineConfig) -> PlanOptions {
+        PlanOptions {
+            parallelism: self.parallelism.unwrap_or(1),
+            state_ttl: self.state_ttl.and_then(Every::duration),
+            pipeline_name: name.to_string(),
+            checkpoint_interval: config.checkpoint.interval,
+            exactly_once_checkpoints: !matches!(config.checkpoint.mode, CheckpointMode::AtLeastOnce),
+            max_concurrent_checkpoints: config.checkpoint.max_concurrent,
+            checkpoint_timeout: config.checkpoint.timeout,
+            max_restart_backoff: config.restart.max_backoff,
+        }
+    }
+
+    /// The options as stored with a pipeline.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| "{}".into())
+    }
+
+    /// Options stored by [`Self::to_json`].
+    pub fn from_json(json: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(json)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_are_parsed_once_into_typed_values_and_survive_json() {
+        let mut options = PipelineOptions::default();
+        options.set("checkpoint.interval", "200 ms").unwrap();
+        options.set("checkpoint.unaligned", "true").unwrap();
+        options.set("state.ttl", "off").unwrap();
+        options.set("parallelism", "3").unwrap();
+        options.set("pipeline.name", "orders_1").unwrap();
+        assert_eq!(options.checkpoint_interval, Some(Every::Every(Duration::from_millis(200))));
+        let config = options.config();
+        assert_eq!(config.checkpoint.interval, Some(Duration::from_millis(200)));
+        assert_eq!(config.checkpoint.mode, CheckpointMode::Unaligned);
+        let plan = options.plan_options("orders_1-1", &config);
+        assert_eq!((plan.parallelism, plan.state_ttl), (3, None));
+        assert_eq!(PipelineOptions::from_json(&options.to_json()).unwrap(), options);
+        assert_eq!(PipelineOptions::from_json("{}").unwrap(), PipelineOptions::default());
+    }
+
+    #[test]
+    fn a_wrong_value_names_what_the_option_accepts() {
+        let mut options = PipelineOptions::default();
+        assert_eq!(
+            options.set("checkpoint.mode", "sometimes").unwrap_err(),
+            "'checkpoint.mode' = 'sometimes' is invalid: expected 'exactly_once' or 'at_least_once'"
+        );
+        assert!(options.set("checkpoint.timeout", "0 s").is_err());
+        assert!(options.set("parallelism", "257").is_err());
+        assert!(options.set("pipeline.name", "a b").is_err());
+        assert!(options.set("paralelism", "2").unwrap_err().starts_with("'paralelism' is not a pipeline option"));
+        assert_eq!(options, PipelineOptions::default());
+    }
+}
