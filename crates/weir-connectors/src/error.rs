@@ -41,6 +41,78 @@ pub enum Error {
     /// An error from librdkafka.
     #[error("librdkafka: {0}")]
     Rdkafka(#[from] rdkafka::error::KafkaError),
+    /// A librdkafka call failed; `step` says which and on what.
+    #[error("{step}: {source}")]
+    Client {
+        step: String,
+        #[source]
+        source: rdkafka::error::KafkaError,
+    },
+    /// A record was not delivered.
+    #[error("delivery to {topic} [{partition}] failed: {source}")]
+    Delivery {
+        topic: String,
+        partition: i32,
+        #[source]
+        source: rdkafka::error::KafkaError,
+    },
+    /// A step on one transactional id failed.
+    #[error("{id}: {step}: {source}")]
+    Transaction {
+        id: String,
+        step: &'static str,
+        #[source]
+        source: Box<Error>,
+    },
+    /// A Kafka client or coordinator is not in the state the protocol expects (a writer not
+    /// opened, a pre-committed transaction not Ongoing, metadata without brokers).
+    #[error("{0}")]
+    Unexpected(String),
+    /// Rows a sink format cannot carry, or a table it does not fit (no key for upsert...).
+    #[error("{0}")]
+    Format(String),
+    /// A runtime error met inside a connector.
+    #[error(transparent)]
+    Engine(#[from] weir_engine::Error),
+    /// Recovery cannot commit what a completed checkpoint recorded (the message says which
+    /// transaction, why, and that its records are lost).
+    #[error("{0}")]
+    CommitRefused(String),
+    /// A blocking client call's thread failed.
+    #[error("Kafka client task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    /// A file could not be read, written, listed or renamed, or its contents decoded.
+    #[error("{path}: {source}")]
+    File {
+        path: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error(transparent)]
+    Arrow(#[from] datafusion::arrow::error::ArrowError),
+    #[error(transparent)]
+    Parquet(#[from] datafusion::parquet::errors::ParquetError),
+}
+
+impl Error {
+    /// `Error::Client` for a librdkafka call, as a `map_err` argument.
+    pub(crate) fn client(step: impl Into<String>) -> impl FnOnce(rdkafka::error::KafkaError) -> Error {
+        move |source| Error::Client { step: step.into(), source }
+    }
+
+    /// `Error::File` for work on `path`, as a `map_err` argument.
+    pub(crate) fn file<E: Into<Box<dyn std::error::Error + Send + Sync>>>(
+        path: &std::path::Path,
+    ) -> impl FnOnce(E) -> Error {
+        let path = path.display().to_string();
+        move |source| Error::File { path, source: source.into() }
+    }
+
+    /// `Error::Transaction` for a step on transactional id `id`, as a `map_err` argument.
+    pub(crate) fn on<E: Into<Error>>(id: &str, step: &'static str) -> impl FnOnce(E) -> Error {
+        let id = id.to_string();
+        move |source| Error::Transaction { id, step, source: Box::new(source.into()) }
+    }
 }
 
 /// The connectors crate's result.

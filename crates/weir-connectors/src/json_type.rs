@@ -58,7 +58,8 @@ impl JsonColumns {
         &self.others
     }
 
-    /// The JSON columns' texts in one record: `None` where the field is missing or null.
+    /// The JSON columns' texts in one record: `None` where the field is missing or null; `Err`
+    /// says why the record is bad (the reason its dead letter carries).
     pub fn values(&self, record: &[u8]) -> Result<Vec<Option<String>>, String> {
         let object: HashMap<String, &RawValue> =
             serde_json::from_slice(record).map_err(|e| format!("invalid JSON: {e}"))?;
@@ -74,7 +75,7 @@ impl JsonColumns {
 
     /// The rows of `others` (decoded without the JSON columns) with the JSON columns' `values`
     /// (one entry per row) put in their places.
-    pub fn assemble(&self, others: &RecordBatch, values: &[Vec<Option<String>>]) -> Result<RecordBatch, String> {
+    pub fn assemble(&self, others: &RecordBatch, values: &[Vec<Option<String>>]) -> crate::Result<RecordBatch> {
         // The JSON columns are in the schema's order, as the others are.
         let mut json = (0..self.columns.len())
             .map(|c| Arc::new(values.iter().map(|row| row[c].as_deref()).collect::<StringArray>()) as ArrayRef);
@@ -82,9 +83,9 @@ impl JsonColumns {
         let mut columns = Vec::with_capacity(self.schema.fields().len());
         for field in self.schema.fields() {
             let column = if is_json(field) { json.next() } else { rest.next().cloned() };
-            columns.push(column.ok_or("the decoded rows lost a column")?);
+            columns.push(column.ok_or_else(|| crate::Error::Format("the decoded rows lost a column".into()))?);
         }
-        RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| format!("rows with JSON columns: {e}"))
+        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
     }
 }
 

@@ -6,6 +6,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::Error;
+
 /// What values an option takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -142,7 +144,7 @@ fn accepted(kind: Kind) -> String {
     }
 }
 
-fn check(spec: &OptionSpec, value: &str) -> Result<(), String> {
+fn check(spec: &OptionSpec, value: &str) -> crate::Result<()> {
     let valid = match spec.kind {
         Kind::Integer { min, max } => value.parse::<u64>().is_ok_and(|v| (min..=max).contains(&v)),
         Kind::Boolean => parse_bool(value).is_some(),
@@ -154,7 +156,7 @@ fn check(spec: &OptionSpec, value: &str) -> Result<(), String> {
     if valid {
         Ok(())
     } else {
-        Err(format!("option '{}' = '{value}' is invalid: expected {}", spec.name, accepted(spec.kind)))
+        Err(Error::Options(format!("option '{}' = '{value}' is invalid: expected {}", spec.name, accepted(spec.kind))))
     }
 }
 
@@ -166,7 +168,7 @@ pub fn check_options(
     specs: &[OptionSpec],
     pass_through: Option<&str>,
     values: &BTreeMap<String, String>,
-) -> Result<(), String> {
+) -> crate::Result<()> {
     for (name, value) in values {
         if pass_through.is_some_and(|prefix| name.starts_with(prefix)) {
             continue;
@@ -174,20 +176,20 @@ pub fn check_options(
         let Some(spec) = specs.iter().chain(TIME.iter()).find(|s| s.name == name) else {
             let known: Vec<&str> = specs.iter().chain(TIME.iter()).map(|s| s.name).collect();
             let extra = pass_through.map(|prefix| format!(", or '{prefix}<client property>'")).unwrap_or_default();
-            return Err(format!(
+            return Err(Error::Options(format!(
                 "option '{name}' is unknown for connector '{connector}': expected {}{extra}",
                 known.join(", ")
-            ));
+            )));
         };
         check(spec, value)?;
     }
     for spec in specs.iter().filter(|s| s.required) {
         if !values.contains_key(spec.name) {
-            return Err(format!(
+            return Err(Error::Options(format!(
                 "option '{}' is required by connector '{connector}' ({})",
                 spec.name,
                 accepted(spec.kind)
-            ));
+            )));
         }
     }
     Ok(())

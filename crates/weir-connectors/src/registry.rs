@@ -66,7 +66,7 @@ impl Registry {
         let connector = self.connector(&name)?;
         let mut values = options;
         values.remove("connector");
-        check_options(&name, connector.options(), connector.pass_through(), &values).map_err(Error::Options)?;
+        check_options(&name, connector.options(), connector.pass_through(), &values)?;
         Ok(ConnectorOptions { connector: name, values })
     }
 }

@@ -13,6 +13,7 @@ use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::json_type::{JsonColumnEncoders, JsonColumns};
+use crate::{Error, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileFormat {
@@ -39,23 +40,23 @@ impl FileFormat {
 
     /// Every batch of the file at `path`, as `schema` (JSON is decoded into it; Parquet must
     /// have its columns).
-    pub fn read(self, path: &Path, schema: &SchemaRef, batch_size: usize) -> Result<Vec<RecordBatch>, String> {
-        let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let batches: Result<Vec<RecordBatch>, _> = match self {
+    pub fn read(self, path: &Path, schema: &SchemaRef, batch_size: usize) -> Result<Vec<RecordBatch>> {
+        let file = File::open(path).map_err(Error::file(path))?;
+        let batches: std::result::Result<Vec<RecordBatch>, _> = match self {
             FileFormat::Parquet => ParquetRecordBatchReaderBuilder::try_new(file)
                 .and_then(|b| b.with_batch_size(batch_size).build())
-                .map_err(|e| format!("{}: {e}", path.display()))?
+                .map_err(Error::file(path))?
                 .collect(),
             FileFormat::Json => match JsonColumns::of(schema) {
                 Some(json) => return read_with_json_columns(path, &json, batch_size),
                 None => ReaderBuilder::new(schema.clone())
                     .with_batch_size(batch_size)
                     .build(BufReader::new(file))
-                    .map_err(|e| format!("{}: {e}", path.display()))?
+                    .map_err(Error::file(path))?
                     .collect(),
             },
         };
-        let batches = batches.map_err(|e| format!("{}: {e}", path.display()))?;
+        let batches = batches.map_err(Error::file(path))?;
         batches
             .into_iter()
             .map(|b| {
@@ -65,64 +66,63 @@ impl FileFormat {
                     .map(|f| {
                         b.column_by_name(f.name())
                             .cloned()
-                            .ok_or_else(|| format!("{}: no column '{}'", path.display(), f.name()))
+                            .ok_or_else(|| Error::file(path)(format!("no column '{}'", f.name())))
                     })
-                    .collect::<Result<Vec<_>, String>>()?;
-                RecordBatch::try_new(schema.clone(), columns).map_err(|e| format!("{}: {e}", path.display()))
+                    .collect::<Result<Vec<_>>>()?;
+                RecordBatch::try_new(schema.clone(), columns).map_err(Error::file(path))
             })
             .collect()
     }
 
     /// Writes `batches` to a new file at `path` and syncs it to disk.
-    pub fn write(self, path: &Path, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<(), String> {
-        let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-        let file = File::create(path).map_err(|e| fail(&e))?;
+    pub fn write(self, path: &Path, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<()> {
+        let file = File::create(path).map_err(Error::file(path))?;
         match self {
             FileFormat::Parquet => {
-                let mut writer = ArrowWriter::try_new(file.try_clone().map_err(|e| fail(&e))?, schema.clone(), None)
-                    .map_err(|e| fail(&e))?;
+                let mut writer =
+                    ArrowWriter::try_new(file.try_clone().map_err(Error::file(path))?, schema.clone(), None)
+                        .map_err(Error::file(path))?;
                 for batch in batches {
-                    writer.write(batch).map_err(|e| fail(&e))?;
+                    writer.write(batch).map_err(Error::file(path))?;
                 }
-                writer.close().map_err(|e| fail(&e))?;
+                writer.close().map_err(Error::file(path))?;
             }
             FileFormat::Json => {
-                let mut out = BufWriter::new(file.try_clone().map_err(|e| fail(&e))?);
+                let mut out = BufWriter::new(file.try_clone().map_err(Error::file(path))?);
                 let mut writer = WriterBuilder::new()
                     .with_encoder_factory(Arc::new(JsonColumnEncoders))
                     .build::<_, LineDelimited>(&mut out);
                 let refs: Vec<&RecordBatch> = batches.iter().collect();
-                writer.write_batches(&refs).map_err(|e| fail(&e))?;
-                writer.finish().map_err(|e| fail(&e))?;
-                out.flush().map_err(|e| fail(&e))?;
+                writer.write_batches(&refs).map_err(Error::file(path))?;
+                writer.finish().map_err(Error::file(path))?;
+                out.flush().map_err(Error::file(path))?;
             }
         }
-        file.sync_all().map_err(|e| fail(&e))
+        file.sync_all().map_err(Error::file(path))
     }
 }
 
 /// A JSON-lines file into a schema with JSON columns: arrow-json decodes the other columns,
 /// each line gives its JSON columns' texts (one object per line, as JSON lines are).
-fn read_with_json_columns(path: &Path, json: &JsonColumns, batch_size: usize) -> Result<Vec<RecordBatch>, String> {
-    let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-    let text = std::fs::read(path).map_err(|e| fail(&e))?;
+fn read_with_json_columns(path: &Path, json: &JsonColumns, batch_size: usize) -> Result<Vec<RecordBatch>> {
+    let text = std::fs::read(path).map_err(Error::file(path))?;
     let lines: Vec<&[u8]> = text.split(|b| *b == b'\n').filter(|l| !l.trim_ascii().is_empty()).collect();
     let mut batches = Vec::new();
     for chunk in lines.chunks(batch_size.max(1)) {
         let mut decoder = ReaderBuilder::new(json.others().clone())
             .with_batch_size(chunk.len())
             .build_decoder()
-            .map_err(|e| fail(&e))?;
+            .map_err(Error::file(path))?;
         let mut texts = Vec::with_capacity(chunk.len());
         for line in chunk {
-            decoder.decode(line).map_err(|e| fail(&e))?;
-            texts.push(json.values(line).map_err(|e| fail(&e))?);
+            decoder.decode(line).map_err(Error::file(path))?;
+            texts.push(json.values(line).map_err(Error::file(path))?);
         }
-        let others = decoder.flush().map_err(|e| fail(&e))?.ok_or_else(|| fail(&"no rows decoded"))?;
+        let others = decoder.flush().map_err(Error::file(path))?.ok_or_else(|| Error::file(path)("no rows decoded"))?;
         if others.num_rows() != chunk.len() {
-            return Err(fail(&"a table with JSON columns reads one JSON object per line"));
+            return Err(Error::file(path)("a table with JSON columns reads one JSON object per line"));
         }
-        batches.push(json.assemble(&others, &texts).map_err(|e| fail(&e))?);
+        batches.push(json.assemble(&others, &texts).map_err(Error::file(path))?);
     }
     Ok(batches)
 }

@@ -18,12 +18,12 @@ pub use source::FileSource;
 /// Every file under `dir`, as paths relative to it with `/` between directories; with
 /// `visible_only`, names starting with `.` or `_` (pending and in-progress files, marker files)
 /// are skipped, directories included.
-fn files_under(dir: &std::path::Path, visible_only: bool) -> Result<Vec<String>, String> {
+fn files_under(dir: &std::path::Path, visible_only: bool) -> crate::Result<Vec<String>> {
     let mut files = Vec::new();
     let mut directories = vec![String::new()];
     while let Some(relative) = directories.pop() {
         let directory = dir.join(&relative);
-        let entries = std::fs::read_dir(&directory).map_err(|e| format!("{}: {e}", directory.display()))?;
+        let entries = std::fs::read_dir(&directory).map_err(crate::Error::file(&directory))?;
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().to_string();
             if visible_only && (name.starts_with('.') || name.starts_with('_')) {
@@ -33,7 +33,7 @@ fn files_under(dir: &std::path::Path, visible_only: bool) -> Result<Vec<String>,
             match entry.file_type() {
                 Ok(kind) if kind.is_dir() => directories.push(path),
                 Ok(_) => files.push(path),
-                Err(e) => return Err(format!("{}: {e}", entry.path().display())),
+                Err(e) => return Err(crate::Error::file(&entry.path())(e)),
             }
         }
     }
@@ -41,14 +41,14 @@ fn files_under(dir: &std::path::Path, visible_only: bool) -> Result<Vec<String>,
 }
 
 /// Runs blocking file work off the async workers.
-async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T, String> + Send + 'static) -> Result<T, String> {
-    tokio::task::spawn_blocking(work).await.map_err(|e| format!("file task failed: {e}"))?
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> crate::Result<T> + Send + 'static) -> crate::Result<T> {
+    tokio::task::spawn_blocking(work).await?
 }
 
 /// An error of the subtask `info` (once opened) about a file.
-fn subtask_error(info: Option<&weir_engine::SubtaskInfo>, message: String) -> weir_engine::Error {
+fn subtask_error(info: Option<&weir_engine::SubtaskInfo>, error: impl std::fmt::Display) -> weir_engine::Error {
     match info {
-        Some(info) => info.error(message),
-        None => weir_engine::Error::Graph(message),
+        Some(info) => info.error(error),
+        None => weir_engine::Error::Graph(error.to_string()),
     }
 }

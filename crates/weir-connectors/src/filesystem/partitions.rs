@@ -13,6 +13,8 @@ use datafusion::arrow::compute::{cast, take};
 use datafusion::arrow::datatypes::{DataType, FieldRef, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 
+use crate::{Error, Result};
+
 /// The directory name of a NULL partition value (Flink's `partition.default-name`).
 const NULL_VALUE: &str = "__DEFAULT_PARTITION__";
 
@@ -29,19 +31,20 @@ pub struct HivePartitions {
 impl HivePartitions {
     /// `None` without partition columns; an error naming a column the table does not have, or
     /// when nothing would be left for the files.
-    pub fn new(table: &SchemaRef, names: &[String]) -> Result<Option<Self>, String> {
+    pub fn new(table: &SchemaRef, names: &[String]) -> Result<Option<Self>> {
         if names.is_empty() {
             return Ok(None);
         }
         let mut fields = Vec::new();
         for name in names {
-            let index =
-                table.index_of(name).map_err(|_| format!("partition column '{name}' is not a column of the table"))?;
+            let index = table
+                .index_of(name)
+                .map_err(|_| Error::Format(format!("partition column '{name}' is not a column of the table")))?;
             fields.push((index, Arc::new(table.field(index).clone())));
         }
         let files: Vec<FieldRef> = table.fields().iter().filter(|f| !names.contains(f.name())).cloned().collect();
         if files.is_empty() {
-            return Err("every column is a partition column: the files would hold nothing".into());
+            return Err(Error::Format("every column is a partition column: the files would hold nothing".into()));
         }
         Ok(Some(Self { table: table.clone(), fields, files: Arc::new(Schema::new(files)) }))
     }
@@ -53,18 +56,18 @@ impl HivePartitions {
 
     /// The rows of `batch` (the table's columns) by partition directory (`dt=x/hr=y`), each
     /// with the file columns only.
-    pub fn split(&self, batch: &RecordBatch) -> Result<Vec<(String, RecordBatch)>, String> {
+    pub fn split(&self, batch: &RecordBatch) -> Result<Vec<(String, RecordBatch)>> {
         let values = self
             .fields
             .iter()
             .map(|(index, _)| {
-                let text = cast(batch.column(*index), &DataType::Utf8).map_err(|e| e.to_string())?;
+                let text = cast(batch.column(*index), &DataType::Utf8)?;
                 text.as_any()
                     .downcast_ref::<StringArray>()
                     .cloned()
-                    .ok_or_else(|| "a partition value is not text".into())
+                    .ok_or_else(|| Error::Format("a partition value is not text".into()))
             })
-            .collect::<Result<Vec<StringArray>, String>>()?;
+            .collect::<Result<Vec<StringArray>>>()?;
         let mut rows: BTreeMap<String, Vec<u32>> = BTreeMap::new();
         for row in 0..batch.num_rows() {
             let directory = self
@@ -86,16 +89,15 @@ impl HivePartitions {
             let columns = kept
                 .iter()
                 .map(|&c| take(batch.column(c), &indices, None))
-                .collect::<Result<Vec<ArrayRef>, _>>()
-                .map_err(|e| e.to_string())?;
-            parts.push((directory, RecordBatch::try_new(self.files.clone(), columns).map_err(|e| e.to_string())?));
+                .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
+            parts.push((directory, RecordBatch::try_new(self.files.clone(), columns)?));
         }
         Ok(parts)
     }
 
     /// The table's rows of a file's `batch` found under `directory` (relative to the table's
     /// root): the partition columns filled in from the directory names.
-    pub fn complete(&self, directory: &str, batch: RecordBatch) -> Result<RecordBatch, String> {
+    pub fn complete(&self, directory: &str, batch: RecordBatch) -> Result<RecordBatch> {
         let found: BTreeMap<&str, &str> = directory.split('/').filter_map(|part| part.split_once('=')).collect();
         let rows = batch.num_rows();
         let mut file_columns = batch.columns().iter();
@@ -106,16 +108,20 @@ impl HivePartitions {
                     Some(value) if *value != NULL_VALUE => {
                         let text: ArrayRef = Arc::new(StringArray::from(vec![unescape(value)?; rows]));
                         cast(&text, field.data_type()).map_err(|e| {
-                            format!("partition '{}={value}' is not {}: {e}", field.name(), field.data_type())
+                            Error::Format(format!(
+                                "partition '{}={value}' is not {}: {e}",
+                                field.name(),
+                                field.data_type()
+                            ))
                         })?
                     }
                     _ => new_null_array(field.data_type(), rows),
                 },
-                None => file_columns.next().cloned().ok_or("a file lost a column")?,
+                None => file_columns.next().cloned().ok_or_else(|| Error::Format("a file lost a column".into()))?,
             };
             columns.push(column);
         }
-        RecordBatch::try_new(self.table.clone(), columns).map_err(|e| e.to_string())
+        Ok(RecordBatch::try_new(self.table.clone(), columns)?)
     }
 }
 
@@ -142,22 +148,22 @@ fn escape(value: &str) -> String {
     escaped
 }
 
-fn unescape(segment: &str) -> Result<String, String> {
+fn unescape(segment: &str) -> Result<String> {
+    let bad = || Error::Format(format!("a bad escape in partition value '{segment}'"));
     let bytes = segment.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            let hex =
-                segment.get(i + 1..i + 3).ok_or_else(|| format!("a bad escape in partition value '{segment}'"))?;
-            out.push(u8::from_str_radix(hex, 16).map_err(|_| format!("a bad escape in partition value '{segment}'"))?);
+            let hex = segment.get(i + 1..i + 3).ok_or_else(bad)?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
             i += 3;
         } else {
             out.push(bytes[i]);
             i += 1;
         }
     }
-    String::from_utf8(out).map_err(|_| format!("partition value '{segment}' is not UTF-8"))
+    String::from_utf8(out).map_err(|_| Error::Format(format!("partition value '{segment}' is not UTF-8")))
 }
 
 #[cfg(test)]
@@ -203,9 +209,12 @@ mod tests {
         assert_eq!(escape(".x"), "%2Ex");
         assert_eq!(escape("_x"), "%5Fx");
         assert_eq!(unescape("%2Ex").unwrap(), ".x");
-        assert!(HivePartitions::new(&table(), &["nope".into()]).unwrap_err().contains("'nope'"));
+        assert!(HivePartitions::new(&table(), &["nope".into()]).unwrap_err().to_string().contains("'nope'"));
         assert!(
-            HivePartitions::new(&table(), &["id".into(), "dt".into(), "hr".into()]).unwrap_err().contains("nothing")
+            HivePartitions::new(&table(), &["id".into(), "dt".into(), "hr".into()])
+                .unwrap_err()
+                .to_string()
+                .contains("nothing")
         );
         assert!(HivePartitions::new(&table(), &[]).unwrap().is_none());
     }

@@ -25,6 +25,7 @@ use weir_engine::{RestoredState, SubtaskInfo};
 
 use super::partitions::HivePartitions;
 use super::{FileFormat, blocking, files_under, subtask_error};
+use crate::Error;
 
 const PENDING_DIR: &str = ".pending";
 const IN_PROGRESS: &str = ".inprogress-";
@@ -89,15 +90,15 @@ fn subtask_of(name: &str) -> Option<u64> {
 }
 
 /// Moves pending `file` into `dir`; done already is fine.
-fn commit(dir: &Path, file: &str) -> Result<(), String> {
+fn commit(dir: &Path, file: &str) -> crate::Result<()> {
     let (from, to) = (dir.join(PENDING_DIR).join(file), dir.join(file));
     if let Some(parent) = to.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        std::fs::create_dir_all(parent).map_err(Error::file(parent))?;
     }
     match std::fs::rename(&from, &to) {
         Ok(()) => Ok(()),
         Err(_) if to.exists() => Ok(()),
-        Err(e) => Err(format!("committing {}: {e}", from.display())),
+        Err(e) => Err(Error::file(&from)(e)),
     }
 }
 
@@ -106,8 +107,8 @@ impl FileSink {
         Self { config, info: None, buffers: BTreeMap::new(), in_progress: Vec::new(), written: 0 }
     }
 
-    fn error(&self, message: String) -> weir_engine::Error {
-        subtask_error(self.info.as_ref(), message)
+    fn error(&self, error: impl std::fmt::Display) -> weir_engine::Error {
+        subtask_error(self.info.as_ref(), error)
     }
 
     fn subtask(&self) -> u64 {
@@ -128,7 +129,7 @@ impl FileSink {
         let format = self.config.format;
         blocking(move || {
             if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+                std::fs::create_dir_all(parent).map_err(Error::file(parent))?;
             }
             format.write(&path, &schema, &buffer.batches)
         })
@@ -156,7 +157,7 @@ impl TwoPhaseCommitter for FileSink {
         let dir = self.config.dir.clone();
         blocking(move || {
             let pending = dir.join(PENDING_DIR);
-            std::fs::create_dir_all(&pending).map_err(|e| format!("{}: {e}", dir.display()))?;
+            std::fs::create_dir_all(&pending).map_err(Error::file(&pending))?;
             for PendingFile(file) in &recorded {
                 commit(&dir, file)?;
             }
@@ -166,7 +167,7 @@ impl TwoPhaseCommitter for FileSink {
                 let name = file.rsplit('/').next().unwrap_or_default();
                 if subtask_of(name).is_some_and(|subtask| subtask % parallelism == me) {
                     let path = pending.join(&file);
-                    std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                    std::fs::remove_file(&path).map_err(Error::file(&path))?;
                 }
             }
             Ok(())
@@ -201,8 +202,7 @@ impl TwoPhaseCommitter for FileSink {
             let moves = renames.clone();
             blocking(move || {
                 for (from, to) in &moves {
-                    std::fs::rename(pending.join(from), pending.join(to))
-                        .map_err(|e| format!("{}: {e}", pending.join(from).display()))?;
+                    std::fs::rename(pending.join(from), pending.join(to)).map_err(Error::file(&pending.join(from)))?;
                 }
                 Ok(())
             })

@@ -56,8 +56,8 @@ impl FileSource {
         }
     }
 
-    fn error(&self, message: String) -> weir_engine::Error {
-        subtask_error(self.info.as_ref(), message)
+    fn error(&self, error: impl std::fmt::Display) -> weir_engine::Error {
+        subtask_error(self.info.as_ref(), error)
     }
 }
 

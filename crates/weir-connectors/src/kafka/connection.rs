@@ -11,6 +11,7 @@ use rdkafka::{ClientConfig, ClientContext};
 use super::blocking::blocking;
 use super::security::ClientSecurity;
 use super::transactions::TransactionsClient;
+use crate::{Error, Result};
 
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a topic found missing is looked for again before it counts as missing: a broker
@@ -68,7 +69,7 @@ impl KafkaConnection {
     /// A protocol client for the transactions of this connection's brokers, reaching them as
     /// the properties' security settings say. Fails for settings it cannot honour (GSSAPI,
     /// keystores): an exactly-once writer must be able to recover where it writes.
-    pub fn transactions_client(&self) -> Result<TransactionsClient, String> {
+    pub fn transactions_client(&self) -> Result<TransactionsClient> {
         let security = ClientSecurity::from_properties(&self.properties)?;
         Ok(TransactionsClient::new(&self.bootstrap).with_security(security))
     }
@@ -91,32 +92,35 @@ impl KafkaConnection {
     }
 
     /// The broker's `transaction.max.timeout.ms`: the longest transaction timeout it accepts.
-    pub async fn max_transaction_timeout_ms(&self) -> Result<u64, String> {
+    pub async fn max_transaction_timeout_ms(&self) -> Result<u64> {
         let config = self.client_config(&[]);
         let bootstrap = self.bootstrap.clone();
         // Creating, asking and destroying a librdkafka client all happen on a blocking thread;
         // the admin request's future is driven by librdkafka's own thread.
         let runtime = tokio::runtime::Handle::current();
         blocking(move || {
-            let admin: AdminClient<QuietContext> =
-                config.create_with_context(QuietContext).map_err(|e| format!("admin client for {bootstrap}: {e}"))?;
+            let admin: AdminClient<QuietContext> = config
+                .create_with_context(QuietContext)
+                .map_err(Error::client(format!("admin client for {bootstrap}")))?;
             let metadata =
-                admin.inner().fetch_metadata(None, ADMIN_TIMEOUT).map_err(|e| format!("broker metadata: {e}"))?;
-            let broker = metadata.brokers().first().map(|b| b.id()).ok_or("no brokers in the metadata")?;
+                admin.inner().fetch_metadata(None, ADMIN_TIMEOUT).map_err(Error::client("broker metadata"))?;
+            let Some(broker) = metadata.brokers().first().map(|b| b.id()) else {
+                return Err(Error::Unexpected("no brokers in the metadata".into()));
+            };
             let options = AdminOptions::new().request_timeout(Some(ADMIN_TIMEOUT));
+            let configuration = format!("broker {broker} configuration");
             let results = runtime
                 .block_on(admin.describe_configs(&[ResourceSpecifier::Broker(broker)], &options))
-                .map_err(|e| format!("broker {broker} configuration: {e}"))?;
-            let resource = results
-                .into_iter()
-                .next()
-                .ok_or("no configuration returned")?
-                .map_err(|e| format!("broker {broker} configuration: {e}"))?;
+                .map_err(Error::client(configuration.clone()))?;
+            let Some(resource) = results.into_iter().next() else {
+                return Err(Error::Unexpected(format!("{configuration}: none returned")));
+            };
+            let resource = resource.map_err(|code| Error::client(configuration)(KafkaError::AdminOp(code)))?;
             resource
                 .get("transaction.max.timeout.ms")
                 .and_then(|entry| entry.value.as_deref())
                 .and_then(|v| v.parse().ok())
-                .ok_or_else(|| format!("broker {broker} did not report transaction.max.timeout.ms"))
+                .ok_or_else(|| Error::Unexpected(format!("broker {broker} did not report transaction.max.timeout.ms")))
         })
         .await
     }
@@ -125,17 +129,18 @@ impl KafkaConnection {
 impl KafkaConnection {
     /// Those of `topics` the brokers do not have. Asks for every topic's metadata (asking for
     /// one by name would let a broker with `auto.create.topics.enable` create it).
-    pub async fn missing_topics(&self, topics: &[String]) -> Result<Vec<String>, String> {
+    pub async fn missing_topics(&self, topics: &[String]) -> Result<Vec<String>> {
         let config = self.client_config(&[]);
         let bootstrap = self.bootstrap.clone();
         let topics = topics.to_vec();
         blocking(move || {
-            let admin: AdminClient<QuietContext> =
-                config.create_with_context(QuietContext).map_err(|e| format!("admin client for {bootstrap}: {e}"))?;
+            let admin: AdminClient<QuietContext> = config
+                .create_with_context(QuietContext)
+                .map_err(Error::client(format!("admin client for {bootstrap}")))?;
             let metadata = admin
                 .inner()
                 .fetch_metadata(None, ADMIN_TIMEOUT)
-                .map_err(|e| format!("the metadata of {bootstrap}: {e}"))?;
+                .map_err(Error::client(format!("the metadata of {bootstrap}")))?;
             let known: Vec<&str> = metadata.topics().iter().map(|t| t.name()).collect();
             Ok(topics.into_iter().filter(|t| !known.contains(&t.as_str())).collect())
         })
@@ -149,7 +154,7 @@ impl KafkaConnection {
     pub async fn ensure_topic(&self, topic: &str, create: Option<TopicCreation>) -> Result<(), TopicError> {
         let topics = [topic.to_string()];
         for check in 1..=MISSING_CHECKS {
-            let missing = self.missing_topics(&topics).await.map_err(TopicError::Unavailable)?;
+            let missing = self.missing_topics(&topics).await.map_err(|e| TopicError::Unavailable(e.to_string()))?;
             if missing.is_empty() {
                 return Ok(());
             }
@@ -169,13 +174,13 @@ impl KafkaConnection {
     }
 
     /// Creates `topic`; one that exists already (another subtask was first) is fine.
-    async fn create_topic(&self, topic: &str, creation: TopicCreation) -> Result<(), String> {
+    async fn create_topic(&self, topic: &str, creation: TopicCreation) -> Result<()> {
         let config = self.client_config(&[]);
         let topic = topic.to_string();
         let runtime = tokio::runtime::Handle::current();
         blocking(move || {
             let admin: AdminClient<QuietContext> =
-                config.create_with_context(QuietContext).map_err(|e| e.to_string())?;
+                config.create_with_context(QuietContext).map_err(Error::client("admin client"))?;
             let new = NewTopic::new(
                 &topic,
                 creation.partitions.unwrap_or(-1),
@@ -183,11 +188,12 @@ impl KafkaConnection {
             );
             let options =
                 AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT)).request_timeout(Some(ADMIN_TIMEOUT));
-            let results = runtime.block_on(admin.create_topics([&new], &options)).map_err(|e| e.to_string())?;
+            let results =
+                runtime.block_on(admin.create_topics([&new], &options)).map_err(Error::client("CreateTopics"))?;
             for result in results {
                 match result {
                     Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                    Err((_, code)) => return Err(code.to_string()),
+                    Err((_, code)) => return Err(Error::client("CreateTopics")(KafkaError::AdminOp(code))),
                 }
             }
             Ok(())

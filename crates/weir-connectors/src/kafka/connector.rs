@@ -20,7 +20,7 @@ use crate::connector::{
     Connector, ConnectorTable, NodeContext, PlanOptions, PlannedSink, PlannedSource, Preflight, PreflightPhase,
 };
 use crate::options::{ANY_COUNT, Kind, OptionSpec, option, required};
-use crate::{Result, plan_err};
+use crate::{Error, Result, plan_err};
 
 /// weir's default transaction timeout: the broker's default `transaction.max.timeout.ms`, so
 /// a pending transaction survives as long a recovery as the broker allows.
@@ -55,8 +55,10 @@ fn connection(table: &ConnectorTable) -> Result<KafkaConnection> {
 /// An exactly-once writer's recovery speaks to the brokers itself (librdkafka cannot end a
 /// transaction another process began): refuse here security settings it could not connect with.
 fn check_recovery_client(table: &ConnectorTable, connection: &KafkaConnection) -> Result<()> {
-    if let Err(message) = connection.transactions_client() {
-        return plan_err!("table '{}': exactly-once writing: {message}", table.name);
+    match connection.transactions_client() {
+        Ok(_) => {}
+        Err(Error::Security(message)) => return plan_err!("table '{}': exactly-once writing: {message}", table.name),
+        Err(other) => return plan_err!("table '{}': exactly-once writing: {other}", table.name),
     }
     Ok(())
 }
@@ -483,7 +485,7 @@ impl Connector for KafkaConnector {
             state: exactly_once
                 .then(|| "the open transactions of checkpoints not yet complete (id, producer id, epoch)".to_string()),
             factory: Arc::new(move |_| {
-                let sink = KafkaSink::new(config.clone()).map_err(weir_engine::Error::Graph)?;
+                let sink = KafkaSink::new(config.clone()).map_err(|e| weir_engine::Error::Graph(e.to_string()))?;
                 Ok(Box::new(TwoPhaseCommitSink::new(sink)))
             }),
             preflight: preflight(timeout, topics),

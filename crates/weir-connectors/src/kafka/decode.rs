@@ -15,6 +15,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use weir_engine::changelog::{Change, change_array, changelog_schema};
 
 use crate::json_type::JsonColumns;
+use crate::{Error, Result};
 
 /// The rows of the records that fit, and why the others did not.
 #[derive(Debug)]
@@ -29,7 +30,7 @@ pub(crate) struct Decoded {
 /// Decodes JSON objects into `schema` (fields not in the schema are ignored; missing ones are
 /// null, or an error for a non-nullable column). JSON-typed columns take their field's JSON
 /// text (`json_type.rs`).
-pub(crate) fn decode_json(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Result<Decoded, String> {
+pub(crate) fn decode_json(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Result<Decoded> {
     match JsonColumns::of(schema) {
         Some(json) => decode_with_json_columns(&json, values),
         None => decode_typed(schema, values),
@@ -37,7 +38,7 @@ pub(crate) fn decode_json(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Resul
 }
 
 /// The columns arrow-json decodes first, then the JSON columns of the records that fit.
-fn decode_with_json_columns(json: &JsonColumns, values: &[Option<&[u8]>]) -> Result<Decoded, String> {
+fn decode_with_json_columns(json: &JsonColumns, values: &[Option<&[u8]>]) -> Result<Decoded> {
     let decoded = decode_typed(json.others(), values)?;
     let mut bad = decoded.bad;
     let (mut keep, mut rows_from, mut texts) = (Vec::new(), Vec::new(), Vec::new());
@@ -56,12 +57,12 @@ fn decode_with_json_columns(json: &JsonColumns, values: &[Option<&[u8]>]) -> Res
         decoded.batch
     } else {
         let indices = UInt32Array::from_iter_values(keep.iter().map(|&r| r as u32));
-        take_record_batch(&decoded.batch, &indices).map_err(|e| e.to_string())?
+        take_record_batch(&decoded.batch, &indices)?
     };
     Ok(Decoded { batch: json.assemble(&others, &texts)?, rows_from, bad })
 }
 
-fn decode_typed(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Result<Decoded, String> {
+fn decode_typed(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Result<Decoded> {
     if let Some(batch) = decode_all(schema, values) {
         return Ok(Decoded { batch, rows_from: (0..values.len()).collect(), bad: Vec::new() });
     }
@@ -77,7 +78,7 @@ fn decode_typed(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Result<Decoded,
             Err(reason) => bad.push((i, reason)),
         }
     }
-    let batch = concat_batches(schema, &good).map_err(|e| format!("joining decoded rows: {e}"))?;
+    let batch = concat_batches(schema, &good)?;
     Ok(Decoded { batch, rows_from, bad })
 }
 
@@ -95,7 +96,8 @@ fn decode_all(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Option<RecordBatc
     (batch.num_rows() == values.len()).then_some(batch)
 }
 
-fn decode_one(schema: &SchemaRef, value: Option<&[u8]>) -> Result<RecordBatch, String> {
+/// One record's row, or why it is a bad record (the reason a dead letter carries).
+fn decode_one(schema: &SchemaRef, value: Option<&[u8]>) -> std::result::Result<RecordBatch, String> {
     let value = value.ok_or("the record has no value")?;
     let mut decoder =
         ReaderBuilder::new(schema.clone()).with_batch_size(2).build_decoder().map_err(|e| e.to_string())?;
@@ -108,7 +110,7 @@ fn decode_one(schema: &SchemaRef, value: Option<&[u8]>) -> Result<RecordBatch, S
 }
 
 /// The `raw` format: the value as the table's one text or binary column.
-pub(crate) fn decode_raw(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Result<Decoded, String> {
+pub(crate) fn decode_raw(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Result<Decoded> {
     let mut rows_from = Vec::new();
     let mut bad = Vec::new();
     let column: ArrayRef = match schema.fields().first().map(|f| f.data_type()) {
@@ -139,9 +141,9 @@ pub(crate) fn decode_raw(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Result
             }
             Arc::new(BinaryArray::from(bytes))
         }
-        _ => return Err("format 'raw' needs a table of exactly one text or binary column".into()),
+        _ => return Err(Error::Format("format 'raw' needs a table of exactly one text or binary column".into())),
     };
-    let batch = RecordBatch::try_new(schema.clone(), vec![column]).map_err(|e| e.to_string())?;
+    let batch = RecordBatch::try_new(schema.clone(), vec![column])?;
     Ok(Decoded { batch, rows_from, bad })
 }
 
@@ -149,7 +151,7 @@ pub(crate) fn decode_raw(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Result
 /// record, decoded into changelog rows of `schema` (the table's columns; the rows get the
 /// change column): a create or snapshot read is `+I` of `after`, an update `-U` of `before` and
 /// `+U` of `after`, a delete `-D` of `before`.
-pub(crate) fn decode_debezium(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Result<Decoded, String> {
+pub(crate) fn decode_debezium(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Result<Decoded> {
     let row_fields: Fields = schema.fields().iter().map(|f| Arc::new(f.as_ref().clone().with_nullable(true))).collect();
     let envelope = Arc::new(Schema::new(vec![
         Field::new("before", DataType::Struct(row_fields.clone()), true),
@@ -159,10 +161,12 @@ pub(crate) fn decode_debezium(schema: &SchemaRef, values: &[Option<&[u8]>]) -> R
     let decoded = decode_json(&envelope, values)?;
     let envelopes = &decoded.batch;
     let structs = |i: usize| {
-        envelopes.column(i).as_any().downcast_ref::<StructArray>().ok_or("the envelope did not decode into structs")
+        let column = envelopes.column(i).as_any().downcast_ref::<StructArray>();
+        column.ok_or_else(|| Error::Format("the envelope did not decode into structs".into()))
     };
     let (before, after) = (structs(0)?, structs(1)?);
-    let ops = envelopes.column(2).as_any().downcast_ref::<StringArray>().ok_or("'op' did not decode as text")?;
+    let ops = envelopes.column(2).as_any().downcast_ref::<StringArray>();
+    let ops = ops.ok_or_else(|| Error::Format("'op' did not decode as text".into()))?;
     // (0 = before, 1 = after, row) for every output row, and its change.
     let mut picks = Vec::new();
     let mut changes = Vec::new();
@@ -195,10 +199,10 @@ pub(crate) fn decode_debezium(schema: &SchemaRef, values: &[Option<&[u8]>]) -> R
     let mut columns = Vec::with_capacity(schema.fields().len() + 1);
     for i in 0..schema.fields().len() {
         let sides: [&dyn Array; 2] = [before.column(i).as_ref(), after.column(i).as_ref()];
-        columns.push(interleave(&sides, &picks).map_err(|e| e.to_string())?);
+        columns.push(interleave(&sides, &picks)?);
     }
     columns.push(change_array(&changes));
-    let batch = RecordBatch::try_new(changelog_schema(schema), columns).map_err(|e| format!("changelog rows: {e}"))?;
+    let batch = RecordBatch::try_new(changelog_schema(schema), columns)?;
     Ok(Decoded { batch, rows_from, bad })
 }
 

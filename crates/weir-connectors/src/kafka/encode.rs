@@ -18,6 +18,8 @@ use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, StringArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
+
+use crate::{Error, Result};
 use weir_engine::changelog::{Change, changes, is_changelog};
 
 use crate::json_type::JsonColumnEncoders;
@@ -58,40 +60,41 @@ pub(crate) struct Encoder {
 }
 
 impl Encoder {
-    pub(crate) fn new(format: SinkFormat, schema: SchemaRef, key_fields: &[String]) -> Result<Self, String> {
+    pub(crate) fn new(format: SinkFormat, schema: SchemaRef, key_fields: &[String]) -> Result<Self> {
         let key = key_fields
             .iter()
-            .map(|name| schema.index_of(name).map_err(|_| format!("key field '{name}' is not a column of the table")))
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|name| {
+                schema
+                    .index_of(name)
+                    .map_err(|_| Error::Format(format!("key field '{name}' is not a column of the table")))
+            })
+            .collect::<Result<Vec<_>>>()?;
         if format == SinkFormat::Upsert && key.is_empty() {
-            return Err("format 'upsert' needs the primary key: option 'key.fields' (comma-separated columns)".into());
+            return Err(Error::Format(
+                "format 'upsert' needs the primary key: option 'key.fields' (comma-separated columns)".into(),
+            ));
         }
         if format == SinkFormat::Raw
             && !(schema.fields().len() == 1 && matches!(schema.field(0).data_type(), DataType::Utf8 | DataType::Binary))
         {
-            return Err("format 'raw' needs a table of exactly one text or binary column".into());
+            return Err(Error::Format("format 'raw' needs a table of exactly one text or binary column".into()));
         }
         Ok(Self { format, schema, key })
     }
 
-    pub(crate) fn encode(&self, batch: &RecordBatch) -> Result<Vec<OutRecord>, String> {
-        let kinds = changes(batch).map_err(|e| e.to_string())?;
+    pub(crate) fn encode(&self, batch: &RecordBatch) -> Result<Vec<OutRecord>> {
+        let kinds = changes(batch)?;
         let width = batch.num_columns() - usize::from(is_changelog(&batch.schema()));
         if width != self.schema.fields().len() {
-            return Err(format!("rows have {width} columns, the table {}", self.schema.fields().len()));
+            return Err(Error::Format(format!("rows have {width} columns, the table {}", self.schema.fields().len())));
         }
         let columns = batch.columns()[..width]
             .iter()
             .zip(self.schema.fields())
             .map(|(c, f)| cast(c, f.data_type()))
-            .collect::<Result<Vec<ArrayRef>, _>>()
-            .map_err(|e| e.to_string())?;
-        let rows = RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| e.to_string())?;
-        let keys = if self.key.is_empty() {
-            None
-        } else {
-            Some(json_lines(&rows.project(&self.key).map_err(|e| e.to_string())?)?)
-        };
+            .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
+        let rows = RecordBatch::try_new(self.schema.clone(), columns)?;
+        let keys = if self.key.is_empty() { None } else { Some(json_lines(&rows.project(&self.key)?)?) };
         let key_of = |row: usize| keys.as_ref().map(|k| k[row].clone());
         match self.format {
             SinkFormat::Raw => {
@@ -101,13 +104,13 @@ impl Encoder {
                 } else if let Some(bytes) = column.as_any().downcast_ref::<BinaryArray>() {
                     bytes.iter().map(|v| v.map(<[u8]>::to_vec)).collect()
                 } else {
-                    return Err("format 'raw' needs a text or binary column".into());
+                    return Err(Error::Format("format 'raw' needs a text or binary column".into()));
                 };
                 Ok(values.into_iter().enumerate().map(|(row, value)| record(key_of(row), value)).collect())
             }
             SinkFormat::Json => {
                 if kinds.iter().any(|k| k.is_retraction()) {
-                    return Err("format 'json' received a retraction: the result is updating".into());
+                    return Err(Error::Format("format 'json' received a retraction: the result is updating".into()));
                 }
                 let values = json_lines(&rows)?;
                 Ok(values.into_iter().enumerate().map(|(row, value)| record(key_of(row), Some(value))).collect())
@@ -149,21 +152,21 @@ fn record(key: Option<Vec<u8>>, value: Option<Vec<u8>>) -> OutRecord {
 }
 
 /// One JSON object per row (nulls written out, so every record names every column).
-fn json_lines(batch: &RecordBatch) -> Result<Vec<Vec<u8>>, String> {
+fn json_lines(batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
     let mut buffer = Vec::with_capacity(batch.num_rows() * 64);
     {
         let mut writer = datafusion::arrow::json::WriterBuilder::new()
             .with_explicit_nulls(true)
             .with_encoder_factory(Arc::new(JsonColumnEncoders))
             .build::<_, datafusion::arrow::json::writer::LineDelimited>(&mut buffer);
-        writer.write(batch).map_err(|e| format!("encoding JSON: {e}"))?;
-        writer.finish().map_err(|e| format!("encoding JSON: {e}"))?;
+        writer.write(batch)?;
+        writer.finish()?;
     }
     // JSON strings escape newlines and JSON columns are written compactly, so each line is
     // exactly one row.
     let lines: Vec<Vec<u8>> = buffer.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(<[u8]>::to_vec).collect();
     if lines.len() != batch.num_rows() {
-        return Err(format!("encoding JSON: {} rows gave {} lines", batch.num_rows(), lines.len()));
+        return Err(Error::Format(format!("encoding JSON: {} rows gave {} lines", batch.num_rows(), lines.len())));
     }
     Ok(lines)
 }

@@ -53,6 +53,7 @@ use weir_engine::{RestoredState, StateTable, SubtaskInfo};
 use super::blocking::blocking;
 use super::connection::{KafkaConnection, TopicCreation, TopicError};
 use super::transactions::{EndTxnOutcome, PendingTransaction, TransactionResult, TransactionState, TransactionsClient};
+use crate::{Error, Result};
 
 /// Transactional ids per subtask with `max_concurrent` checkpoints in flight: one open, one
 /// pending per checkpoint in flight, one committed but still listed by a snapshot per
@@ -129,21 +130,21 @@ impl Delivery {
 }
 
 /// Why a writer could not open.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum OpenError {
     /// Worth a restart (the broker away, a timeout).
-    Retry(String),
+    Retry(Error),
     /// No restart mends it: a pending transaction of the restored checkpoint can no longer be
     /// committed.
-    Fatal(String),
+    Fatal(Error),
 }
 
 impl OpenError {
     /// The runtime's error for subtask `info`, with `context` in front.
     pub(crate) fn for_subtask(self, info: &SubtaskInfo, context: &str) -> weir_engine::Error {
         match self {
-            OpenError::Retry(message) => info.error(format!("{context}{message}")),
-            OpenError::Fatal(message) => info.fatal(format!("{context}{message}")),
+            OpenError::Retry(error) => info.error(format!("{context}{error}")),
+            OpenError::Fatal(error) => info.fatal(format!("{context}{error}")),
         }
     }
 }
@@ -160,11 +161,11 @@ pub(crate) struct OutRecord {
 /// Keeps the first delivery failure, checked at every flush.
 #[derive(Clone, Default)]
 pub(crate) struct DeliveryReport {
-    failure: Arc<Mutex<Option<String>>>,
+    failure: Arc<Mutex<Option<Error>>>,
 }
 
 impl DeliveryReport {
-    fn take(&self) -> Option<String> {
+    fn take(&self) -> Option<Error> {
         self.failure.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 }
@@ -181,8 +182,10 @@ impl ProducerContext for DeliveryReport {
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
         if let Err((error, message)) = result {
             let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
-            failure.get_or_insert_with(|| {
-                format!("delivery to {} [{}] failed: {error}", message.topic(), message.partition())
+            failure.get_or_insert_with(|| Error::Delivery {
+                topic: message.topic().to_string(),
+                partition: message.partition(),
+                source: error.clone(),
             });
         }
     }
@@ -260,7 +263,7 @@ impl KafkaWriter {
         timeout_ms: u32,
         pool_size: usize,
         create_topic: Option<TopicCreation>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self> {
         let client = match delivery {
             Delivery::ExactlyOnce => Some(connection.transactions_client()?),
             Delivery::AtLeastOnce | Delivery::None => None,
@@ -281,8 +284,10 @@ impl KafkaWriter {
         })
     }
 
-    fn client(&self) -> Result<&TransactionsClient, String> {
-        self.client.as_ref().ok_or_else(|| "a writer without transactions has no transactions client".to_string())
+    fn client(&self) -> Result<&TransactionsClient> {
+        self.client
+            .as_ref()
+            .ok_or_else(|| Error::Unexpected("a writer without transactions has no transactions client".into()))
     }
 
     fn slot_id(&self, subtask: usize, k: usize) -> String {
@@ -322,7 +327,7 @@ impl KafkaWriter {
                 let report = DeliveryReport::default();
                 let context = report.clone();
                 let producer = blocking(move || {
-                    config.create_with_context(context).map_err(|e| format!("creating a Kafka producer: {e}"))
+                    config.create_with_context(context).map_err(Error::client("creating a Kafka producer"))
                 })
                 .await
                 .map_err(OpenError::Retry)?;
@@ -352,17 +357,15 @@ impl KafkaWriter {
         let mut committed = HashSet::new();
         let mut refused = Vec::new();
         for batch in restored.table(POOL_TABLE) {
-            let parallelisms =
-                column::<UInt64Array>(batch, "parallelism", info).map_err(|e| OpenError::Fatal(e.to_string()))?;
+            let parallelisms = column::<UInt64Array>(batch, "parallelism", info)
+                .map_err(|e| OpenError::Fatal(Error::Unexpected(e.to_string())))?;
             old_parallelism = old_parallelism.max(parallelisms.iter().flatten().max().unwrap_or(0) as usize);
         }
         for pending in recorded {
-            let outcome = client.end_transaction(&pending, TransactionResult::Commit).await.map_err(|e| {
-                OpenError::Retry(format!(
-                    "restoring checkpoint {checkpoint}: committing {}: {e}",
-                    pending.transactional_id
-                ))
-            })?;
+            let outcome = client
+                .end_transaction(&pending, TransactionResult::Commit)
+                .await
+                .map_err(|e| OpenError::Retry(Error::on(&pending.transactional_id, "recovery commit")(e)))?;
             if let EndTxnOutcome::Rejected(code) = outcome {
                 let message = cannot_commit(&checkpoint, &pending, code);
                 tracing::error!("{message}");
@@ -405,7 +408,7 @@ impl KafkaWriter {
                 {
                     let timeout = i32::try_from(self.timeout_ms).unwrap_or(i32::MAX);
                     let fenced = client.fence(&id, timeout).await;
-                    fenced.map_err(|e| OpenError::Retry(format!("aborting lingering {id}: {e}")))?;
+                    fenced.map_err(|e| OpenError::Retry(Error::on(&id, "aborting a lingering transaction")(e)))?;
                     self.metrics.transactions_aborted.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(transactional_id = id, ?state, "recovery aborted a lingering transaction");
                 }
@@ -414,36 +417,36 @@ impl KafkaWriter {
         }
         match refused.as_slice() {
             [] => Ok(committed),
-            [(_, message)] => Err(OpenError::Fatal(message.clone())),
+            [(_, message)] => Err(OpenError::Fatal(Error::CommitRefused(message.clone()))),
             [(_, first), rest @ ..] => {
                 let others: Vec<&str> = rest.iter().map(|(id, _)| id.as_str()).collect();
-                Err(OpenError::Fatal(format!("{first} (nor could {})", others.join(", "))))
+                Err(OpenError::Fatal(Error::CommitRefused(format!("{first} (nor could {})", others.join(", ")))))
             }
         }
     }
 
-    async fn describe(&self, id: &str) -> Result<Option<TransactionState>, String> {
-        let description = self.client()?.describe(id).await.map_err(|e| format!("describing {id}: {e}"))?;
+    async fn describe(&self, id: &str) -> Result<Option<TransactionState>> {
+        let description = self.client()?.describe(id).await.map_err(Error::on(id, "describing"))?;
         Ok(description.map(|d| d.state))
     }
 
     /// Sends `records` into the open transaction (opening one if needed).
-    pub(crate) async fn write(&mut self, records: Vec<OutRecord>) -> Result<(), String> {
+    pub(crate) async fn write(&mut self, records: Vec<OutRecord>) -> Result<()> {
         if records.is_empty() {
             return Ok(());
         }
         let producer = match self.mode.as_mut() {
-            None => return Err("the Kafka writer was not opened".into()),
+            None => return Err(Error::Unexpected("the Kafka writer was not opened".into())),
             Some(Mode::Plain { producer, .. }) => producer.clone(),
             Some(Mode::Transactional { slots, current }) => {
                 let k = match current {
                     Some(k) => *k,
                     None => {
                         let Some(k) = slots.iter().position(|s| s.state == SlotState::Free) else {
-                            return Err(format!(
+                            return Err(Error::Unexpected(format!(
                                 "all {} transactional ids of this subtask hold transactions that are not committed yet: checkpoints are not completing",
                                 slots.len()
-                            ));
+                            )));
                         };
                         let slot = &mut slots[k];
                         let producer = match &slot.producer {
@@ -457,7 +460,7 @@ impl KafkaWriter {
                             }
                         };
                         let id = slot.id.clone();
-                        blocking(move || producer.begin_transaction().map_err(|e| format!("{id}: begin: {e}"))).await?;
+                        blocking(move || producer.begin_transaction().map_err(Error::on(&id, "begin"))).await?;
                         slot.state = SlotState::Open;
                         slot.began_ms = Some(weir_engine::operators::state_ttl::now_ms());
                         *current = Some(k);
@@ -465,7 +468,9 @@ impl KafkaWriter {
                         k
                     }
                 };
-                let Some((producer, _)) = &slots[k].producer else { return Err("an open slot has no producer".into()) };
+                let Some((producer, _)) = &slots[k].producer else {
+                    return Err(Error::Unexpected("an open slot has no producer".into()));
+                };
                 producer.clone()
             }
         };
@@ -476,13 +481,13 @@ impl KafkaWriter {
     /// Barrier `checkpoint`: makes everything written so far durable (exactly-once: flushed
     /// and pending, and returned as the snapshot records it; at-least-once: flushed and
     /// acknowledged).
-    pub(crate) async fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<PendingTransaction>, String> {
+    pub(crate) async fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<PendingTransaction>> {
         match self.mode.as_mut() {
-            None => Err("the Kafka writer was not opened".into()),
+            None => Err(Error::Unexpected("the Kafka writer was not opened".into())),
             Some(Mode::Plain { producer, report }) => {
                 if self.delivery == Delivery::AtLeastOnce {
                     let producer = producer.clone();
-                    blocking(move || producer.flush(BLOCKING_TIMEOUT).map_err(|e| format!("flush: {e}"))).await?;
+                    blocking(move || producer.flush(BLOCKING_TIMEOUT).map_err(Error::client("flush"))).await?;
                 }
                 report.take().map_or(Ok(None), Err)
             }
@@ -495,27 +500,32 @@ impl KafkaWriter {
                 // Only a transaction that holds records is pre-committed (an empty one stays
                 // closed: committing empty transactions is pointless).
                 let Some(k) = current.take() else { return Ok(None) };
-                let client = self.client.as_ref().ok_or("a transactional writer without its client")?;
+                let client = self
+                    .client
+                    .as_ref()
+                    .ok_or_else(|| Error::Unexpected("a transactional writer without its client".into()))?;
                 let slot = &mut slots[k];
                 let Some((producer, report)) = slot.producer.clone() else {
-                    return Err("an open slot has no producer".into());
+                    return Err(Error::Unexpected("an open slot has no producer".into()));
                 };
                 let id = slot.id.clone();
-                blocking(move || producer.flush(BLOCKING_TIMEOUT).map_err(|e| format!("{id}: flush: {e}"))).await?;
+                blocking(move || producer.flush(BLOCKING_TIMEOUT).map_err(Error::on(&id, "flush"))).await?;
                 if let Some(failure) = report.take() {
-                    return Err(format!("{}: {failure}", slot.id));
+                    return Err(Error::on(&slot.id, "delivery")(failure));
                 }
                 // The coordinator's own view of the transaction is what recovery will need.
                 let description = client
                     .describe(&slot.id)
                     .await
-                    .map_err(|e| format!("{}: describing the pre-committed transaction: {e}", slot.id))?
-                    .ok_or_else(|| format!("{}: the coordinator does not know the transaction", slot.id))?;
+                    .map_err(Error::on(&slot.id, "describing the pre-committed transaction"))?
+                    .ok_or_else(|| {
+                        Error::Unexpected(format!("{}: the coordinator does not know the transaction", slot.id))
+                    })?;
                 if description.state != TransactionState::Ongoing {
-                    return Err(format!(
+                    return Err(Error::Unexpected(format!(
                         "{}: pre-committed transaction is {:?} at the coordinator, not Ongoing",
                         slot.id, description.state
-                    ));
+                    )));
                 }
                 slot.state = SlotState::Pending(checkpoint);
                 let pending = PendingTransaction {
@@ -531,7 +541,7 @@ impl KafkaWriter {
 
     /// The writer's own table beside the pending transactions: this subtask's parallelism,
     /// so that a recovery at another parallelism knows which old subtasks' ids to probe.
-    pub(crate) fn pool_state(&self, info: &SubtaskInfo) -> Result<Vec<StateTable>, String> {
+    pub(crate) fn pool_state(&self, info: &SubtaskInfo) -> Result<Vec<StateTable>> {
         if self.delivery != Delivery::ExactlyOnce {
             return Ok(Vec::new());
         }
@@ -545,27 +555,24 @@ impl KafkaWriter {
                 Arc::new(UInt64Array::from(vec![info.subtask as u64])),
                 Arc::new(UInt64Array::from(vec![info.parallelism as u64])),
             ],
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         Ok(vec![StateTable { name: POOL_TABLE.into(), schema: pool_schema, batches: vec![pool_batch] }])
     }
 
     /// Checkpoint `checkpoint` completed: commits `due` (every transaction pending up to it),
     /// and frees the slots no completed checkpoint lists any more.
-    pub(crate) async fn commit(&mut self, checkpoint: u64, due: &[PendingTransaction]) -> Result<(), String> {
+    pub(crate) async fn commit(&mut self, checkpoint: u64, due: &[PendingTransaction]) -> Result<()> {
         let Some(Mode::Transactional { slots, .. }) = self.mode.as_mut() else { return Ok(()) };
         for slot in slots.iter_mut() {
             match slot.state {
                 SlotState::Committed { released_by: Some(n) } if n <= checkpoint => slot.state = SlotState::Free,
                 SlotState::Pending(_) if due.iter().any(|p| p.transactional_id == slot.id) => {
                     let Some((producer, _)) = slot.producer.clone() else {
-                        return Err("a pending slot has no producer".into());
+                        return Err(Error::Unexpected("a pending slot has no producer".into()));
                     };
                     let id = slot.id.clone();
-                    blocking(move || {
-                        producer.commit_transaction(BLOCKING_TIMEOUT).map_err(|e| format!("{id}: commit: {e}"))
-                    })
-                    .await?;
+                    blocking(move || producer.commit_transaction(BLOCKING_TIMEOUT).map_err(Error::on(&id, "commit")))
+                        .await?;
                     self.metrics.transactions_committed.fetch_add(1, Ordering::Relaxed);
                     // A crash here leaves this sink committed and others (or other subtasks)
                     // not: recovery commits the rest from the checkpoint.
@@ -588,13 +595,12 @@ impl KafkaWriter {
 
     /// Normal shutdown: an open transaction holds records after the last checkpoint; abort it
     /// rather than leave it to pin the partitions until it times out.
-    pub(crate) async fn close(&mut self) -> Result<(), String> {
+    pub(crate) async fn close(&mut self) -> Result<()> {
         if let Some(Mode::Transactional { slots, current: Some(k) }) = self.mode.as_mut()
             && let Some((producer, _)) = slots[*k].producer.clone()
         {
             let id = slots[*k].id.clone();
-            blocking(move || producer.abort_transaction(BLOCKING_TIMEOUT).map_err(|e| format!("{id}: abort: {e}")))
-                .await?;
+            blocking(move || producer.abort_transaction(BLOCKING_TIMEOUT).map_err(Error::on(&id, "abort"))).await?;
             self.metrics.transactions_aborted.fetch_add(1, Ordering::Relaxed);
             slots[*k].state = SlotState::Free;
             slots[*k].began_ms = None;
@@ -618,17 +624,16 @@ impl KafkaWriter {
     /// id this run used is looked up, and one the coordinator still sees Ongoing is fenced,
     /// which aborts it. (A fresh-clone CI run once found an id Ongoing after a savepoint stop
     /// whose abort had returned.)
-    async fn fence_what_is_still_open(&self) -> Result<(), String> {
+    async fn fence_what_is_still_open(&self) -> Result<()> {
         let (Some(Mode::Transactional { slots, .. }), Some(client)) = (&self.mode, &self.client) else {
             return Ok(());
         };
         let timeout = i32::try_from(self.timeout_ms).unwrap_or(i32::MAX);
         for slot in slots.iter().filter(|s| s.producer.is_some() && !matches!(s.state, SlotState::Committed { .. })) {
-            let state =
-                client.describe(&slot.id).await.map_err(|e| format!("{}: describing at close: {e}", slot.id))?;
+            let state = client.describe(&slot.id).await.map_err(Error::on(&slot.id, "describing at close"))?;
             if state.is_some_and(|d| d.state == TransactionState::Ongoing) {
                 tracing::warn!(transactional_id = slot.id, "a transaction still open at close is fenced");
-                client.fence(&slot.id, timeout).await.map_err(|e| format!("{}: fencing at close: {e}", slot.id))?;
+                client.fence(&slot.id, timeout).await.map_err(Error::on(&slot.id, "fencing at close"))?;
                 self.metrics.transactions_aborted.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -673,14 +678,14 @@ impl TwoPhaseCommitter for KafkaWriter {
     async fn pre_commit(&mut self, checkpoint: u64) -> weir_engine::Result<Vec<PendingTransaction>> {
         match KafkaWriter::pre_commit(self, checkpoint).await {
             Ok(pending) => Ok(pending.into_iter().collect()),
-            Err(message) => Err(self.failure(message).await),
+            Err(error) => Err(self.failure(error).await),
         }
     }
 
     async fn commit(&mut self, checkpoint: u64, due: Vec<PendingTransaction>) -> weir_engine::Result<()> {
         match KafkaWriter::commit(self, checkpoint, &due).await {
             Ok(()) => Ok(()),
-            Err(message) => Err(self.failure(message).await),
+            Err(error) => Err(self.failure(error).await),
         }
     }
 
@@ -695,8 +700,9 @@ impl TwoPhaseCommitter for KafkaWriter {
 }
 
 impl KafkaWriter {
-    /// The runtime's error for `message`, naming the subtask and the topic.
-    pub(crate) fn error(&self, message: String) -> weir_engine::Error {
+    /// The runtime's error for `error`, naming the subtask and the topic.
+    pub(crate) fn error(&self, error: impl std::fmt::Display) -> weir_engine::Error {
+        let message = error.to_string();
         let message = format!("topic {}: {message}", self.topic);
         match &self.info {
             Some(info) => info.error(message),
@@ -708,7 +714,8 @@ impl KafkaWriter {
     /// is gone (deleted while the pipeline ran: no restart brings it back, and restarting would
     /// never end), else one a restart may mend. Topics are checked when a pipeline is planned,
     /// and here only when something failed, so a start pays nothing for it.
-    pub(crate) async fn failure(&self, message: String) -> weir_engine::Error {
+    pub(crate) async fn failure(&self, error: impl std::fmt::Display) -> weir_engine::Error {
+        let message = error.to_string();
         match (self.connection.ensure_topic(&self.topic, self.create_topic).await, &self.info) {
             (Err(TopicError::Missing(gone)), Some(info)) => info.fatal(format!("{gone} (any more): {message}")),
             _ => self.error(message),
@@ -720,7 +727,7 @@ async fn transactional_producer(
     connection: &KafkaConnection,
     id: &str,
     timeout_ms: u32,
-) -> Result<(Arc<KafkaProducer>, DeliveryReport), String> {
+) -> Result<(Arc<KafkaProducer>, DeliveryReport)> {
     let timeout = timeout_ms.to_string();
     let config =
         connection.client_config(&[("transactional.id", id), ("transaction.timeout.ms", &timeout), ("linger.ms", "5")]);
@@ -729,8 +736,8 @@ async fn transactional_producer(
     let id = id.to_string();
     let producer = blocking(move || {
         let producer: KafkaProducer =
-            config.create_with_context(context).map_err(|e| format!("{id}: creating the producer: {e}"))?;
-        producer.init_transactions(BLOCKING_TIMEOUT).map_err(|e| format!("{id}: init_transactions: {e}"))?;
+            config.create_with_context(context).map_err(Error::on(&id, "creating the producer"))?;
+        producer.init_transactions(BLOCKING_TIMEOUT).map_err(Error::on(&id, "init_transactions"))?;
         Ok(producer)
     })
     .await?;
@@ -738,7 +745,7 @@ async fn transactional_producer(
 }
 
 /// Queues every record, waiting while librdkafka's queue is full.
-fn send_all(producer: &KafkaProducer, topic: &str, records: &[OutRecord]) -> Result<(), String> {
+fn send_all(producer: &KafkaProducer, topic: &str, records: &[OutRecord]) -> Result<()> {
     for out in records {
         let mut record = BaseRecord::<[u8], [u8]>::to(topic);
         if let Some(key) = &out.key {
@@ -761,7 +768,7 @@ fn send_all(producer: &KafkaProducer, topic: &str, records: &[OutRecord]) -> Res
                     record = back;
                     std::thread::sleep(Duration::from_millis(1));
                 }
-                Err((e, _)) => return Err(format!("producing to {topic}: {e}")),
+                Err((e, _)) => return Err(Error::client(format!("producing to {topic}"))(e)),
             }
         }
     }

@@ -14,6 +14,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
+use crate::{Error, Result};
+
 /// A SASL mechanism the recovery client speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SaslMechanism {
@@ -74,7 +76,7 @@ impl ClientSecurity {
     /// Reads librdkafka's security properties (names without the `kafka.` prefix). Errors name
     /// the property; properties librdkafka takes but this client cannot honour are refused
     /// here rather than ignored, so recovery never connects with less than the producers do.
-    pub fn from_properties(properties: &[(String, String)]) -> Result<Self, String> {
+    pub fn from_properties(properties: &[(String, String)]) -> Result<Self> {
         let get = |key: &str| properties.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
         let protocol = get("security.protocol").unwrap_or("plaintext").to_ascii_lowercase();
         let (tls, sasl) = match protocol.as_str() {
@@ -83,9 +85,9 @@ impl ClientSecurity {
             "sasl_plaintext" => (false, true),
             "sasl_ssl" => (true, true),
             other => {
-                return Err(format!(
+                return Err(Error::Security(format!(
                     "kafka.security.protocol '{other}' is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"
-                ));
+                )));
             }
         };
         let tls = tls.then(|| tls_settings(&get)).transpose()?;
@@ -94,7 +96,7 @@ impl ClientSecurity {
     }
 
     /// The rustls configuration for `tls`: reads the CA and client certificate files.
-    pub(crate) fn tls_config(tls: &TlsSettings) -> Result<Arc<ClientConfig>, String> {
+    pub(crate) fn tls_config(tls: &TlsSettings) -> Result<Arc<ClientConfig>> {
         // ring rather than aws-lc-rs: no cmake build of a second C crypto library. rustls
         // deprecates it for lacking post-quantum key exchange, which Kafka's Java brokers do not
         // offer by default either.
@@ -105,16 +107,20 @@ impl ClientSecurity {
             Some(path) => {
                 let certificates = read_certificates(path)?;
                 if certificates.is_empty() {
-                    return Err(format!("kafka.ssl.ca.location '{path}' holds no PEM certificate"));
+                    return Err(Error::Security(format!("kafka.ssl.ca.location '{path}' holds no PEM certificate")));
                 }
                 for certificate in certificates {
-                    roots.add(certificate).map_err(|e| format!("kafka.ssl.ca.location '{path}': {e}"))?;
+                    roots
+                        .add(certificate)
+                        .map_err(|e| Error::Security(format!("kafka.ssl.ca.location '{path}': {e}")))?;
                 }
             }
             None => {
                 let native = rustls_native_certs::load_native_certs();
                 if let Some(error) = native.errors.first().filter(|_| native.certs.is_empty()) {
-                    return Err(format!("the system's CA certificates (set kafka.ssl.ca.location instead): {error}"));
+                    return Err(Error::Security(format!(
+                        "the system's CA certificates (set kafka.ssl.ca.location instead): {error}"
+                    )));
                 }
                 roots.add_parsable_certificates(native.certs);
             }
@@ -122,13 +128,13 @@ impl ClientSecurity {
         let roots = Arc::new(roots);
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS: {e}"))?;
+            .map_err(|e| Error::Security(format!("TLS: {e}")))?;
         let builder = if tls.verify_hostname {
             builder.with_root_certificates(roots)
         } else {
             let verifier = WebPkiServerVerifier::builder_with_provider(roots, provider)
                 .build()
-                .map_err(|e| format!("TLS: {e}"))?;
+                .map_err(|e| Error::Security(format!("TLS: {e}")))?;
             builder.dangerous().with_custom_certificate_verifier(Arc::new(AnyHostName(verifier)))
         };
         let config = match &tls.client_certificate {
@@ -136,38 +142,46 @@ impl ClientSecurity {
             Some((certificate, key)) => {
                 let chain = read_certificates(certificate)?;
                 let key = read_private_key(key)?;
-                builder.with_client_auth_cert(chain, key).map_err(|e| format!("kafka.ssl.key.location: {e}"))?
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| Error::Security(format!("kafka.ssl.key.location: {e}")))?
             }
         };
         Ok(Arc::new(config))
     }
 }
 
-fn tls_settings<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<TlsSettings, String> {
+fn tls_settings<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<TlsSettings> {
     if get("ssl.key.password").is_some() {
-        return Err(
-            "kafka.ssl.key.password: encrypted private keys are not supported; give an unencrypted PEM key".into()
-        );
+        return Err(Error::Security(
+            "kafka.ssl.key.password: encrypted private keys are not supported; give an unencrypted PEM key".into(),
+        ));
     }
     if get("ssl.keystore.location").is_some() || get("ssl.ca.pem").is_some() || get("ssl.certificate.pem").is_some() {
-        return Err("give TLS material as PEM files: kafka.ssl.ca.location, kafka.ssl.certificate.location and kafka.ssl.key.location".into());
+        return Err(Error::Security("give TLS material as PEM files: kafka.ssl.ca.location, kafka.ssl.certificate.location and kafka.ssl.key.location".into()));
     }
     let client_certificate = match (get("ssl.certificate.location"), get("ssl.key.location")) {
         (Some(certificate), Some(key)) => Some((certificate.to_string(), key.to_string())),
         (None, None) => None,
-        _ => return Err("kafka.ssl.certificate.location and kafka.ssl.key.location go together".into()),
+        _ => {
+            return Err(Error::Security(
+                "kafka.ssl.certificate.location and kafka.ssl.key.location go together".into(),
+            ));
+        }
     };
     let verify_hostname = match get("ssl.endpoint.identification.algorithm").map(str::to_ascii_lowercase).as_deref() {
         None | Some("https") => true,
         Some("none") => false,
         Some(other) => {
-            return Err(format!("kafka.ssl.endpoint.identification.algorithm '{other}' is not 'https' or 'none'"));
+            return Err(Error::Security(format!(
+                "kafka.ssl.endpoint.identification.algorithm '{other}' is not 'https' or 'none'"
+            )));
         }
     };
     Ok(TlsSettings { ca_location: get("ssl.ca.location").map(str::to_string), client_certificate, verify_hostname })
 }
 
-fn sasl_settings<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<SaslSettings, String> {
+fn sasl_settings<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<SaslSettings> {
     // librdkafka takes both spellings; `sasl.mechanisms` is its original one.
     let mechanism = get("sasl.mechanism").or_else(|| get("sasl.mechanisms")).unwrap_or("GSSAPI");
     let mechanism = match mechanism.to_ascii_uppercase().as_str() {
@@ -175,25 +189,28 @@ fn sasl_settings<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<SaslSetti
         "SCRAM-SHA-256" => SaslMechanism::ScramSha256,
         "SCRAM-SHA-512" => SaslMechanism::ScramSha512,
         other => {
-            return Err(format!(
+            return Err(Error::Security(format!(
                 "kafka.sasl.mechanism '{other}' is not supported by exactly-once recovery (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"
-            ));
+            )));
         }
     };
     let (Some(username), Some(password)) = (get("sasl.username"), get("sasl.password")) else {
-        return Err(format!("SASL {} needs kafka.sasl.username and kafka.sasl.password", mechanism.name()));
+        return Err(Error::Security(format!(
+            "SASL {} needs kafka.sasl.username and kafka.sasl.password",
+            mechanism.name()
+        )));
     };
     Ok(SaslSettings { mechanism, username: username.to_string(), password: password.to_string() })
 }
 
-fn read_certificates(path: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+fn read_certificates(path: &str) -> Result<Vec<CertificateDer<'static>>> {
     CertificateDer::pem_file_iter(path)
-        .and_then(|certificates| certificates.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("reading '{path}': {e}"))
+        .and_then(|certificates| certificates.collect::<std::result::Result<Vec<_>, _>>())
+        .map_err(|e| Error::Security(format!("reading '{path}': {e}")))
 }
 
-fn read_private_key(path: &str) -> Result<PrivateKeyDer<'static>, String> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| format!("kafka.ssl.key.location '{path}': {e}"))
+fn read_private_key(path: &str) -> Result<PrivateKeyDer<'static>> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| Error::Security(format!("kafka.ssl.key.location '{path}': {e}")))
 }
 
 /// `ssl.endpoint.identification.algorithm = none`: the chain must lead to a trusted CA, but the
@@ -252,7 +269,7 @@ mod tests {
 
     #[test]
     fn plaintext_by_default() {
-        assert_eq!(ClientSecurity::from_properties(&[]), Ok(ClientSecurity::default()));
+        assert_eq!(ClientSecurity::from_properties(&[]).unwrap(), ClientSecurity::default());
     }
 
     #[test]
@@ -275,7 +292,7 @@ mod tests {
 
     #[test]
     fn what_recovery_cannot_honour_is_refused_by_name() {
-        let error = |pairs: &[(&str, &str)]| ClientSecurity::from_properties(&props(pairs)).unwrap_err();
+        let error = |pairs: &[(&str, &str)]| ClientSecurity::from_properties(&props(pairs)).unwrap_err().to_string();
         assert!(error(&[("security.protocol", "ssl_plain")]).contains("PLAINTEXT, SSL"));
         assert!(error(&[("security.protocol", "SASL_PLAINTEXT")]).contains("'GSSAPI' is not supported"));
         assert!(
@@ -293,6 +310,6 @@ mod tests {
             client_certificate: None,
             verify_hostname: true,
         };
-        assert!(ClientSecurity::tls_config(&tls).unwrap_err().contains("/nonexistent/ca.pem"));
+        assert!(ClientSecurity::tls_config(&tls).unwrap_err().to_string().contains("/nonexistent/ca.pem"));
     }
 }

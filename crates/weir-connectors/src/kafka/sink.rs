@@ -46,7 +46,7 @@ pub struct KafkaSink {
 impl KafkaSink {
     /// Fails if the format does not fit the table (no key for upsert, raw over many columns), or
     /// if exactly-once recovery cannot use the table's security settings.
-    pub fn new(config: KafkaSinkConfig) -> Result<Self, String> {
+    pub fn new(config: KafkaSinkConfig) -> crate::Result<Self> {
         let encoder = Encoder::new(config.format, config.schema.clone(), &config.key_fields)?;
         let writer = KafkaWriter::new(
             config.connection,
@@ -67,7 +67,7 @@ impl BatchWriter for KafkaSink {
         let records = self.encoder.encode(&batch).map_err(|e| self.writer.error(e))?;
         match self.writer.write(records).await {
             Ok(()) => Ok(()),
-            Err(message) => Err(self.writer.failure(message).await),
+            Err(error) => Err(self.writer.failure(error).await),
         }
     }
 }

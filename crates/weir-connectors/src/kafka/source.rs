@@ -40,6 +40,7 @@ use super::blocking::blocking;
 use super::connection::{KafkaConnection, QuietContext, TopicCreation, TopicError};
 use super::decode::{Decoded, decode_debezium, decode_json, decode_raw};
 use super::producer_pool::{Delivery, KafkaWriter, OutRecord};
+use crate::Error;
 
 const OFFSETS: &str = "offsets";
 /// How long one `next` call may collect records.
@@ -211,14 +212,14 @@ impl KafkaSource {
             for (t, topic) in config.topics.iter().enumerate() {
                 let metadata = consumer
                     .fetch_metadata(Some(topic), METADATA_TIMEOUT)
-                    .map_err(|e| format!("topic {topic}: metadata: {e}"))?;
+                    .map_err(Error::client(format!("topic {topic}: metadata")))?;
                 let Some(found) = metadata.topics().first() else { continue };
                 match found.error() {
                     None => {}
                     Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) => {
                         return Ok(Discovered::Gone(topic.clone()));
                     }
-                    Some(e) => return Err(format!("topic {topic}: {e:?}")),
+                    Some(e) => return Err(Error::Unexpected(format!("topic {topic}: {e:?}"))),
                 }
                 for p in found.partitions() {
                     let partition = p.id();
@@ -228,7 +229,7 @@ impl KafkaSource {
                     }
                     let (low, high) = consumer
                         .fetch_watermarks(topic, partition, METADATA_TIMEOUT)
-                        .map_err(|e| format!("topic {topic} partition {partition}: offsets: {e}"))?;
+                        .map_err(Error::client(format!("topic {topic} partition {partition}: offsets")))?;
                     // Partitions the restored checkpoint does not know appeared after it: read
                     // them from the start, like partitions found while running.
                     let start = match restored.get(&(topic.clone(), partition)) {
@@ -251,9 +252,9 @@ impl KafkaSource {
                 for p in &new {
                     assignment
                         .add_partition_offset(&p.topic, p.partition, Offset::Offset(p.next_offset))
-                        .map_err(|e| e.to_string())?;
+                        .map_err(Error::client("assigning partitions"))?;
                 }
-                consumer.incremental_assign(&assignment).map_err(|e| format!("assigning partitions: {e}"))?;
+                consumer.incremental_assign(&assignment).map_err(Error::client("assigning partitions"))?;
             }
             Ok(Discovered::Partitions(new))
         })
@@ -316,7 +317,7 @@ impl KafkaSource {
                         polled.reached_end = true;
                         break;
                     }
-                    Some(Err(e)) => return Err(format!("consuming: {e}")),
+                    Some(Err(e)) => return Err(Error::client("consuming")(e)),
                 }
             }
             Ok(polled)
@@ -329,7 +330,7 @@ impl KafkaSource {
     /// count the transaction markers that are never delivered).
     async fn update_positions(&mut self) -> weir_engine::Result<()> {
         let consumer = self.consumer()?;
-        let positions = blocking(move || consumer.position().map_err(|e| format!("positions: {e}")))
+        let positions = blocking(move || consumer.position().map_err(Error::client("positions")))
             .await
             .map_err(|e| self.error(e))?;
         for element in positions.elements() {
@@ -413,8 +414,8 @@ impl KafkaSource {
                     return Err(self.error("no dead-letter writer"));
                 };
                 let writer = dead_letters.committer();
-                if let Err(message) = writer.write(records).await {
-                    return Err(writer.failure(format!("dead letters: {message}")).await);
+                if let Err(error) = writer.write(records).await {
+                    return Err(writer.failure(format!("dead letters: {error}")).await);
                 }
             }
         }
@@ -507,8 +508,8 @@ fn start_offset(
     partition: i32,
     low: i64,
     high: i64,
-) -> Result<i64, String> {
-    let lookup = |list: TopicPartitionList| -> Result<Option<i64>, String> {
+) -> crate::Result<i64> {
+    let lookup = |list: TopicPartitionList| -> crate::Result<Option<i64>> {
         Ok(list.find_partition(topic, partition).and_then(|e| match e.offset() {
             Offset::Offset(o) => Some(o),
             _ => None,
@@ -520,13 +521,14 @@ fn start_offset(
         StartupMode::Group => {
             let mut list = TopicPartitionList::new();
             list.add_partition(topic, partition);
-            lookup(consumer.committed_offsets(list, METADATA_TIMEOUT).map_err(|e| format!("group offsets: {e}"))?)?
+            lookup(consumer.committed_offsets(list, METADATA_TIMEOUT).map_err(Error::client("group offsets"))?)?
                 .unwrap_or(low)
         }
         StartupMode::Timestamp(ms) => {
             let mut list = TopicPartitionList::new();
-            list.add_partition_offset(topic, partition, Offset::Offset(ms)).map_err(|e| e.to_string())?;
-            lookup(consumer.offsets_for_times(list, METADATA_TIMEOUT).map_err(|e| format!("offsets for time: {e}"))?)?
+            list.add_partition_offset(topic, partition, Offset::Offset(ms))
+                .map_err(Error::client("offsets for time"))?;
+            lookup(consumer.offsets_for_times(list, METADATA_TIMEOUT).map_err(Error::client("offsets for time"))?)?
                 .unwrap_or(high)
         }
     })
@@ -564,7 +566,7 @@ impl Source for KafkaSource {
             ("auto.offset.reset", "earliest"),
         ]);
         let consumer: BaseConsumer<QuietContext> = blocking(move || {
-            config.create_with_context(QuietContext).map_err(|e| format!("creating the Kafka consumer: {e}"))
+            config.create_with_context(QuietContext).map_err(Error::client("creating the Kafka consumer"))
         })
         .await
         .map_err(|e| info.error(e))?;
@@ -651,9 +653,11 @@ impl Source for KafkaSource {
             }
             let consumer = self.consumer()?;
             // For monitoring only: a failure is logged, never fatal.
-            if let Err(e) = blocking(move || consumer.commit(&list, CommitMode::Async).map_err(|e| e.to_string())).await
+            if let Err(e) =
+                blocking(move || consumer.commit(&list, CommitMode::Async).map_err(Error::client("committing offsets")))
+                    .await
             {
-                tracing::warn!(error = e, "committing offsets to the consumer group");
+                tracing::warn!(error = %e, "committing offsets to the consumer group");
             }
         }
         Ok(())

@@ -15,6 +15,9 @@
 //! aborted it on timeout, or a newer producer of the id fenced it); INVALID_PRODUCER_ID_MAPPING
 //! means the broker no longer maps this producer id to the transactional id.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use kafka_protocol::ResponseError;
@@ -125,6 +128,31 @@ pub struct TransactionsClient {
     security: ClientSecurity,
     request_timeout: Duration,
     retry_for: Duration,
+    /// Shared by the client's clones.
+    cache: Arc<ClientCache>,
+}
+
+/// What a client keeps between requests: recovery, every pre-commit and every close ask the
+/// coordinator, and a new connection each time costs a TCP connect, a TLS handshake and a
+/// SCRAM exchange (its PBKDF2 included).
+#[derive(Default)]
+struct ClientCache {
+    /// The TLS configuration, read once (CA, certificate and key files).
+    tls: OnceLock<Arc<rustls::ClientConfig>>,
+    /// An idle connection per broker (`host:port`): taken for a request, put back after a
+    /// good answer; one that failed is dropped.
+    idle: Mutex<HashMap<String, Connection>>,
+    /// The coordinator of each transactional id asked about, forgotten when a request to it
+    /// fails in a way worth retrying (it may have moved).
+    coordinators: Mutex<HashMap<String, String>>,
+    /// Connections opened, for tests and diagnostics.
+    opened: AtomicU64,
+}
+
+impl std::fmt::Debug for ClientCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientCache").field("opened", &self.opened.load(Ordering::Relaxed)).finish_non_exhaustive()
+    }
 }
 
 impl TransactionsClient {
@@ -135,12 +163,19 @@ impl TransactionsClient {
             security: ClientSecurity::default(),
             request_timeout: Duration::from_secs(10),
             retry_for: Duration::from_secs(60),
+            cache: Arc::default(),
         }
+    }
+
+    /// How many broker connections this client (and its clones) opened so far.
+    pub fn connections_opened(&self) -> u64 {
+        self.cache.opened.load(Ordering::Relaxed)
     }
 
     /// Connects with TLS and SASL as `security` says (plain TCP without it).
     pub fn with_security(mut self, security: ClientSecurity) -> Self {
         self.security = security;
+        self.cache = Arc::default();
         self
     }
 
@@ -164,6 +199,7 @@ impl TransactionsClient {
             let request = DescribeTransactionsRequest::default()
                 .with_transactional_ids(vec![TransactionalId(StrBytes::from_string(transactional_id.to_string()))]);
             let response = conn.send(&request, DESCRIBE_TRANSACTIONS_VERSION).await?;
+            self.release(conn);
             let state = response.transaction_states.into_iter().next().ok_or_else(|| {
                 Error::Protocol(format!("DescribeTransactions for '{transactional_id}' returned no state"))
             })?;
@@ -204,6 +240,7 @@ impl TransactionsClient {
                 .with_producer_epoch(pending.producer_epoch)
                 .with_committed(result == TransactionResult::Commit);
             let response = conn.send(&request, END_TXN_VERSION).await?;
+            self.release(conn);
             match ResponseError::try_from_code(response.error_code) {
                 None => Ok(EndTxnOutcome::Completed),
                 Some(
@@ -228,6 +265,7 @@ impl TransactionsClient {
                 .with_transactional_id(Some(TransactionalId(StrBytes::from_string(transactional_id.to_string()))))
                 .with_transaction_timeout_ms(timeout_ms);
             let response = conn.send(&request, INIT_PRODUCER_ID_VERSION).await?;
+            self.release(conn);
             match ResponseError::try_from_code(response.error_code) {
                 None => Ok(()),
                 Some(code) => Err(broker_error("InitProducerId", transactional_id, code)),
@@ -240,11 +278,12 @@ impl TransactionsClient {
         let mut last_error = None;
         for broker in &self.bootstrap {
             let answer = async {
-                let mut conn = Connection::connect(broker, self.request_timeout, &self.security).await?;
+                let mut conn = self.connection(broker).await?;
                 let request = FindCoordinatorRequest::default()
                     .with_key(StrBytes::from_string(transactional_id.to_string()))
                     .with_key_type(COORDINATOR_KEY_TYPE_TRANSACTION);
                 let response = conn.send(&request, FIND_COORDINATOR_VERSION).await?;
+                self.release(conn);
                 match ResponseError::try_from_code(response.error_code) {
                     None => Ok(format!("{}:{}", response.host.as_str(), response.port)),
                     Some(code) => Err(broker_error("FindCoordinator", transactional_id, code)),
@@ -259,9 +298,43 @@ impl TransactionsClient {
         Err(last_error.unwrap_or_else(|| Error::Protocol("no bootstrap servers given".to_string())))
     }
 
+    /// A connection to `transactional_id`'s coordinator (remembered, or found).
     async fn coordinator_connection(&self, transactional_id: &str) -> Result<Connection> {
-        let coordinator = self.find_coordinator_once(transactional_id).await?;
-        Connection::connect(&coordinator, self.request_timeout, &self.security).await
+        let known = lock(&self.cache.coordinators).get(transactional_id).cloned();
+        let coordinator = match known {
+            Some(coordinator) => coordinator,
+            None => {
+                let found = self.find_coordinator_once(transactional_id).await?;
+                lock(&self.cache.coordinators).insert(transactional_id.to_string(), found.clone());
+                found
+            }
+        };
+        self.connection(&coordinator).await
+    }
+
+    /// An idle connection to `broker`, or a new one.
+    async fn connection(&self, broker: &str) -> Result<Connection> {
+        if let Some(idle) = lock(&self.cache.idle).remove(broker) {
+            return Ok(idle);
+        }
+        let tls = match &self.security.tls {
+            None => None,
+            Some(settings) => Some(match self.cache.tls.get() {
+                Some(config) => config.clone(),
+                None => {
+                    let config = ClientSecurity::tls_config(settings)?;
+                    self.cache.tls.get_or_init(|| config).clone()
+                }
+            }),
+        };
+        let connection = Connection::connect(broker, self.request_timeout, tls, self.security.sasl.as_ref()).await?;
+        self.cache.opened.fetch_add(1, Ordering::Relaxed);
+        Ok(connection)
+    }
+
+    /// Keeps `connection` for the next request to its broker.
+    fn release(&self, connection: Connection) {
+        lock(&self.cache.idle).insert(connection.broker().to_string(), connection);
     }
 
     /// Runs `attempt` until it succeeds, fails for good, or retriable failures outlast
@@ -285,6 +358,7 @@ impl TransactionsClient {
                         });
                     }
                     debug!(request, transactional_id, error = %e, "retrying");
+                    lock(&self.cache.coordinators).remove(transactional_id);
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
@@ -292,6 +366,11 @@ impl TransactionsClient {
             }
         }
     }
+}
+
+/// The cache's maps hold no invariant a panic could break half-way: a poisoned lock is used as is.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn broker_error(request: &'static str, transactional_id: &str, code: ResponseError) -> Error {

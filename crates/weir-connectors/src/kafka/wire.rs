@@ -1,20 +1,22 @@
 //! One connection to a Kafka broker speaking the binary protocol: a size-prefixed request header
 //! and body out, a size-prefixed response header and body back. `kafka-protocol` encodes the
 //! messages; the framing and correlation are ours. The connection is TCP, wrapped in TLS and
-//! authenticated with SASL as the table's `security.protocol` says ([`ClientSecurity`]).
+//! authenticated with SASL as the table's `security.protocol` says.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, BytesMut};
 use kafka_protocol::messages::{RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use super::sasl;
-use super::security::ClientSecurity;
+use super::security::SaslSettings;
 use crate::error::{Error, Result};
 
 /// The client id weir sends in request headers (visible in broker request logs).
@@ -36,18 +38,23 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// Connects to `broker` (`host:port`), with TLS and SASL as `security` asks.
-    pub(crate) async fn connect(broker: &str, timeout: Duration, security: &ClientSecurity) -> Result<Self> {
+    /// Connects to `broker` (`host:port`): TLS with `tls` when given, then SASL with `sasl`
+    /// when given.
+    pub(crate) async fn connect(
+        broker: &str,
+        timeout: Duration,
+        tls: Option<Arc<ClientConfig>>,
+        sasl: Option<&SaslSettings>,
+    ) -> Result<Self> {
         let io_err = |source| Error::Io { broker: broker.to_string(), source };
         let tcp = tokio::time::timeout(timeout, TcpStream::connect(broker))
             .await
             .map_err(|_| io_err(timed_out("connect", timeout)))?
             .map_err(io_err)?;
         tcp.set_nodelay(true).map_err(io_err)?;
-        let stream: Box<dyn BrokerStream> = match &security.tls {
+        let stream: Box<dyn BrokerStream> = match tls {
             None => Box::new(tcp),
-            Some(tls) => {
-                let config = ClientSecurity::tls_config(tls).map_err(Error::Security)?;
+            Some(config) => {
                 let host = broker.rsplit_once(':').map_or(broker, |(host, _)| host);
                 let host = host.trim_start_matches('[').trim_end_matches(']');
                 let name = ServerName::try_from(host.to_string())
@@ -61,7 +68,7 @@ impl Connection {
             }
         };
         let mut connection = Self { stream, broker: broker.to_string(), next_correlation_id: 1, timeout };
-        if let Some(settings) = &security.sasl {
+        if let Some(settings) = sasl {
             sasl::authenticate(&mut connection, settings).await?;
         }
         Ok(connection)
@@ -98,6 +105,11 @@ impl Connection {
         let mut body = BytesMut::zeroed(size);
         self.stream.read_exact(&mut body).await.map_err(|e| self.io_error(e))?;
         Ok(body)
+    }
+
+    /// The broker's `host:port`.
+    pub(crate) fn broker(&self) -> &str {
+        &self.broker
     }
 
     /// The broker (or our check of it) refused the SASL exchange: not worth retrying.

@@ -140,3 +140,24 @@ fn plaintext_against_a_sasl_listener_is_not_mistaken_for_success() {
     let client = TransactionsClient::new(&listeners.sasl_plaintext).with_retry_for(Duration::from_secs(2));
     assert!(rt.block_on(client.describe("any")).is_err());
 }
+
+/// Recovery, every pre-commit and every close ask the coordinator: a client keeps its
+/// connection to each broker (the TLS handshake and the SCRAM exchange done once, the TLS
+/// configuration read once) and remembers each id's coordinator, rather than connecting to a
+/// bootstrap broker and then to the coordinator for every request.
+#[test]
+fn a_client_keeps_its_connection_across_requests() {
+    let rt = runtime();
+    let listeners = secured();
+    let properties = listeners.properties("SASL_SSL", "SCRAM-SHA-512");
+    let client = client(&listeners, "SASL_SSL", &properties);
+    let ids: Vec<String> = (0..5).map(|i| TestBroker::unique_name(&format!("reuse-{i}"))).collect();
+    let started = Instant::now();
+    for _ in 0..10 {
+        for id in &ids {
+            assert!(rt.block_on(client.describe(id)).unwrap().is_none());
+        }
+    }
+    eprintln!("50 DescribeTransactions over SASL_SSL with SCRAM-SHA-512: {:?}", started.elapsed());
+    assert_eq!(client.connections_opened(), 1, "one broker, one connection");
+}
