@@ -47,13 +47,23 @@ pub struct PipelineRecord {
     /// Names its Kafka transactional ids.
     pub name: String,
     pub sql: String,
-    /// The session's `SET` options when it was created, as JSON ([`weir_sql::PipelineOptions`]).
+    /// The session's `SET` options when it was created: stored as JSON
+    /// ([`weir_sql::PipelineOptions`]), shown as the `SET` statements that give them.
+    #[serde(serialize_with = "options_as_sql")]
     pub options: String,
     pub parallelism: i64,
     pub status: String,
     /// A bare SELECT whose rows are kept for the client.
     pub preview: bool,
     pub created_at_ms: i64,
+}
+
+/// Stored options shown as `SET` statements (as stored when they do not read as options).
+fn options_as_sql<S: serde::Serializer>(options: &str, serializer: S) -> Result<S::Ok, S::Error> {
+    match weir_sql::PipelineOptions::from_json(options) {
+        Ok(options) => serializer.serialize_str(&options.to_sql()),
+        Err(_) => serializer.serialize_str(options),
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]

@@ -143,6 +143,41 @@ impl PipelineOptions {
         }
     }
 
+    /// The options as the `SET` statements that give them, one per line (what a reader of a
+    /// pipeline is shown).
+    pub fn to_sql(&self) -> String {
+        let duration = |d: &Duration| {
+            let ms = d.as_millis();
+            match ms {
+                _ if ms > 0 && ms.is_multiple_of(3_600_000) => format!("{} hours", ms / 3_600_000),
+                _ if ms > 0 && ms.is_multiple_of(60_000) => format!("{} min", ms / 60_000),
+                _ if ms > 0 && ms.is_multiple_of(1000) => format!("{} s", ms / 1000),
+                _ => format!("{ms} ms"),
+            }
+        };
+        let every = |e: &Every| match e {
+            Every::Off => "off".to_string(),
+            Every::Every(d) => duration(d),
+        };
+        let mode = |exactly_once: &bool| if *exactly_once { "exactly_once" } else { "at_least_once" }.to_string();
+        let settings: [(&str, Option<String>); 10] = [
+            ("checkpoint.mode", self.exactly_once.as_ref().map(mode)),
+            ("checkpoint.unaligned", self.unaligned.map(|b| b.to_string())),
+            ("checkpoint.aligned_timeout", self.aligned_timeout.as_ref().map(duration)),
+            ("checkpoint.interval", self.checkpoint_interval.as_ref().map(every)),
+            ("checkpoint.max_concurrent", self.max_concurrent_checkpoints.map(|n| n.to_string())),
+            ("checkpoint.timeout", self.checkpoint_timeout.as_ref().map(duration)),
+            ("checkpoint.retained", self.retained_checkpoints.map(|n| n.to_string())),
+            ("parallelism", self.parallelism.map(|n| n.to_string())),
+            ("state.ttl", self.state_ttl.as_ref().map(every)),
+            ("pipeline.name", self.pipeline_name.clone()),
+        ];
+        settings
+            .into_iter()
+            .filter_map(|(name, value)| value.map(|v| format!("SET {name} = '{}';\n", v.replace('\'', "''"))))
+            .collect()
+    }
+
     /// The options as stored with a pipeline.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|_| "{}".into())
@@ -173,6 +208,17 @@ mod tests {
         let plan = options.plan_options("orders_1-1", &config);
         assert_eq!((plan.parallelism, plan.state_ttl), (3, None));
         assert_eq!(PipelineOptions::from_json(&options.to_json()).unwrap(), options);
+        assert_eq!(
+            options.to_sql(),
+            "SET checkpoint.unaligned = 'true';\nSET checkpoint.interval = '200 ms';\nSET parallelism = '3';\nSET state.ttl = 'off';\nSET pipeline.name = 'orders_1';\n"
+        );
+        // What is shown gives the same options when run.
+        let mut again = PipelineOptions::default();
+        for line in options.to_sql().lines() {
+            let (name, value) = line.trim_start_matches("SET ").trim_end_matches("';").split_once(" = '").unwrap();
+            again.set(name, value).unwrap();
+        }
+        assert_eq!(again, options);
         assert_eq!(PipelineOptions::from_json("{}").unwrap(), PipelineOptions::default());
     }
 
