@@ -70,10 +70,23 @@ impl Connector for NexmarkConnector {
                 config.splits
             );
         }
+        // Event time on `date_time` (the one timestamp column) is tracked per split by the
+        // source itself; the planner's generic assigner would take one watermark over all of a
+        // subtask's splits.
+        let delay_ms = match &table.event_time {
+            Some((column, delay)) if column == "date_time" => Some(delay.as_millis() as i64),
+            _ => None,
+        };
         Ok(PlannedSource {
-            factory: Arc::new(move |_| Ok(Box::new(NexmarkSource::new(config.clone())))),
+            factory: Arc::new(move |_| {
+                let source = NexmarkSource::new(config.clone());
+                Ok(Box::new(match delay_ms {
+                    Some(delay_ms) => source.with_watermarks(delay_ms),
+                    None => source,
+                }))
+            }),
             state: "the next event number of each split".into(),
-            assigns_watermarks: false,
+            assigns_watermarks: delay_ms.is_some(),
             changelog: false,
             preflight: Vec::new(),
             transactional_prefixes: Vec::new(),
