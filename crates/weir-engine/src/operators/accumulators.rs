@@ -120,6 +120,32 @@ pub(crate) fn snapshot_states(
     Ok(states)
 }
 
+/// Merges row `row` of restored state columns `states` into `accumulators`: each accumulator
+/// takes its `widths[i]` columns in turn, as [`snapshot_states`] wrote them.
+pub(crate) fn restore_row(
+    accumulators: &mut [Box<dyn Accumulator>],
+    states: &[ArrayRef],
+    widths: &[usize],
+    row: usize,
+) -> Result<()> {
+    let mut column = 0;
+    for (accumulator, width) in accumulators.iter_mut().zip(widths) {
+        let row_states: Vec<ArrayRef> =
+            states[column..column + width].iter().map(|state| state.slice(row, 1)).collect();
+        accumulator.merge_batch(&row_states)?;
+        column += width;
+    }
+    Ok(())
+}
+
+/// The values of `columns` at `row` (a group's key).
+pub(crate) fn row_values(columns: &[ArrayRef], row: usize) -> Result<Vec<ScalarValue>> {
+    Ok(columns
+        .iter()
+        .map(|column| ScalarValue::try_from_array(column, row))
+        .collect::<datafusion::error::Result<_>>()?)
+}
+
 /// Column i of `rows`, as the type of `fields[i]`, for every field.
 pub(crate) fn columns(rows: &[Vec<ScalarValue>], fields: &[FieldRef]) -> Result<Vec<ArrayRef>> {
     fields

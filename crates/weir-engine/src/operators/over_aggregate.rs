@@ -257,19 +257,22 @@ impl OverAggregate {
     }
 
     /// The accumulators table (unbounded frames): the partition columns, then each
-    /// accumulator's state columns.
-    fn accumulators_table(&self) -> Result<KeyedTable> {
+    /// accumulator's state columns; with the number of state columns of each accumulator.
+    fn accumulators_table(&self) -> Result<(KeyedTable, Vec<usize>)> {
         let mut fields = Vec::new();
         for name in &self.partition {
             fields.push(self.input.field_with_name(name)?.clone().with_nullable(true));
         }
+        let mut widths = Vec::new();
         for mut accumulator in self.accumulators()? {
-            for state in accumulator.state()? {
+            let states = accumulator.state()?;
+            widths.push(states.len());
+            for state in states {
                 // Numbered as the table's columns, the key hash first.
                 fields.push(Field::new(format!("state_{}", fields.len() + 1), state.data_type(), true));
             }
         }
-        Ok(KeyedTable::new(fields))
+        Ok((KeyedTable::new(fields), widths))
     }
 
     /// The input rows of a restored pending or frames table.
@@ -320,7 +323,7 @@ impl Operator for OverAggregate {
                 });
             }
         }
-        let table = self.accumulators_table()?;
+        let (table, widths) = self.accumulators_table()?;
         let keys_width = self.partition.len();
         for batch in restored.table(ACCUMULATORS) {
             let key_fields = &table.fields()[..keys_width];
@@ -330,14 +333,7 @@ impl Operator for OverAggregate {
             let keys = self.keys(&keyed)?;
             for row in 0..batch.num_rows() {
                 let mut accumulators = self.accumulators()?;
-                let mut column = 0;
-                for accumulator in &mut accumulators {
-                    let width = accumulator.state()?.len();
-                    let row_states: Vec<ArrayRef> =
-                        states[column..column + width].iter().map(|state| state.slice(row, 1)).collect();
-                    accumulator.merge_batch(&row_states)?;
-                    column += width;
-                }
+                accumulators::restore_row(&mut accumulators, &states, &widths, row)?;
                 self.partitions.insert(keys.row(row).owned(), Partition { accumulators, frame: VecDeque::new() });
             }
         }
@@ -402,7 +398,7 @@ impl Operator for OverAggregate {
             };
             tables.push(StateTable { name: FRAMES.into(), schema, batches: vec![batch] });
         } else {
-            let schema = self.accumulators_table()?.schema().clone();
+            let schema = self.accumulators_table()?.0.schema().clone();
             let converter = self.converter.as_ref();
             let batch = match (converter, self.partitions.is_empty()) {
                 (Some(converter), false) => {

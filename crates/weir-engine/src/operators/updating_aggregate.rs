@@ -198,18 +198,9 @@ impl Operator for UpdatingAggregate {
             };
             let (counts, accesses) = (int(&counters[0])?, int(&counters[1])?);
             for row in 0..batch.num_rows() {
-                let key: Vec<ScalarValue> = key_columns
-                    .iter()
-                    .map(|column| ScalarValue::try_from_array(column, row))
-                    .collect::<datafusion::error::Result<_>>()?;
+                let key = accumulators::row_values(&key_columns, row)?;
                 let mut accumulators = self.accumulators()?;
-                let mut column = 0;
-                for (accumulator, width) in accumulators.iter_mut().zip(&widths) {
-                    let row_states: Vec<ArrayRef> =
-                        states[column..column + width].iter().map(|state| state.slice(row, 1)).collect();
-                    accumulator.merge_batch(&row_states)?;
-                    column += width;
-                }
+                accumulators::restore_row(&mut accumulators, &states, &widths, row)?;
                 // Every batch's changes were emitted before the snapshot: the emitted values
                 // are the current ones.
                 let emitted =

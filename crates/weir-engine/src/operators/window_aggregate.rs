@@ -249,18 +249,9 @@ impl Operator for WindowAggregate {
             let key_columns = table.read(batch, &fields[2..2 + keys])?;
             let states = table.read(batch, &fields[2 + keys..])?;
             for row in 0..batch.num_rows() {
-                let key: Vec<ScalarValue> = key_columns
-                    .iter()
-                    .map(|column| ScalarValue::try_from_array(column, row))
-                    .collect::<datafusion::error::Result<_>>()?;
+                let key = accumulators::row_values(&key_columns, row)?;
                 let mut accumulators = self.accumulators()?;
-                let mut column = 0;
-                for (accumulator, width) in accumulators.iter_mut().zip(&widths) {
-                    let row_states: Vec<ArrayRef> =
-                        states[column..column + width].iter().map(|state| state.slice(row, 1)).collect();
-                    accumulator.merge_batch(&row_states)?;
-                    column += width;
-                }
+                accumulators::restore_row(&mut accumulators, &states, &widths, row)?;
                 let (start, end) = (starts.value(row), ends.value(row));
                 match self.kind {
                     WindowKind::Session { .. } => {
