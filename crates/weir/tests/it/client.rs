@@ -162,6 +162,7 @@ fn pipeline_statements_and_meta_commands() {
         "CREATE TABLE gen WITH (connector = 'nexmark', rate = '200');
          CREATE TABLE sink (auction BIGINT) WITH (connector = 'blackhole');
          SET checkpoint.interval = '500 ms';
+         SET checkpoint.retained = '100';
          INSERT INTO sink SELECT bid.auction FROM gen WHERE event_type = 2;
          \\i {}
          \\d
@@ -235,6 +236,8 @@ fn pipeline_statements_and_meta_commands() {
     wait_for("stopped");
     let run = weir_sql(&server, &["-c", "STOP PIPELINE 1"], "");
     assert!(run.stderr.contains("ERROR:  pipeline 1 is not running"), "{}", run.stderr);
+    // (The script keeps 100 checkpoints: with the default 3, checkpoint `first` was retired
+    // before this line on a loaded machine.)
     let run = weir_sql(&server, &["-c", &format!("RESUME PIPELINE 1 FROM CHECKPOINT {first}")], "");
     assert_eq!(run.stdout, format!("pipeline 1 is running again from checkpoint {first}\n"), "{}", run.stderr);
     wait_for("running");
