@@ -120,6 +120,25 @@ pub(crate) fn snapshot_states(
     Ok(states)
 }
 
+/// Appends to a state table's `fields` each accumulator's state columns (named `state_<n>`, n
+/// their place in the table, the key hash first), and returns how many each has: the layout
+/// [`snapshot_states`] writes and [`restore_row`] reads.
+pub(crate) fn push_state_fields(
+    fields: &mut Vec<datafusion::arrow::datatypes::Field>,
+    accumulators: Vec<Box<dyn Accumulator>>,
+) -> Result<Vec<usize>> {
+    let mut widths = Vec::new();
+    for mut accumulator in accumulators {
+        let states = accumulator.state()?;
+        widths.push(states.len());
+        for state in states {
+            let name = format!("state_{}", fields.len() + 1);
+            fields.push(datafusion::arrow::datatypes::Field::new(name, state.data_type(), true));
+        }
+    }
+    Ok(widths)
+}
+
 /// Merges row `row` of restored state columns `states` into `accumulators`: each accumulator
 /// takes its `widths[i]` columns in turn, as [`snapshot_states`] wrote them.
 pub(crate) fn restore_row(

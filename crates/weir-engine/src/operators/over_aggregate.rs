@@ -263,15 +263,7 @@ impl OverAggregate {
         for name in &self.partition {
             fields.push(self.input.field_with_name(name)?.clone().with_nullable(true));
         }
-        let mut widths = Vec::new();
-        for mut accumulator in self.accumulators()? {
-            let states = accumulator.state()?;
-            widths.push(states.len());
-            for state in states {
-                // Numbered as the table's columns, the key hash first.
-                fields.push(Field::new(format!("state_{}", fields.len() + 1), state.data_type(), true));
-            }
-        }
+        let widths = accumulators::push_state_fields(&mut fields, self.accumulators()?)?;
         Ok((KeyedTable::new(fields), widths))
     }
 

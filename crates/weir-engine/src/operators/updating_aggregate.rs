@@ -148,15 +148,7 @@ impl UpdatingAggregate {
         }
         fields.push(Field::new(ROWS, DataType::Int64, false));
         fields.push(Field::new(LAST_ACCESS, DataType::Int64, false));
-        let mut widths = Vec::new();
-        for mut accumulator in self.accumulators()? {
-            let states = accumulator.state()?;
-            widths.push(states.len());
-            for state in states {
-                // Numbered as the table's columns, the key hash first.
-                fields.push(Field::new(format!("state_{}", fields.len() + 1), state.data_type(), true));
-            }
-        }
+        let widths = accumulators::push_state_fields(&mut fields, self.accumulators()?)?;
         Ok((KeyedTable::new(fields), widths))
     }
 
