@@ -15,6 +15,7 @@ mod coordinator;
 pub mod error;
 pub mod failure;
 pub mod graph;
+mod group_keys;
 mod inflight;
 pub mod message;
 pub mod metrics;

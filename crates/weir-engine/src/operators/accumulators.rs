@@ -31,6 +31,21 @@ pub(crate) struct Arguments {
 }
 
 impl Arguments {
+    /// The argument columns (then the ORDER BY columns of an order-sensitive aggregate).
+    pub(crate) fn values(&self) -> &[ArrayRef] {
+        &self.values
+    }
+
+    /// Whether the aggregate's FILTER lets `row` in.
+    pub(crate) fn admits(&self, row: u32) -> bool {
+        self.filter.as_ref().is_none_or(|mask| mask.is_valid(row as usize) && mask.value(row as usize))
+    }
+
+    /// Whether the aggregate has a FILTER.
+    pub(crate) fn filtered(&self) -> bool {
+        self.filter.is_some()
+    }
+
     /// Rows `offset..offset + len` of these arguments (no copy).
     pub(crate) fn slice(&self, offset: usize, len: usize) -> Arguments {
         Arguments {

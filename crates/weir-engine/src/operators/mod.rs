@@ -1,6 +1,7 @@
 //! weir's streaming operators, one module each.
 
 mod accumulators;
+mod group_accumulators;
 pub mod join;
 pub mod numbering;
 pub mod over_aggregate;

@@ -1,22 +1,30 @@
 //! A non-windowed `GROUP BY`: an updating aggregate. Its output is a changelog
 //! ([`crate::changelog`]): after each input batch, every group it touched emits `+I` when it is
-//! new, `-U` old / `+U` new when its values changed, and `-D` when a retracting input emptied it.
-//! A changelog input is aggregated with `retract_batch`, by the accumulators DataFusion makes
-//! for sliding window frames (the planner only allows functions whose sliding form takes back
-//! any row), and min, max and DISTINCT counts by [`ValueCounts`]. With a time-to-live, groups
-//! not touched for that long (processing time, as Flink's state TTL) are forgotten without
-//! output: a later row for the key starts afresh.
+//! new, `-U` old / `+U` new when its values changed, and `-D` when a retracting input emptied it;
+//! one change per group per batch, however many of its rows the batch held (as Flink's
+//! mini-batch aggregation). A changelog input is aggregated by accumulators that take rows back:
+//! count, sum and avg natively, min, max and DISTINCT counts by [`ValueCounts`], other functions
+//! by the accumulators DataFusion makes for sliding window frames (the planner only allows
+//! functions whose sliding form takes back any row). With a time-to-live, groups not touched
+//! for that long (processing time, as Flink's state TTL) are forgotten without output: a later
+//! row for the key starts afresh.
 //!
-//! The snapshot holds each group's accumulator state, row count and last access, keyed by the
-//! hash of the group columns (the input's partitioning).
+//! A batch is grouped without a value per row: its keys are interned to group ids
+//! ([`GroupKeys`]) and each aggregate's state lives in vectors by id
+//! ([`group_accumulators`](crate::operators::group_accumulators)). The values a batch replaces
+//! are read just before it is applied, so nothing keeps the emitted values.
+//!
+//! The snapshot holds each group's key, accumulator state, row count and last access, keyed by
+//! the hash of the group columns (the input's partitioning).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{Array, ArrayRef, Int64Array};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array};
+use datafusion::arrow::compute::kernels::cmp::distinct;
+use datafusion::arrow::compute::{cast, interleave, or, take};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{ScalarValue, exec_err};
 use datafusion::logical_expr::Accumulator;
@@ -24,8 +32,10 @@ use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
 use crate::changelog::{Change, change_array, changes};
 use crate::error::{Error, Result};
+use crate::group_keys::GroupKeys;
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
-use crate::operators::accumulators::{self, AggregateCall};
+use crate::operators::accumulators::{self, AggregateCall, Arguments};
+use crate::operators::group_accumulators::{GroupAccumulator, group_accumulator};
 use crate::operators::state_ttl::{StateTtl, now_ms};
 use crate::operators::value_counts::{Reported, ValueCounts};
 use crate::operators::window_aggregate::ALL_IN_ONE;
@@ -33,6 +43,10 @@ use crate::partition::key_hashes;
 use crate::state_table::KeyedTable;
 
 const GROUPS: &str = "groups";
+const ROWS: &str = "__rows";
+const LAST_ACCESS: &str = "__last_access_ms";
+/// Removed groups' ids are reclaimed once they are this many and outnumber the live ones.
+const COMPACT_AFTER: usize = 1024;
 
 /// What a [`ValueCounts`] reports for `aggregate` over a changelog, if it takes its place:
 /// min and max, and DISTINCT counts of one argument.
@@ -44,17 +58,199 @@ fn value_counts_for(aggregate: &AggregateFunctionExpr) -> Option<Reported> {
         _ => None,
     }
 }
-const ROWS: &str = "__rows";
-const LAST_ACCESS: &str = "__last_access_ms";
 
-struct Group {
-    accumulators: Vec<Box<dyn Accumulator>>,
-    /// Input rows in the group (inserts less retractions).
-    rows: i64,
-    /// The aggregate values last emitted.
-    emitted: Option<Vec<ScalarValue>>,
-    /// Wall-clock milliseconds of the last row, for the time-to-live.
-    last_access_ms: i64,
+/// The per-group DataFusion accumulator of `function` (for the functions kept natively by
+/// [`group_accumulator`] nothing calls it).
+fn per_group_accumulator(
+    function: &AggregateFunctionExpr,
+    retracting: bool,
+) -> datafusion::error::Result<Box<dyn Accumulator>> {
+    match (retracting, value_counts_for(function)) {
+        (true, Some(reported)) => {
+            // The values counted are the argument's: min/max return their type, a distinct
+            // count's state is a list of them.
+            let data_type = match reported {
+                Reported::DistinctCount => match function.state_fields()?.first().map(|f| f.data_type()) {
+                    Some(DataType::List(values)) => values.data_type().clone(),
+                    other => return exec_err!("count(DISTINCT) has a state of {other:?}, not a list"),
+                },
+                _ => function.field().data_type().clone(),
+            };
+            Ok(Box::new(ValueCounts::new(reported, data_type)?))
+        }
+        (true, None) => function.create_sliding_accumulator(),
+        (false, _) => function.create_accumulator(),
+    }
+}
+
+/// Every group's state, by group id.
+struct Groups {
+    keys: GroupKeys,
+    accumulators: Vec<Box<dyn GroupAccumulator>>,
+    /// Input rows in each group (inserts less retractions).
+    rows: Vec<i64>,
+    /// Wall-clock milliseconds of each group's last row, for the time-to-live.
+    last_access_ms: Vec<i64>,
+    live: Vec<bool>,
+    /// Ids removed since the last compaction.
+    removed: usize,
+    /// The batch that last touched each group (to list a batch's groups once each).
+    touched_by: Vec<u64>,
+    batches: u64,
+}
+
+/// What one batch did to one group it touched.
+struct Touched {
+    id: usize,
+    /// A row of the batch holding the group's key.
+    key_row: u32,
+    /// Its place among the groups that existed before the batch, if it did.
+    old: Option<usize>,
+    /// Its place among the groups that exist after it, if it does.
+    new: Option<usize>,
+}
+
+impl Groups {
+    fn resize(&mut self) {
+        let len = self.keys.len();
+        for accumulator in &mut self.accumulators {
+            accumulator.resize(len);
+        }
+        self.rows.resize(len, 0);
+        self.last_access_ms.resize(len, 0);
+        self.live.resize(len, true);
+        self.touched_by.resize(len, 0);
+    }
+
+    fn remove(&mut self, id: usize) {
+        self.keys.remove(id);
+        self.live[id] = false;
+        for accumulator in &mut self.accumulators {
+            accumulator.forget(id);
+        }
+        self.removed += 1;
+    }
+
+    fn live_ids(&self) -> Vec<usize> {
+        (0..self.keys.len()).filter(|&id| self.live[id]).collect()
+    }
+
+    /// Reclaims removed groups' ids once they are many.
+    fn compact_if_due(&mut self) {
+        let live = self.keys.len() - self.removed;
+        if self.removed < COMPACT_AFTER || self.removed < live {
+            return;
+        }
+        let keep = self.live.clone();
+        self.keys.compact(&keep);
+        for accumulator in &mut self.accumulators {
+            accumulator.retain(&keep);
+        }
+        for values in [&mut self.rows, &mut self.last_access_ms] {
+            let mut id = 0;
+            values.retain(|_| {
+                id += 1;
+                keep[id - 1]
+            });
+        }
+        self.live = vec![true; live];
+        self.touched_by = vec![0; live];
+        self.removed = 0;
+    }
+
+    /// Forgets groups last touched before `oldest`.
+    fn expire(&mut self, oldest: i64) {
+        for id in 0..self.keys.len() {
+            if self.live[id] && self.last_access_ms[id] < oldest {
+                self.remove(id);
+            }
+        }
+        self.compact_if_due();
+    }
+
+    /// Applies a batch: its key columns, each row's change and each aggregate's arguments. Returns
+    /// the groups it touched (in the order the batch first named them) with each aggregate's values
+    /// before and after it.
+    fn apply(
+        &mut self,
+        key_columns: &[ArrayRef],
+        kinds: &[Change],
+        arguments: &[Arguments],
+        now: i64,
+    ) -> Result<(Vec<Touched>, Vec<ArrayRef>, Vec<ArrayRef>)> {
+        let rows = self.keys.encode(key_columns)?;
+        let before = self.keys.len();
+        self.batches += 1;
+        let mut touched: Vec<(usize, u32)> = Vec::new();
+        // Rows that add, then rows that take back (a key the state does not hold has nothing to
+        // take back), as (row, group id).
+        let mut added: (Vec<u32>, Vec<usize>) = (Vec::new(), Vec::new());
+        let mut retracted: (Vec<u32>, Vec<usize>) = (Vec::new(), Vec::new());
+        for retracting in [false, true] {
+            for (row, _) in kinds.iter().enumerate().filter(|(_, k)| k.is_retraction() == retracting) {
+                let id = if retracting {
+                    let Some(id) = self.keys.find(&rows, row) else { continue };
+                    id
+                } else {
+                    let (id, _) = self.keys.intern(&rows, row);
+                    if id == self.touched_by.len() {
+                        self.touched_by.push(0);
+                    }
+                    id
+                };
+                if self.touched_by[id] != self.batches {
+                    self.touched_by[id] = self.batches;
+                    touched.push((id, row as u32));
+                }
+                let into = if retracting { &mut retracted } else { &mut added };
+                into.0.push(row as u32);
+                into.1.push(id);
+            }
+        }
+        self.resize();
+        let existed: Vec<usize> = touched.iter().map(|t| t.0).filter(|&id| id < before).collect();
+        let old = self.accumulators.iter_mut().map(|a| a.evaluate(&existed)).collect::<Result<Vec<_>>>()?;
+        for (accumulator, arguments) in self.accumulators.iter_mut().zip(arguments) {
+            for ((rows, ids), retract) in [(&added, false), (&retracted, true)] {
+                if rows.is_empty() {
+                    continue;
+                }
+                if arguments.filtered() {
+                    let (rows, ids): (Vec<u32>, Vec<usize>) =
+                        rows.iter().zip(ids).filter(|(row, _)| arguments.admits(**row)).unzip();
+                    accumulator.update(arguments.values(), &rows, &ids, retract)?;
+                } else {
+                    accumulator.update(arguments.values(), rows, ids, retract)?;
+                }
+            }
+        }
+        for (ids, by) in [(&added.1, 1), (&retracted.1, -1)] {
+            for &id in ids {
+                self.rows[id] += by;
+            }
+        }
+        let mut groups = Vec::with_capacity(touched.len());
+        let (mut olds, mut news) = (0, 0);
+        for (id, key_row) in touched {
+            self.last_access_ms[id] = now;
+            let old = (id < before).then(|| {
+                olds += 1;
+                olds - 1
+            });
+            let new = (self.rows[id] > 0).then(|| {
+                news += 1;
+                news - 1
+            });
+            if new.is_none() {
+                self.remove(id);
+            }
+            groups.push(Touched { id, key_row, old, new });
+        }
+        let alive: Vec<usize> = groups.iter().filter(|g| g.new.is_some()).map(|g| g.id).collect();
+        let new = self.accumulators.iter_mut().map(|a| a.evaluate(&alive)).collect::<Result<Vec<_>>>()?;
+        self.compact_if_due();
+        Ok((groups, old, new))
+    }
 }
 
 pub struct UpdatingAggregate {
@@ -66,7 +262,8 @@ pub struct UpdatingAggregate {
     ttl: StateTtl,
     /// The input is a changelog: use accumulators that can take rows back.
     retracting: bool,
-    groups: HashMap<Vec<ScalarValue>, Group>,
+    /// Made on first use (making accumulators can fail).
+    groups: Option<Groups>,
 }
 
 impl Clone for UpdatingAggregate {
@@ -90,7 +287,7 @@ impl UpdatingAggregate {
         ttl: Option<Duration>,
         retracting: bool,
     ) -> Self {
-        Self { group_columns, aggregates, output, ttl: StateTtl::new(ttl), retracting, groups: HashMap::new() }
+        Self { group_columns, aggregates, output, ttl: StateTtl::new(ttl), retracting, groups: None }
     }
 
     /// Whether `aggregate` can aggregate a changelog: its retracting accumulator must take
@@ -114,61 +311,169 @@ impl UpdatingAggregate {
         if group_columns.is_empty() { vec![ALL_IN_ONE.to_string()] } else { group_columns.to_vec() }
     }
 
-    fn accumulators(&self) -> Result<Vec<Box<dyn Accumulator>>> {
-        let create = |a: &AggregateCall| -> datafusion::error::Result<Box<dyn Accumulator>> {
-            let function = &a.function;
-            match (self.retracting, value_counts_for(function)) {
-                (true, Some(reported)) => {
-                    // The values counted are the argument's: min/max return their type, a
-                    // distinct count's state is a list of them.
-                    let data_type = match reported {
-                        Reported::DistinctCount => match function.state_fields()?.first().map(|f| f.data_type()) {
-                            Some(DataType::List(values)) => values.data_type().clone(),
-                            other => return exec_err!("count(DISTINCT) has a state of {other:?}, not a list"),
-                        },
-                        _ => function.field().data_type().clone(),
-                    };
-                    Ok(Box::new(ValueCounts::new(reported, data_type)?))
-                }
-                (true, None) => function.create_sliding_accumulator(),
-                (false, _) => function.create_accumulator(),
-            }
-        };
-        Ok(self.aggregates.iter().map(create).collect::<datafusion::error::Result<_>>()?)
+    /// The types the groups are keyed by: the group columns' (one constant for a global
+    /// aggregate).
+    fn key_types(&self) -> Vec<DataType> {
+        match self.group_columns.len() {
+            0 => vec![DataType::Int64],
+            keys => self.output.fields()[..keys].iter().map(|f| f.data_type().clone()).collect(),
+        }
     }
 
-    /// The types of each accumulator's state, as a fresh one reports it (sliding accumulators
-    /// keep more than `state_fields` says).
+    fn groups(&mut self) -> Result<&mut Groups> {
+        if self.groups.is_none() {
+            let retracting = self.retracting;
+            let accumulators = self
+                .aggregates
+                .iter()
+                .map(|call| {
+                    let function = call.function.clone();
+                    group_accumulator(call, retracting, move || per_group_accumulator(&function, retracting))
+                })
+                .collect::<Result<_>>()?;
+            self.groups = Some(Groups {
+                keys: GroupKeys::new(&self.key_types())?,
+                accumulators,
+                rows: Vec::new(),
+                last_access_ms: Vec::new(),
+                live: Vec::new(),
+                removed: 0,
+                touched_by: Vec::new(),
+                batches: 0,
+            });
+        }
+        self.groups.as_mut().ok_or_else(|| Error::Graph("the aggregate's groups are missing".into()))
+    }
+
+    /// The key columns of `rows` rows of `batch` (or of a restored group table), as the groups
+    /// are keyed: the group columns, or one constant for a global aggregate.
+    fn key_columns(&self, columns: Option<Vec<ArrayRef>>, rows: usize) -> Result<Vec<ArrayRef>> {
+        let Some(columns) = columns else { return Ok(vec![Arc::new(Int64Array::from(vec![0; rows]))]) };
+        columns
+            .iter()
+            .zip(self.key_types())
+            .map(|(column, data_type)| {
+                Ok(if *column.data_type() == data_type { column.clone() } else { cast(column, &data_type)? })
+            })
+            .collect()
+    }
+
+    fn batch_keys(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        if self.group_columns.is_empty() {
+            return self.key_columns(None, batch.num_rows());
+        }
+        let columns = self
+            .group_columns
+            .iter()
+            .map(|c| {
+                batch.column_by_name(c).cloned().ok_or_else(|| Error::Graph(format!("group column '{c}' is missing")))
+            })
+            .collect::<Result<_>>()?;
+        self.key_columns(Some(columns), batch.num_rows())
+    }
+
     /// The groups table: the group columns, the row count and last access, then each
     /// accumulator's state columns; with the number of state columns of each accumulator.
-    fn groups_table(&self) -> Result<(KeyedTable, Vec<usize>)> {
+    fn groups_table(&mut self) -> Result<(KeyedTable, Vec<usize>)> {
         let mut fields = Vec::new();
         for (i, name) in self.group_columns.iter().enumerate() {
             fields.push(Field::new(name, self.output.field(i).data_type().clone(), true));
         }
         fields.push(Field::new(ROWS, DataType::Int64, false));
         fields.push(Field::new(LAST_ACCESS, DataType::Int64, false));
-        let widths = accumulators::push_state_fields(&mut fields, self.accumulators()?)?;
+        let mut widths = Vec::new();
+        for accumulator in &self.groups()?.accumulators {
+            let types = accumulator.state_types();
+            widths.push(types.len());
+            for data_type in types {
+                fields.push(Field::new(format!("state_{}", fields.len() + 1), data_type, true));
+            }
+        }
         Ok((KeyedTable::new(fields), widths))
     }
 
-    /// Forgets groups idle for longer than the time-to-live (checked every half of it).
-    fn expire(&mut self, now: i64) {
-        let Some(oldest) = self.ttl.sweep_due(now) else { return };
-        self.groups.retain(|_, group| group.last_access_ms >= oldest);
-    }
-
-    fn emit(&self, rows: Vec<(Change, Vec<ScalarValue>)>, out: &mut Collector) -> Result<()> {
-        if rows.is_empty() {
-            return Ok(());
+    /// The changelog of one batch's `touched` groups, their values `old` before and `new`
+    /// after it, keys from `key_columns`.
+    fn changelog(
+        &self,
+        touched: &[Touched],
+        key_columns: &[ArrayRef],
+        old: &[ArrayRef],
+        new: &[ArrayRef],
+    ) -> Result<Option<RecordBatch>> {
+        // Groups that were and are: emitted only if some value changed.
+        let both: Vec<&Touched> = touched.iter().filter(|t| t.old.is_some() && t.new.is_some()).collect();
+        let positions = |pick: fn(&Touched) -> Option<usize>| {
+            UInt32Array::from_iter_values(both.iter().filter_map(|t| pick(t)).map(|p| p as u32))
+        };
+        let changed = changed(old, new, &positions(|t| t.old), &positions(|t| t.new))?;
+        let mut kinds = Vec::new();
+        let mut key_rows = Vec::new();
+        let mut values: Vec<(usize, usize)> = Vec::new();
+        let mut both_seen = 0;
+        for group in touched {
+            let changes: &[(Change, usize, Option<usize>)] = match (group.old, group.new) {
+                (None, None) => &[],
+                (None, Some(new)) => &[(Change::Insert, 1, Some(new))],
+                (Some(old), None) => &[(Change::Delete, 0, Some(old))],
+                (Some(old), Some(new)) => {
+                    both_seen += 1;
+                    if !changed.value(both_seen - 1) {
+                        continue;
+                    }
+                    &[(Change::UpdateBefore, 0, Some(old)), (Change::UpdateAfter, 1, Some(new))]
+                }
+            };
+            for &(kind, source, position) in changes {
+                kinds.push(kind);
+                key_rows.push(group.key_row);
+                values.push((source, position.unwrap_or(0)));
+            }
         }
-        let (kinds, rows): (Vec<Change>, Vec<Vec<ScalarValue>>) = rows.into_iter().unzip();
-        let width = self.output.fields().len() - 1;
-        let mut columns = accumulators::columns(&rows, &self.output.fields()[..width])?;
+        if kinds.is_empty() {
+            return Ok(None);
+        }
+        let fields = self.output.fields();
+        let key_rows = UInt32Array::from(key_rows);
+        let mut columns = Vec::with_capacity(fields.len());
+        for key_column in &key_columns[..self.group_columns.len()] {
+            columns.push(take(key_column, &key_rows, None)?);
+        }
+        for (old, new) in old.iter().zip(new) {
+            columns.push(interleave(&[old.as_ref(), new.as_ref()], &values)?);
+        }
+        let width = fields.len() - 1;
+        let mut columns: Vec<ArrayRef> = columns
+            .into_iter()
+            .zip(&fields[..width])
+            .map(|(column, field)| {
+                Ok(if column.data_type() == field.data_type() { column } else { cast(&column, field.data_type())? })
+            })
+            .collect::<Result<_>>()?;
         columns.push(change_array(&kinds));
-        out.emit(RecordBatch::try_new(self.output.clone(), columns)?);
-        Ok(())
+        Ok(Some(RecordBatch::try_new(self.output.clone(), columns)?))
     }
+}
+
+/// For each pair of rows (`old_rows[i]` of `old`, `new_rows[i]` of `new`), whether any
+/// aggregate's value differs (nulls equal to nulls).
+fn changed(old: &[ArrayRef], new: &[ArrayRef], old_rows: &UInt32Array, new_rows: &UInt32Array) -> Result<BooleanArray> {
+    let mut any = BooleanArray::from(vec![false; old_rows.len()]);
+    if old_rows.is_empty() {
+        return Ok(any);
+    }
+    for (old, new) in old.iter().zip(new) {
+        let (old, new) = (take(old, old_rows, None)?, take(new, new_rows, None)?);
+        let differs = match distinct(&old, &new) {
+            Ok(differs) => differs,
+            // Types the comparison kernel does not take (nested ones): value by value.
+            Err(_) => (0..old.len())
+                .map(|row| Ok(Some(ScalarValue::try_from_array(&old, row)? != ScalarValue::try_from_array(&new, row)?)))
+                .collect::<Result<BooleanArray>>()?,
+        };
+        any = or(&any, &differs)?;
+    }
+    Ok(any)
 }
 
 #[async_trait]
@@ -178,32 +483,31 @@ impl Operator for UpdatingAggregate {
         let (table, widths) = self.groups_table()?;
         let fields = table.fields();
         for batch in restored.table(GROUPS) {
-            let key_columns = table.read(batch, &fields[..keys])?;
+            let key_columns = match keys {
+                0 => self.key_columns(None, batch.num_rows())?,
+                _ => self.key_columns(Some(table.read(batch, &fields[..keys])?), batch.num_rows())?,
+            };
             let counters = table.read(batch, &fields[keys..keys + 2])?;
             let states = table.read(batch, &fields[keys + 2..])?;
             let int = |column: &ArrayRef| {
                 column
-                    .as_any()
-                    .downcast_ref::<Int64Array>()
+                    .as_primitive_opt::<Int64Type>()
                     .cloned()
                     .ok_or_else(|| Error::Graph("restored state: a counter column is not Int64".into()))
             };
             let (counts, accesses) = (int(&counters[0])?, int(&counters[1])?);
-            for row in 0..batch.num_rows() {
-                let key = accumulators::row_values(&key_columns, row)?;
-                let mut accumulators = self.accumulators()?;
-                accumulators::restore_row(&mut accumulators, &states, &widths, row)?;
-                // Every batch's changes were emitted before the snapshot: the emitted values
-                // are the current ones.
-                let emitted =
-                    accumulators.iter_mut().map(|a| a.evaluate()).collect::<datafusion::error::Result<_>>()?;
-                let group = Group {
-                    accumulators,
-                    rows: counts.value(row),
-                    emitted: Some(emitted),
-                    last_access_ms: accesses.value(row),
-                };
-                self.groups.insert(key, group);
+            let groups = self.groups()?;
+            let rows = groups.keys.encode(&key_columns)?;
+            let ids: Vec<usize> = (0..batch.num_rows()).map(|row| groups.keys.intern(&rows, row).0).collect();
+            groups.resize();
+            for (row, &id) in ids.iter().enumerate() {
+                groups.rows[id] += counts.value(row);
+                groups.last_access_ms[id] = groups.last_access_ms[id].max(accesses.value(row));
+            }
+            let mut column = 0;
+            for (accumulator, width) in groups.accumulators.iter_mut().zip(&widths) {
+                accumulator.merge(&states[column..column + width], &ids)?;
+                column += width;
             }
         }
         Ok(())
@@ -211,71 +515,17 @@ impl Operator for UpdatingAggregate {
 
     async fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Collector) -> Result<()> {
         let now = now_ms();
-        self.expire(now);
+        if let Some(oldest) = self.ttl.sweep_due(now) {
+            self.groups()?.expire(oldest);
+        }
         let kinds = changes(&batch)?;
-        let key_columns: Vec<ArrayRef> = self
-            .group_columns
-            .iter()
-            .map(|c| {
-                batch.column_by_name(c).cloned().ok_or_else(|| Error::Graph(format!("group column '{c}' is missing")))
-            })
-            .collect::<Result<_>>()?;
+        let key_columns = self.batch_keys(&batch)?;
         let arguments = accumulators::arguments(&self.aggregates, &batch)?;
-        // Rows of each group, in first-seen order (so the output order follows the input),
-        // split into added and retracted.
-        let mut order: Vec<Vec<ScalarValue>> = Vec::new();
-        let mut rows_of: HashMap<Vec<ScalarValue>, (Vec<u32>, Vec<u32>)> = HashMap::new();
-        for (row, kind) in kinds.iter().enumerate() {
-            let key: Vec<ScalarValue> = key_columns
-                .iter()
-                .map(|c| ScalarValue::try_from_array(c, row))
-                .collect::<datafusion::error::Result<_>>()?;
-            let entry = rows_of.entry(key.clone()).or_insert_with(|| {
-                order.push(key);
-                (Vec::new(), Vec::new())
-            });
-            if kind.is_retraction() { entry.1.push(row as u32) } else { entry.0.push(row as u32) }
+        let (touched, old, new) = self.groups()?.apply(&key_columns, &kinds, &arguments, now)?;
+        if let Some(changes) = self.changelog(&touched, &key_columns, &old, &new)? {
+            out.emit(changes);
         }
-        let mut output = Vec::new();
-        for key in order {
-            let Some((added, retracted)) = rows_of.remove(&key) else { continue };
-            if !self.groups.contains_key(&key) {
-                if added.is_empty() {
-                    continue; // retracting a group that expired or never was: nothing to take back
-                }
-                let accumulators = self.accumulators()?;
-                self.groups.insert(key.clone(), Group { accumulators, rows: 0, emitted: None, last_access_ms: now });
-            }
-            let Some(group) = self.groups.get_mut(&key) else { continue };
-            for (indices, retract) in [(added, false), (retracted, true)] {
-                if indices.is_empty() {
-                    continue;
-                }
-                group.rows += if retract { -(indices.len() as i64) } else { indices.len() as i64 };
-                accumulators::feed(&mut group.accumulators, &arguments, &indices, retract)?;
-            }
-            group.last_access_ms = now;
-            let row_of = |values: &[ScalarValue]| key.iter().chain(values).cloned().collect::<Vec<_>>();
-            if group.rows <= 0 {
-                if let Some(old) = &group.emitted {
-                    output.push((Change::Delete, row_of(old)));
-                }
-                self.groups.remove(&key);
-                continue;
-            }
-            let new: Vec<ScalarValue> =
-                group.accumulators.iter_mut().map(|a| a.evaluate()).collect::<datafusion::error::Result<_>>()?;
-            match &group.emitted {
-                None => output.push((Change::Insert, row_of(&new))),
-                Some(old) if *old != new => {
-                    output.push((Change::UpdateBefore, row_of(old)));
-                    output.push((Change::UpdateAfter, row_of(&new)));
-                }
-                Some(_) => {}
-            }
-            group.emitted = Some(new);
-        }
-        self.emit(output, out)
+        Ok(())
     }
 
     async fn process_watermark(&mut self, _watermark: i64, _out: &mut Collector) -> Result<()> {
@@ -286,32 +536,35 @@ impl Operator for UpdatingAggregate {
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
         let (table, _) = self.groups_table()?;
         let schema = table.schema().clone();
-        if self.groups.is_empty() {
-            return Ok(vec![StateTable {
-                name: GROUPS.into(),
-                schema: schema.clone(),
-                batches: vec![RecordBatch::new_empty(schema)],
-            }]);
+        let keys = self.group_columns.len();
+        let groups = self.groups()?;
+        let live = groups.live_ids();
+        let key_columns = groups.keys.columns(&live)?;
+        let mut columns: Vec<ArrayRef> = Vec::new();
+        if keys > 0 {
+            columns.extend(key_columns);
         }
-        let mut rows: Vec<Vec<ScalarValue>> = Vec::new();
-        let fresh = (0..self.groups.len()).map(|_| self.accumulators()).collect::<Result<Vec<_>>>()?;
-        for ((key, group), fresh) in self.groups.iter_mut().zip(fresh) {
-            let mut row = key.clone();
-            row.push(ScalarValue::Int64(Some(group.rows)));
-            row.push(ScalarValue::Int64(Some(group.last_access_ms)));
-            row.extend(accumulators::snapshot_states(&mut group.accumulators, fresh)?);
-            rows.push(row);
+        columns.push(Arc::new(Int64Array::from_iter_values(live.iter().map(|&id| groups.rows[id]))));
+        columns.push(Arc::new(Int64Array::from_iter_values(live.iter().map(|&id| groups.last_access_ms[id]))));
+        for accumulator in &mut groups.accumulators {
+            columns.extend(accumulator.state(&live)?);
         }
-        let columns = accumulators::columns(&rows, &schema.fields()[1..])?;
+        let columns: Vec<ArrayRef> = columns
+            .into_iter()
+            .zip(&schema.fields()[1..])
+            .map(|(column, field)| {
+                Ok(if column.data_type() == field.data_type() { column } else { cast(&column, field.data_type())? })
+            })
+            .collect::<Result<_>>()?;
         let partition = Self::partition_columns(&self.group_columns);
-        let keyed = match self.group_columns.is_empty() {
-            true => RecordBatch::try_new(
+        let keyed = match keys {
+            0 => RecordBatch::try_new(
                 Arc::new(Schema::new(vec![Field::new(ALL_IN_ONE, DataType::Int64, true)])),
-                vec![Arc::new(Int64Array::from(vec![0; rows.len()]))],
+                vec![Arc::new(Int64Array::from(vec![0; live.len()]))],
             )?,
-            false => RecordBatch::try_new(
-                Arc::new(Schema::new(schema.fields()[1..=self.group_columns.len()].to_vec())),
-                columns[..self.group_columns.len()].to_vec(),
+            _ => RecordBatch::try_new(
+                Arc::new(Schema::new(schema.fields()[1..=keys].to_vec())),
+                columns[..keys].to_vec(),
             )?,
         };
         let mut all: Vec<ArrayRef> = vec![Arc::new(key_hashes(&keyed, &partition)?)];

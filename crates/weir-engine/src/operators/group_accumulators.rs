@@ -1,0 +1,498 @@
+//! One aggregate's state for every group of a keyed operator, kept in vectors indexed by group
+//! id ([`crate::group_keys`]) and updated for a whole batch at once.
+//!
+//! Why not DataFusion's `GroupsAccumulator`: it is made for a batch query's one final answer,
+//! so `evaluate` and `state` hand over (and drop) the groups they emit, and it cannot take a row
+//! back. An updating aggregate reads the current value of the groups a batch changed after every
+//! batch, keeps them, and takes rows back when its input is a changelog. So count, sum, avg, min
+//! and max over primitive types, the functions almost every streaming GROUP BY uses, are kept
+//! natively here: a plain add per row, no allocation. Every other function (and DISTINCT or
+//! ordered forms) keeps DataFusion's per-group `Accumulator`, one per group, in [`PerGroup`].
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, ArrowPrimitiveType, AsArray, Int64Array, PrimitiveArray, UInt32Array, new_empty_array,
+};
+use datafusion::arrow::buffer::NullBuffer;
+use datafusion::arrow::compute::{cast, take};
+use datafusion::arrow::datatypes::{
+    ArrowNativeTypeOp, DataType, Date32Type, Date64Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type,
+    Int64Type, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+    TimestampSecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
+};
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::Accumulator;
+
+use crate::error::{Error, Result};
+use crate::operators::accumulators::AggregateCall;
+
+/// An aggregate's state over every group of an operator.
+pub(crate) trait GroupAccumulator: Send + Sync {
+    /// Makes room for group ids below `groups`.
+    fn resize(&mut self, groups: usize);
+    /// Adds rows `rows` of the arguments `values` to groups `ids` (pairwise), or takes them
+    /// back (`retract`).
+    fn update(&mut self, values: &[ArrayRef], rows: &[u32], ids: &[usize], retract: bool) -> Result<()>;
+    /// The current values of groups `ids`, keeping them.
+    fn evaluate(&mut self, ids: &[usize]) -> Result<ArrayRef>;
+    /// The types of the state columns [`Self::state`] writes and [`Self::merge`] reads.
+    fn state_types(&self) -> Vec<DataType>;
+    /// The state of groups `ids`, one row each, keeping them.
+    fn state(&mut self, ids: &[usize]) -> Result<Vec<ArrayRef>>;
+    /// Merges row i of `states` (as [`Self::state`] wrote them) into group `ids[i]`.
+    fn merge(&mut self, states: &[ArrayRef], ids: &[usize]) -> Result<()>;
+    /// Releases a removed group's memory (its id is not used again before [`Self::retain`]).
+    fn forget(&mut self, id: usize);
+    /// Keeps the groups with `keep[id]` set, renumbered 0.. in their order.
+    fn retain(&mut self, keep: &[bool]);
+}
+
+/// The accumulator for `call`: a native one where there is one for its function and types
+/// (and, for a changelog input, one that takes rows back), else one of `per_group`'s
+/// accumulators per group.
+pub(crate) fn group_accumulator(
+    call: &AggregateCall,
+    retracting: bool,
+    per_group: impl Fn() -> datafusion::error::Result<Box<dyn Accumulator>> + Send + Sync + 'static,
+) -> Result<Box<dyn GroupAccumulator>> {
+    let function = &call.function;
+    let plain = !function.is_distinct() && function.order_bys().is_empty() && function.expressions().len() == 1;
+    let output = function.field().data_type().clone();
+    let native: Option<Box<dyn GroupAccumulator>> = match function.fun().name().to_lowercase().as_str() {
+        "count" if !function.is_distinct() && function.order_bys().is_empty() => Some(Box::new(Count::default())),
+        "sum" if plain => match output {
+            DataType::Int64 => Some(Box::new(Sum::<Int64Type>::new(output))),
+            DataType::UInt64 => Some(Box::new(Sum::<UInt64Type>::new(output))),
+            DataType::Float64 => Some(Box::new(Sum::<Float64Type>::new(output))),
+            _ => None,
+        },
+        "avg" | "mean" if plain && output == DataType::Float64 => Some(Box::new(Avg::default())),
+        "min" if plain && !retracting => extreme(output, Extreme::Min),
+        "max" if plain && !retracting => extreme(output, Extreme::Max),
+        _ => None,
+    };
+    match native {
+        Some(native) => Ok(native),
+        None => Ok(Box::new(PerGroup::new(per_group, function.field().data_type().clone())?)),
+    }
+}
+
+fn extreme(data_type: DataType, extreme: Extreme) -> Option<Box<dyn GroupAccumulator>> {
+    fn of<T: ArrowPrimitiveType>(data_type: DataType, extreme: Extreme) -> Option<Box<dyn GroupAccumulator>> {
+        Some(Box::new(MinMax::<T>::new(data_type, extreme)))
+    }
+    match &data_type {
+        DataType::Int8 => of::<Int8Type>(data_type, extreme),
+        DataType::Int16 => of::<Int16Type>(data_type, extreme),
+        DataType::Int32 => of::<Int32Type>(data_type, extreme),
+        DataType::Int64 => of::<Int64Type>(data_type, extreme),
+        DataType::UInt8 => of::<UInt8Type>(data_type, extreme),
+        DataType::UInt16 => of::<UInt16Type>(data_type, extreme),
+        DataType::UInt32 => of::<UInt32Type>(data_type, extreme),
+        DataType::UInt64 => of::<UInt64Type>(data_type, extreme),
+        DataType::Float32 => of::<Float32Type>(data_type, extreme),
+        DataType::Float64 => of::<Float64Type>(data_type, extreme),
+        DataType::Date32 => of::<Date32Type>(data_type, extreme),
+        DataType::Date64 => of::<Date64Type>(data_type, extreme),
+        DataType::Timestamp(TimeUnit::Second, _) => of::<TimestampSecondType>(data_type, extreme),
+        DataType::Timestamp(TimeUnit::Millisecond, _) => of::<TimestampMillisecondType>(data_type, extreme),
+        DataType::Timestamp(TimeUnit::Microsecond, _) => of::<TimestampMicrosecondType>(data_type, extreme),
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => of::<TimestampNanosecondType>(data_type, extreme),
+        _ => None,
+    }
+}
+
+/// Which rows of `values` are non-null in every column (`None`: all of them).
+fn valid_rows(values: &[ArrayRef]) -> Option<NullBuffer> {
+    values.iter().fold(None, |all, v| NullBuffer::union(all.as_ref(), v.logical_nulls().as_ref()))
+}
+
+fn is_valid(nulls: &Option<NullBuffer>, row: u32) -> bool {
+    nulls.as_ref().is_none_or(|n| n.is_valid(row as usize))
+}
+
+/// `values` of `ids` (pairwise `set[id]` says whether it has one), as an array of `data_type`.
+fn gather<T: ArrowPrimitiveType>(
+    values: &[T::Native],
+    set: impl Fn(usize) -> bool,
+    ids: &[usize],
+    data_type: &DataType,
+) -> ArrayRef {
+    let nulls = NullBuffer::from_iter(ids.iter().map(|&id| set(id)));
+    let array = PrimitiveArray::<T>::new(ids.iter().map(|&id| values[id]).collect(), Some(nulls));
+    Arc::new(array.with_data_type(data_type.clone()))
+}
+
+fn primitive<T: ArrowPrimitiveType>(values: &ArrayRef, data_type: &DataType) -> Result<PrimitiveArray<T>> {
+    let values = if values.data_type() == data_type { values.clone() } else { cast(values, data_type)? };
+    values
+        .as_primitive_opt::<T>()
+        .cloned()
+        .ok_or_else(|| Error::Graph(format!("an aggregate's argument is {}, not {data_type}", values.data_type())))
+}
+
+fn counts(state: &ArrayRef) -> Result<Int64Array> {
+    primitive::<Int64Type>(state, &DataType::Int64)
+}
+
+fn retain_vec<T>(values: &mut Vec<T>, keep: &[bool]) {
+    let mut id = 0;
+    values.retain(|_| {
+        id += 1;
+        keep.get(id - 1).copied().unwrap_or(false)
+    });
+}
+
+/// `count(...)`: rows whose arguments are all non-null (`count(*)` is `count(1)`).
+#[derive(Default)]
+struct Count {
+    counts: Vec<i64>,
+}
+
+impl GroupAccumulator for Count {
+    fn resize(&mut self, groups: usize) {
+        self.counts.resize(groups, 0);
+    }
+
+    fn update(&mut self, values: &[ArrayRef], rows: &[u32], ids: &[usize], retract: bool) -> Result<()> {
+        let by = if retract { -1 } else { 1 };
+        let nulls = valid_rows(values);
+        for (&row, &id) in rows.iter().zip(ids) {
+            if is_valid(&nulls, row) {
+                self.counts[id] += by;
+            }
+        }
+        Ok(())
+    }
+
+    fn evaluate(&mut self, ids: &[usize]) -> Result<ArrayRef> {
+        Ok(Arc::new(Int64Array::from_iter_values(ids.iter().map(|&id| self.counts[id]))))
+    }
+
+    fn state_types(&self) -> Vec<DataType> {
+        vec![DataType::Int64]
+    }
+
+    fn state(&mut self, ids: &[usize]) -> Result<Vec<ArrayRef>> {
+        Ok(vec![self.evaluate(ids)?])
+    }
+
+    fn merge(&mut self, states: &[ArrayRef], ids: &[usize]) -> Result<()> {
+        for (count, &id) in counts(&states[0])?.values().iter().zip(ids) {
+            self.counts[id] += count;
+        }
+        Ok(())
+    }
+
+    fn forget(&mut self, _id: usize) {}
+
+    fn retain(&mut self, keep: &[bool]) {
+        retain_vec(&mut self.counts, keep);
+    }
+}
+
+/// `sum(x)` of 64-bit integers or floats, wrapping on overflow as DataFusion's; null while no
+/// non-null value is in (so the non-null values are counted too, for a changelog's retractions).
+struct Sum<T: ArrowPrimitiveType> {
+    data_type: DataType,
+    sums: Vec<T::Native>,
+    counts: Vec<i64>,
+}
+
+impl<T: ArrowPrimitiveType> Sum<T> {
+    fn new(data_type: DataType) -> Self {
+        Self { data_type, sums: Vec::new(), counts: Vec::new() }
+    }
+}
+
+impl<T: ArrowPrimitiveType> GroupAccumulator for Sum<T> {
+    fn resize(&mut self, groups: usize) {
+        self.sums.resize(groups, T::Native::default());
+        self.counts.resize(groups, 0);
+    }
+
+    fn update(&mut self, values: &[ArrayRef], rows: &[u32], ids: &[usize], retract: bool) -> Result<()> {
+        let values = primitive::<T>(&values[0], &self.data_type)?;
+        let nulls = values.logical_nulls();
+        let values = values.values();
+        for (&row, &id) in rows.iter().zip(ids) {
+            if !is_valid(&nulls, row) {
+                continue;
+            }
+            let value = values[row as usize];
+            if retract {
+                self.sums[id] = self.sums[id].sub_wrapping(value);
+                self.counts[id] -= 1;
+            } else {
+                self.sums[id] = self.sums[id].add_wrapping(value);
+                self.counts[id] += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn evaluate(&mut self, ids: &[usize]) -> Result<ArrayRef> {
+        Ok(gather::<T>(&self.sums, |id| self.counts[id] > 0, ids, &self.data_type))
+    }
+
+    fn state_types(&self) -> Vec<DataType> {
+        vec![self.data_type.clone(), DataType::Int64]
+    }
+
+    fn state(&mut self, ids: &[usize]) -> Result<Vec<ArrayRef>> {
+        let sums = gather::<T>(&self.sums, |_| true, ids, &self.data_type);
+        let counts = Int64Array::from_iter_values(ids.iter().map(|&id| self.counts[id]));
+        Ok(vec![sums, Arc::new(counts)])
+    }
+
+    fn merge(&mut self, states: &[ArrayRef], ids: &[usize]) -> Result<()> {
+        let sums = primitive::<T>(&states[0], &self.data_type)?;
+        for ((&sum, count), &id) in sums.values().iter().zip(counts(&states[1])?.values()).zip(ids) {
+            self.sums[id] = self.sums[id].add_wrapping(sum);
+            self.counts[id] += count;
+        }
+        Ok(())
+    }
+
+    fn forget(&mut self, _id: usize) {}
+
+    fn retain(&mut self, keep: &[bool]) {
+        retain_vec(&mut self.sums, keep);
+        retain_vec(&mut self.counts, keep);
+    }
+}
+
+/// `avg(x)` of floats (DataFusion casts integers to floats for it): sum / count.
+#[derive(Default)]
+struct Avg {
+    sum: Sum<Float64Type>,
+}
+
+impl Default for Sum<Float64Type> {
+    fn default() -> Self {
+        Self::new(DataType::Float64)
+    }
+}
+
+impl GroupAccumulator for Avg {
+    fn resize(&mut self, groups: usize) {
+        self.sum.resize(groups);
+    }
+
+    fn update(&mut self, values: &[ArrayRef], rows: &[u32], ids: &[usize], retract: bool) -> Result<()> {
+        self.sum.update(values, rows, ids, retract)
+    }
+
+    fn evaluate(&mut self, ids: &[usize]) -> Result<ArrayRef> {
+        let sum = &self.sum;
+        let averages = ids.iter().map(|&id| (sum.counts[id] > 0).then(|| sum.sums[id] / sum.counts[id] as f64));
+        Ok(Arc::new(PrimitiveArray::<Float64Type>::from_iter(averages)))
+    }
+
+    fn state_types(&self) -> Vec<DataType> {
+        self.sum.state_types()
+    }
+
+    fn state(&mut self, ids: &[usize]) -> Result<Vec<ArrayRef>> {
+        self.sum.state(ids)
+    }
+
+    fn merge(&mut self, states: &[ArrayRef], ids: &[usize]) -> Result<()> {
+        self.sum.merge(states, ids)
+    }
+
+    fn forget(&mut self, id: usize) {
+        self.sum.forget(id);
+    }
+
+    fn retain(&mut self, keep: &[bool]) {
+        self.sum.retain(keep);
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Extreme {
+    Min,
+    Max,
+}
+
+/// `min(x)` / `max(x)` of a primitive type over rows that are never taken back (a changelog's
+/// extremes need every value's count: `ValueCounts`). Floats are ordered as Arrow's `min`/`max`
+/// kernels order them (a total order, NaN highest).
+struct MinMax<T: ArrowPrimitiveType> {
+    data_type: DataType,
+    extreme: Extreme,
+    values: Vec<T::Native>,
+    set: Vec<bool>,
+}
+
+impl<T: ArrowPrimitiveType> MinMax<T> {
+    fn new(data_type: DataType, extreme: Extreme) -> Self {
+        Self { data_type, extreme, values: Vec::new(), set: Vec::new() }
+    }
+
+    fn offer(&mut self, id: usize, value: T::Native) {
+        let better = match self.extreme {
+            Extreme::Min => value.is_lt(self.values[id]),
+            Extreme::Max => value.is_gt(self.values[id]),
+        };
+        if !self.set[id] || better {
+            self.values[id] = value;
+            self.set[id] = true;
+        }
+    }
+}
+
+impl<T: ArrowPrimitiveType> GroupAccumulator for MinMax<T> {
+    fn resize(&mut self, groups: usize) {
+        self.values.resize(groups, T::Native::default());
+        self.set.resize(groups, false);
+    }
+
+    fn update(&mut self, values: &[ArrayRef], rows: &[u32], ids: &[usize], retract: bool) -> Result<()> {
+        if retract && !rows.is_empty() {
+            return Err(Error::Graph("min/max cannot take a row back here".into()));
+        }
+        let values = primitive::<T>(&values[0], &self.data_type)?;
+        let nulls = values.logical_nulls();
+        for (&row, &id) in rows.iter().zip(ids) {
+            if is_valid(&nulls, row) {
+                self.offer(id, values.values()[row as usize]);
+            }
+        }
+        Ok(())
+    }
+
+    fn evaluate(&mut self, ids: &[usize]) -> Result<ArrayRef> {
+        Ok(gather::<T>(&self.values, |id| self.set[id], ids, &self.data_type))
+    }
+
+    fn state_types(&self) -> Vec<DataType> {
+        vec![self.data_type.clone()]
+    }
+
+    fn state(&mut self, ids: &[usize]) -> Result<Vec<ArrayRef>> {
+        Ok(vec![self.evaluate(ids)?])
+    }
+
+    fn merge(&mut self, states: &[ArrayRef], ids: &[usize]) -> Result<()> {
+        let values = primitive::<T>(&states[0], &self.data_type)?;
+        for (row, &id) in ids.iter().enumerate() {
+            if values.is_valid(row) {
+                self.offer(id, values.value(row));
+            }
+        }
+        Ok(())
+    }
+
+    fn forget(&mut self, _id: usize) {}
+
+    fn retain(&mut self, keep: &[bool]) {
+        retain_vec(&mut self.values, keep);
+        retain_vec(&mut self.set, keep);
+    }
+}
+
+type MakeAccumulator = Box<dyn Fn() -> datafusion::error::Result<Box<dyn Accumulator>> + Send + Sync>;
+
+/// Any other function: one DataFusion `Accumulator` per group.
+struct PerGroup {
+    make: MakeAccumulator,
+    output: DataType,
+    state_types: Vec<DataType>,
+    groups: Vec<Option<Box<dyn Accumulator>>>,
+}
+
+impl PerGroup {
+    fn new(
+        make: impl Fn() -> datafusion::error::Result<Box<dyn Accumulator>> + Send + Sync + 'static,
+        output: DataType,
+    ) -> Result<Self> {
+        // The state a fresh accumulator reports (sliding accumulators keep more than the
+        // function's `state_fields` says).
+        let state_types = make()?.state()?.iter().map(ScalarValue::data_type).collect();
+        Ok(Self { make: Box::new(make), output, state_types, groups: Vec::new() })
+    }
+
+    fn group(&mut self, id: usize) -> Result<&mut Box<dyn Accumulator>> {
+        let slot = &mut self.groups[id];
+        if slot.is_none() {
+            *slot = Some((self.make)()?);
+        }
+        slot.as_mut().ok_or_else(|| Error::Graph("a group's accumulator is missing".into()))
+    }
+
+    fn column(values: Vec<ScalarValue>, data_type: &DataType) -> Result<ArrayRef> {
+        if values.is_empty() {
+            return Ok(new_empty_array(data_type));
+        }
+        Ok(ScalarValue::iter_to_array(values)?)
+    }
+}
+
+impl GroupAccumulator for PerGroup {
+    fn resize(&mut self, groups: usize) {
+        self.groups.resize_with(groups, || None);
+    }
+
+    fn update(&mut self, values: &[ArrayRef], rows: &[u32], ids: &[usize], retract: bool) -> Result<()> {
+        // Each group's rows in one call, in input order.
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_by_key(|&i| ids[i]);
+        for run in order.chunk_by(|&a, &b| ids[a] == ids[b]) {
+            let taken = UInt32Array::from_iter_values(run.iter().map(|&i| rows[i]));
+            let arguments = values.iter().map(|v| take(v, &taken, None)).collect::<std::result::Result<Vec<_>, _>>()?;
+            let accumulator = self.group(ids[run[0]])?;
+            if retract { accumulator.retract_batch(&arguments)? } else { accumulator.update_batch(&arguments)? }
+        }
+        Ok(())
+    }
+
+    fn evaluate(&mut self, ids: &[usize]) -> Result<ArrayRef> {
+        let values = ids.iter().map(|&id| Ok(self.group(id)?.evaluate()?)).collect::<Result<Vec<_>>>()?;
+        Self::column(values, &self.output)
+    }
+
+    fn state_types(&self) -> Vec<DataType> {
+        self.state_types.clone()
+    }
+
+    /// DataFusion's `Accumulator::state` may consume what it returns (median and string_agg
+    /// move their values out: it is made for the last step of a partial aggregate), so each
+    /// group is replaced by a fresh accumulator merged from its state, as a restore builds it.
+    fn state(&mut self, ids: &[usize]) -> Result<Vec<ArrayRef>> {
+        let mut columns: Vec<Vec<ScalarValue>> = vec![Vec::with_capacity(ids.len()); self.state_types.len()];
+        for &id in ids {
+            let state = self.group(id)?.state()?;
+            let arrays = state.iter().map(ScalarValue::to_array).collect::<datafusion::error::Result<Vec<_>>>()?;
+            let mut rebuilt = (self.make)()?;
+            rebuilt.merge_batch(&arrays)?;
+            self.groups[id] = Some(rebuilt);
+            for (column, value) in columns.iter_mut().zip(state) {
+                column.push(value);
+            }
+        }
+        columns
+            .into_iter()
+            .zip(&self.state_types)
+            .map(|(values, data_type)| Ok(cast(&Self::column(values, data_type)?, data_type)?))
+            .collect()
+    }
+
+    fn merge(&mut self, states: &[ArrayRef], ids: &[usize]) -> Result<()> {
+        for (row, &id) in ids.iter().enumerate() {
+            let row_states: Vec<ArrayRef> = states.iter().map(|state| state.slice(row, 1)).collect();
+            self.group(id)?.merge_batch(&row_states)?;
+        }
+        Ok(())
+    }
+
+    fn forget(&mut self, id: usize) {
+        self.groups[id] = None;
+    }
+
+    fn retain(&mut self, keep: &[bool]) {
+        retain_vec(&mut self.groups, keep);
+    }
+}
