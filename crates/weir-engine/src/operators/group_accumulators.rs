@@ -496,3 +496,106 @@ impl GroupAccumulator for PerGroup {
         retain_vec(&mut self.groups, keep);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::Float64Array;
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use datafusion::functions_aggregate::average::avg_udaf;
+    use datafusion::functions_aggregate::count::count_udaf;
+    use datafusion::functions_aggregate::min_max::{max_udaf, min_udaf};
+    use datafusion::functions_aggregate::sum::sum_udaf;
+    use datafusion::logical_expr::AggregateUDF;
+    use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+    use datafusion::physical_expr::expressions::col;
+
+    use super::*;
+
+    const GROUPS: usize = 5;
+
+    /// Whole-numbered values (sums exact in any order), some null, and each row's group.
+    fn input(column: &str) -> (ArrayRef, Vec<usize>) {
+        let values: Vec<Option<i64>> = (0..200i64).map(|i| (i % 7 != 3).then_some((i * 37) % 101 - 50)).collect();
+        let ids = (0..values.len()).map(|i| (i * 3) % GROUPS).collect();
+        let array: ArrayRef = match column {
+            "i" => Arc::new(Int64Array::from(values)),
+            _ => Arc::new(Float64Array::from_iter(values.into_iter().map(|v| v.map(|v| v as f64)))),
+        };
+        (array, ids)
+    }
+
+    fn call(function: Arc<AggregateUDF>, column: &str) -> AggregateCall {
+        let schema =
+            Arc::new(Schema::new(vec![Field::new("i", DataType::Int64, true), Field::new("f", DataType::Float64, true)]));
+        let expression = AggregateExprBuilder::new(function, vec![col(column, &schema).unwrap()])
+            .schema(schema)
+            .alias("a")
+            .build()
+            .unwrap();
+        AggregateCall { function: Arc::new(expression), filter: None }
+    }
+
+    /// DataFusion's accumulator of each group over the same rows, evaluated.
+    fn expected(call: &AggregateCall, values: &ArrayRef, ids: &[usize], retracted: &[u32]) -> Vec<ScalarValue> {
+        (0..GROUPS)
+            .map(|group| {
+                let mut accumulator = call.function.create_sliding_accumulator().unwrap();
+                let rows: UInt32Array = (0..ids.len() as u32).filter(|&r| ids[r as usize] == group).collect();
+                accumulator.update_batch(&[take(values, &rows, None).unwrap()]).unwrap();
+                let back: UInt32Array = retracted.iter().copied().filter(|&r| ids[r as usize] == group).collect();
+                if !back.is_empty() {
+                    accumulator.retract_batch(&[take(values, &back, None).unwrap()]).unwrap();
+                }
+                accumulator.evaluate().unwrap()
+            })
+            .collect()
+    }
+
+    fn values_of(accumulator: &mut Box<dyn GroupAccumulator>) -> Vec<ScalarValue> {
+        let all: Vec<usize> = (0..GROUPS).collect();
+        let values = accumulator.evaluate(&all).unwrap();
+        (0..GROUPS).map(|g| ScalarValue::try_from_array(&values, g).unwrap()).collect()
+    }
+
+    #[test]
+    fn native_accumulators_agree_with_datafusions_and_survive_their_state() {
+        let functions = [
+            (count_udaf(), "i", true),
+            (sum_udaf(), "i", true),
+            (sum_udaf(), "f", true),
+            (avg_udaf(), "f", true),
+            (min_udaf(), "i", false),
+            (max_udaf(), "f", false),
+        ];
+        for (function, column, retracts) in functions {
+            let name = format!("{}({column})", function.name());
+            let call = call(function, column);
+            let (values, ids) = input(column);
+            let unreachable = || -> datafusion::error::Result<Box<dyn Accumulator>> { panic!("not native") };
+            let mut accumulator = group_accumulator(&call, retracts, unreachable).unwrap();
+            accumulator.resize(GROUPS);
+            let rows: Vec<u32> = (0..ids.len() as u32).collect();
+            accumulator.update(std::slice::from_ref(&values), &rows, &ids, false).unwrap();
+            // Every third row taken back, where the function can.
+            let retracted: Vec<u32> = if retracts { rows.iter().copied().filter(|r| r % 3 == 0).collect() } else { vec![] };
+            let retracted_ids: Vec<usize> = retracted.iter().map(|&r| ids[r as usize]).collect();
+            accumulator.update(std::slice::from_ref(&values), &retracted, &retracted_ids, true).unwrap();
+            let want = expected(&call, &values, &ids, &retracted);
+            assert_eq!(values_of(&mut accumulator), want, "{name}");
+            // Evaluating keeps the groups; their state merged into fresh ids gives the same.
+            assert_eq!(values_of(&mut accumulator), want, "{name}, evaluated again");
+            let state = accumulator.state(&(0..GROUPS).collect::<Vec<_>>()).unwrap();
+            let types: Vec<DataType> = state.iter().map(|s| s.data_type().clone()).collect();
+            assert_eq!(types, accumulator.state_types(), "{name}");
+            let mut restored = group_accumulator(&call, retracts, unreachable).unwrap();
+            restored.resize(GROUPS);
+            restored.merge(&state, &(0..GROUPS).collect::<Vec<_>>()).unwrap();
+            assert_eq!(values_of(&mut restored), want, "{name}, restored");
+            // Keeping some groups renumbers them in order.
+            restored.retain(&[false, true, false, true, true]);
+            let kept = restored.evaluate(&[0, 1, 2]).unwrap();
+            let kept: Vec<ScalarValue> = (0..3).map(|g| ScalarValue::try_from_array(&kept, g).unwrap()).collect();
+            assert_eq!(kept, [want[1].clone(), want[3].clone(), want[4].clone()], "{name}, retained");
+        }
+    }
+}

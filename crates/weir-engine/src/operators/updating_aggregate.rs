@@ -660,6 +660,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn removed_groups_ids_are_reclaimed_and_the_live_ones_kept() {
+        let mut aggregate = sum_by_key(None);
+        feed(&mut aggregate, input(&[("keep", 1)], None)).await;
+        // Three rounds of 1000 groups inserted, then emptied by a changelog's deletes.
+        for round in 0..3 {
+            let keys: Vec<String> = (0..1000).map(|i| format!("k{round}-{i}")).collect();
+            let rows: Vec<(&str, i64)> = keys.iter().map(|k| (k.as_str(), 1)).collect();
+            assert_eq!(feed(&mut aggregate, input(&rows, None)).await.len(), 1000);
+            let deletes = vec![Change::Delete; rows.len()];
+            let out = feed(&mut aggregate, input(&rows, Some(&deletes))).await;
+            assert!(out.len() == 1000 && out.iter().all(|line| line.starts_with("-D")), "{out:?}");
+        }
+        // The 2000 ids removed by the second round were reclaimed; the last round's 1000 not yet.
+        assert_eq!(aggregate.groups.as_ref().map(|g| g.keys.len()), Some(1001));
+        assert_eq!(feed(&mut aggregate, input(&[("keep", 2)], None)).await, ["-U keep 1", "+U keep 3"]);
+        let tables = aggregate.snapshot(1).await.unwrap();
+        assert_eq!(tables[0].batches.iter().map(RecordBatch::num_rows).sum::<usize>(), 1, "only 'keep' is left");
+        let mut restored = sum_by_key(None);
+        let state =
+            RestoredState { checkpoint_id: Some(1), tables: tables.into_iter().map(|t| (t.name, t.batches)).collect() };
+        restored.open(&SubtaskInfo::new("aggregate", 0, 1), state).await.unwrap();
+        let after = input(&[("keep", 1), ("k0-5", 7)], None);
+        assert_eq!(feed(&mut restored, after).await, ["-U keep 3", "+U keep 4", "+I k0-5 7"]);
+    }
+
+    #[tokio::test]
     async fn groups_idle_longer_than_the_ttl_are_forgotten() {
         let mut aggregate = sum_by_key(Some(Duration::from_millis(20)));
         assert_eq!(feed(&mut aggregate, input(&[("a", 1)], None)).await, ["+I a 1"]);
