@@ -525,8 +525,10 @@ mod tests {
     }
 
     fn call(function: Arc<AggregateUDF>, column: &str) -> AggregateCall {
-        let schema =
-            Arc::new(Schema::new(vec![Field::new("i", DataType::Int64, true), Field::new("f", DataType::Float64, true)]));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("i", DataType::Int64, true),
+            Field::new("f", DataType::Float64, true),
+        ]));
         let expression = AggregateExprBuilder::new(function, vec![col(column, &schema).unwrap()])
             .schema(schema)
             .alias("a")
@@ -577,7 +579,8 @@ mod tests {
             let rows: Vec<u32> = (0..ids.len() as u32).collect();
             accumulator.update(std::slice::from_ref(&values), &rows, &ids, false).unwrap();
             // Every third row taken back, where the function can.
-            let retracted: Vec<u32> = if retracts { rows.iter().copied().filter(|r| r % 3 == 0).collect() } else { vec![] };
+            let retracted: Vec<u32> =
+                if retracts { rows.iter().copied().filter(|r| r % 3 == 0).collect() } else { vec![] };
             let retracted_ids: Vec<usize> = retracted.iter().map(|&r| ids[r as usize]).collect();
             accumulator.update(std::slice::from_ref(&values), &retracted, &retracted_ids, true).unwrap();
             let want = expected(&call, &values, &ids, &retracted);

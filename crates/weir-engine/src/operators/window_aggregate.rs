@@ -5,25 +5,32 @@
 //! when the watermark passes its end, and its state is dropped then; rows that arrive after
 //! their window was emitted are late and dropped.
 //!
-//! The snapshot holds each open window's accumulator state (`Accumulator::state`) with the
-//! window's start and end, keyed by the hash of the columns the input is partitioned by, so a
-//! restore at another parallelism re-splits it by key range.
+//! Tumbling and hopping windows are grouped by vectors, as the updating aggregate: each (window,
+//! key) is interned to a group id ([`GroupKeys`], the window's start and end leading the key)
+//! and each aggregate's state lives by id in a [`GroupAccumulator`]. Sessions, which merge as
+//! rows arrive, keep one set of DataFusion accumulators per open session of a key.
+//!
+//! The snapshot holds each open window's accumulator state with the window's start and end,
+//! keyed by the hash of the columns the input is partitioned by, so a restore at another
+//! parallelism re-splits it by key range.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{Array, ArrayRef, Int64Array};
-use datafusion::arrow::compute::cast;
+use datafusion::arrow::array::{Array, ArrayRef, Int64Array, UInt32Array};
+use datafusion::arrow::compute::{cast, take};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Accumulator;
 
 use crate::error::{Error, Result};
+use crate::group_keys::GroupKeys;
 use crate::metrics::OperatorMetrics;
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
-use crate::operators::accumulators::{self, AggregateCall};
+use crate::operators::accumulators::{self, AggregateCall, Arguments};
+use crate::operators::group_accumulators::{GroupAccumulator, group_accumulator};
 use crate::partition::key_hashes;
 use crate::state_table::KeyedTable;
 
@@ -47,7 +54,7 @@ pub enum WindowKind {
     Session { gap_ms: i64 },
 }
 
-/// An open window's accumulators.
+/// An open session's accumulators.
 type Accumulators = Vec<Box<dyn Accumulator>>;
 
 /// One open session of a key.
@@ -55,6 +62,117 @@ struct SessionWindow {
     start: i64,
     end: i64,
     accumulators: Accumulators,
+}
+
+/// The groups of the open tumbling or hopping windows, by id: the key is the window's start
+/// and end, then the group columns.
+struct WindowGroups {
+    keys: GroupKeys,
+    accumulators: Vec<Box<dyn GroupAccumulator>>,
+    /// The ids of each open window's groups, by (end, start): the next to close first.
+    windows: BTreeMap<(i64, i64), Vec<usize>>,
+    /// Whether each id's window is still open.
+    open: Vec<bool>,
+    /// Ids of closed windows since the last compaction.
+    closed: usize,
+}
+
+/// Closed windows' ids are reclaimed once they are this many and outnumber the open ones.
+const COMPACT_AFTER: usize = 1024;
+
+impl WindowGroups {
+    /// Interns each row of `key_columns` (start, end, keys) and returns its id; new ids join
+    /// their window's list.
+    fn intern(&mut self, key_columns: &[ArrayRef], starts: &[i64], ends: &[i64]) -> Result<Vec<usize>> {
+        let rows = self.keys.encode(key_columns)?;
+        let mut ids = Vec::with_capacity(starts.len());
+        for (row, (&start, &end)) in starts.iter().zip(ends).enumerate() {
+            let (id, new) = self.keys.intern(&rows, row);
+            if new {
+                self.windows.entry((end, start)).or_default().push(id);
+                self.open.push(true);
+            }
+            ids.push(id);
+        }
+        for accumulator in &mut self.accumulators {
+            accumulator.resize(self.keys.len());
+        }
+        Ok(ids)
+    }
+
+    /// Feeds rows `rows` of `arguments` to groups `ids` (pairwise).
+    fn update(&mut self, arguments: &[Arguments], rows: &[u32], ids: &[usize]) -> Result<()> {
+        for (accumulator, arguments) in self.accumulators.iter_mut().zip(arguments) {
+            if arguments.filtered() {
+                let (rows, ids): (Vec<u32>, Vec<usize>) =
+                    rows.iter().zip(ids).filter(|(row, _)| arguments.admits(**row)).unzip();
+                accumulator.update(arguments.values(), &rows, &ids, false)?;
+            } else {
+                accumulator.update(arguments.values(), rows, ids, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The groups of every window that ends at or before `watermark`, which are forgotten:
+    /// their key columns (start, end, keys) and each aggregate's values.
+    fn close(&mut self, watermark: i64) -> Result<Option<(Vec<ArrayRef>, Vec<ArrayRef>)>> {
+        let mut ids = Vec::new();
+        while let Some(entry) = self.windows.first_entry() {
+            if entry.key().0 > watermark {
+                break;
+            }
+            ids.extend(entry.remove());
+        }
+        if ids.is_empty() {
+            return Ok(None);
+        }
+        let keys = self.keys.columns(&ids)?;
+        let values = self.accumulators.iter_mut().map(|a| a.evaluate(&ids)).collect::<Result<Vec<_>>>()?;
+        for &id in &ids {
+            self.keys.remove(id);
+            self.open[id] = false;
+            for accumulator in &mut self.accumulators {
+                accumulator.forget(id);
+            }
+        }
+        self.closed += ids.len();
+        self.compact_if_due();
+        Ok(Some((keys, values)))
+    }
+
+    fn compact_if_due(&mut self) {
+        let open = self.open.len() - self.closed;
+        if self.closed < COMPACT_AFTER || self.closed < open {
+            return;
+        }
+        let keep = std::mem::replace(&mut self.open, vec![true; open]);
+        let mut renumbered = vec![0; keep.len()];
+        let mut next = 0;
+        for (id, kept) in keep.iter().enumerate() {
+            renumbered[id] = next;
+            next += usize::from(*kept);
+        }
+        self.keys.compact(&keep);
+        for accumulator in &mut self.accumulators {
+            accumulator.retain(&keep);
+        }
+        for ids in self.windows.values_mut() {
+            ids.iter_mut().for_each(|id| *id = renumbered[*id]);
+        }
+        self.closed = 0;
+    }
+
+    /// The open groups' key columns (start, end, keys) and each aggregate's state columns.
+    fn snapshot(&mut self) -> Result<(Vec<ArrayRef>, Vec<ArrayRef>)> {
+        let ids: Vec<usize> = self.windows.values().flatten().copied().collect();
+        let keys = self.keys.columns(&ids)?;
+        let mut states = Vec::new();
+        for accumulator in &mut self.accumulators {
+            states.extend(accumulator.state(&ids)?);
+        }
+        Ok((keys, states))
+    }
 }
 
 /// A windowed aggregate.
@@ -70,8 +188,8 @@ pub struct WindowAggregate {
     window_ends: Vec<usize>,
     /// The output: window start, keys, then the aggregates and window ends.
     output: SchemaRef,
-    /// Tumbling and hopping windows by (end, start), each with its groups by key values.
-    windows: BTreeMap<(i64, i64), HashMap<Vec<ScalarValue>, Accumulators>>,
+    /// Tumbling and hopping windows' groups (made on first use: making accumulators can fail).
+    groups: Option<WindowGroups>,
     /// Session windows by key, in start order, disjoint.
     sessions: HashMap<Vec<ScalarValue>, Vec<SessionWindow>>,
     watermark: i64,
@@ -120,6 +238,11 @@ fn merge_into(into: &mut Accumulators, from: &mut Accumulators) -> Result<()> {
     Ok(())
 }
 
+/// `column` as `data_type` (no copy when it is already).
+fn cast_to(column: ArrayRef, data_type: &DataType) -> Result<ArrayRef> {
+    Ok(if column.data_type() == data_type { column } else { cast(&column, data_type)? })
+}
+
 impl WindowAggregate {
     pub fn new(
         kind: WindowKind,
@@ -136,7 +259,7 @@ impl WindowAggregate {
             aggregates,
             window_ends,
             output,
-            windows: BTreeMap::new(),
+            groups: None,
             sessions: HashMap::new(),
             watermark: i64::MIN,
             metrics: Arc::default(),
@@ -147,36 +270,67 @@ impl WindowAggregate {
         Ok(self.aggregates.iter().map(|a| a.function.create_accumulator()).collect::<datafusion::error::Result<_>>()?)
     }
 
-    /// The (start, end) of every tumbling or hopping window holding time `t`.
-    fn windows_of(&self, t: i64) -> Vec<(i64, i64)> {
-        match self.kind {
-            WindowKind::Tumbling { size_ms } => vec![(t, t + size_ms)],
-            WindowKind::Hopping { slide_ms, size_ms } => {
-                let mut start = t.div_euclid(slide_ms) * slide_ms;
-                let mut windows = Vec::new();
-                while start + size_ms > t {
-                    windows.push((start, start + size_ms));
-                    start -= slide_ms;
-                }
-                windows
-            }
-            WindowKind::Session { gap_ms } => vec![(t, t + gap_ms)],
-        }
+    /// The types of the key columns: the group columns' (after the window column).
+    fn key_types(&self) -> Vec<DataType> {
+        (1..self.group_columns.len()).map(|i| self.output.field(i).data_type().clone()).collect()
     }
 
-    fn row(
-        &self,
-        (start, end): (i64, i64),
-        keys: &[ScalarValue],
-        accumulators: &mut Accumulators,
-    ) -> Result<Vec<ScalarValue>> {
-        let mut row = vec![ScalarValue::TimestampMillisecond(Some(start), None)];
+    fn groups(&mut self) -> Result<&mut WindowGroups> {
+        if self.groups.is_none() {
+            let accumulators = self
+                .aggregates
+                .iter()
+                .map(|call| {
+                    let function = call.function.clone();
+                    group_accumulator(call, false, move || function.create_accumulator())
+                })
+                .collect::<Result<_>>()?;
+            let types: Vec<DataType> = [DataType::Int64, DataType::Int64].into_iter().chain(self.key_types()).collect();
+            self.groups = Some(WindowGroups {
+                keys: GroupKeys::new(&types)?,
+                accumulators,
+                windows: BTreeMap::new(),
+                open: Vec::new(),
+                closed: 0,
+            });
+        }
+        self.groups.as_mut().ok_or_else(|| Error::Graph("the window groups are missing".into()))
+    }
+
+    /// The output columns of closed groups: `keys` (start, end, group keys) and `values`.
+    fn output_columns(&self, keys: Vec<ArrayRef>, values: Vec<ArrayRef>) -> Result<Vec<ArrayRef>> {
+        let millis = DataType::Timestamp(TimeUnit::Millisecond, None);
+        let mut keys = keys.into_iter();
+        let (Some(starts), Some(ends)) = (keys.next(), keys.next()) else {
+            return Err(Error::Graph("a window group's key has no start and end".into()));
+        };
+        let (starts, ends) = (cast(&starts, &millis)?, cast(&ends, &millis)?);
+        let mut columns = vec![starts];
+        columns.extend(keys);
+        let mut values = values.into_iter();
+        for position in 0..self.output.fields().len() - columns.len() {
+            if self.window_ends.contains(&position) {
+                columns.push(ends.clone());
+            } else if let Some(value) = values.next() {
+                columns.push(value);
+            }
+        }
+        columns
+            .into_iter()
+            .zip(self.output.fields())
+            .map(|(column, field)| cast_to(column, field.data_type()))
+            .collect()
+    }
+
+    /// A closed session's output row.
+    fn session_row(&self, keys: &[ScalarValue], session: &mut SessionWindow) -> Result<Vec<ScalarValue>> {
+        let mut row = vec![ScalarValue::TimestampMillisecond(Some(session.start), None)];
         row.extend(keys.iter().cloned());
         let outputs = self.output.fields().len() - row.len();
-        let mut accumulators = accumulators.iter_mut();
+        let mut accumulators = session.accumulators.iter_mut();
         for position in 0..outputs {
             if self.window_ends.contains(&position) {
-                row.push(ScalarValue::TimestampMillisecond(Some(end), None));
+                row.push(ScalarValue::TimestampMillisecond(Some(session.end), None));
             } else if let Some(accumulator) = accumulators.next() {
                 row.push(accumulator.evaluate()?);
             }
@@ -186,15 +340,11 @@ impl WindowAggregate {
 
     /// Emits every window that ends at or before `watermark`, and forgets it.
     fn fire(&mut self, watermark: i64, out: &mut Collector) -> Result<()> {
-        let mut rows: Vec<Vec<ScalarValue>> = Vec::new();
-        while let Some(entry) = self.windows.first_entry() {
-            if entry.key().0 > watermark {
-                break;
-            }
-            let ((end, start), groups) = entry.remove_entry();
-            for (keys, mut accumulators) in groups {
-                rows.push(self.row((start, end), &keys, &mut accumulators)?);
-            }
+        if let Some(groups) = self.groups.as_mut()
+            && let Some((keys, values)) = groups.close(watermark)?
+        {
+            let columns = self.output_columns(keys, values)?;
+            out.emit(RecordBatch::try_new(self.output.clone(), columns)?);
         }
         let mut closed = Vec::new();
         for (keys, sessions) in &mut self.sessions {
@@ -203,13 +353,12 @@ impl WindowAggregate {
             }
         }
         self.sessions.retain(|_, sessions| !sessions.is_empty());
-        closed.sort_by_key(|(_, session)| session.start);
-        for (keys, mut session) in closed {
-            rows.push(self.row((session.start, session.end), &keys, &mut session.accumulators)?);
-        }
-        if rows.is_empty() {
+        if closed.is_empty() {
             return Ok(());
         }
+        closed.sort_by_key(|(_, session)| session.start);
+        let rows =
+            closed.iter_mut().map(|(keys, session)| self.session_row(keys, session)).collect::<Result<Vec<_>>>()?;
         let columns = accumulators::columns(&rows, self.output.fields())?;
         out.emit(RecordBatch::try_new(self.output.clone(), columns)?);
         Ok(())
@@ -235,6 +384,90 @@ impl WindowAggregate {
         *sessions = kept;
         Ok(())
     }
+
+    /// Sessions: each key's rows in time order, runs less than a gap apart merged into the
+    /// key's open sessions. Returns the rows dropped as late.
+    fn add_sessions(
+        &mut self,
+        gap_ms: i64,
+        times: &Int64Array,
+        key_columns: &[ArrayRef],
+        arguments: &[Arguments],
+    ) -> Result<u64> {
+        let mut rows_of: HashMap<Vec<ScalarValue>, Vec<u32>> = HashMap::new();
+        for row in 0..times.len() {
+            if times.is_valid(row) {
+                rows_of.entry(accumulators::row_values(key_columns, row)?).or_default().push(row as u32);
+            }
+        }
+        let mut late = 0;
+        for (key, mut rows) in rows_of {
+            rows.sort_by_key(|&r| times.value(r as usize));
+            let before = rows.len();
+            rows.retain(|&r| times.value(r as usize) + gap_ms > self.watermark);
+            late += (before - rows.len()) as u64;
+            let mut run: Vec<u32> = Vec::new();
+            for (i, &row) in rows.iter().enumerate() {
+                run.push(row);
+                let t = times.value(row as usize);
+                let next = rows.get(i + 1).map(|&r| times.value(r as usize));
+                if next.is_none_or(|n| n - t >= gap_ms) {
+                    let start = times.value(run[0] as usize);
+                    let mut accumulators = self.accumulators()?;
+                    accumulators::feed(&mut accumulators, arguments, &run, false)?;
+                    self.add_session(&key, start, t + gap_ms, accumulators)?;
+                    run.clear();
+                }
+            }
+        }
+        Ok(late)
+    }
+
+    /// Tumbling and hopping windows: each row joins the group of its key in every open window
+    /// holding its time. Returns the rows dropped as late.
+    fn add_to_windows(&mut self, times: &Int64Array, key_columns: &[ArrayRef], arguments: &[Arguments]) -> Result<u64> {
+        let (mut rows, mut starts, mut ends) = (Vec::new(), Vec::new(), Vec::new());
+        let mut late = 0;
+        for (row, t) in times.iter().enumerate() {
+            let Some(t) = t else { continue };
+            let placed = rows.len();
+            match self.kind {
+                // The window column holds the window's start.
+                WindowKind::Tumbling { size_ms } if t + size_ms > self.watermark => {
+                    rows.push(row as u32);
+                    starts.push(t);
+                    ends.push(t + size_ms);
+                }
+                WindowKind::Hopping { slide_ms, size_ms } => {
+                    let mut start = t.div_euclid(slide_ms) * slide_ms;
+                    while start + size_ms > t && start + size_ms > self.watermark {
+                        rows.push(row as u32);
+                        starts.push(start);
+                        ends.push(start + size_ms);
+                        start -= slide_ms;
+                    }
+                }
+                _ => {}
+            }
+            late += u64::from(rows.len() == placed);
+        }
+        let indices = UInt32Array::from(rows.clone());
+        let mut keys: Vec<ArrayRef> =
+            vec![Arc::new(Int64Array::from(starts.clone())), Arc::new(Int64Array::from(ends.clone()))];
+        for (column, data_type) in key_columns.iter().zip(self.key_types()) {
+            // Every row in one window each, in order: the batch's own column.
+            let column = if rows.len() == column.len() && rows.iter().enumerate().all(|(i, &r)| i == r as usize) {
+                column.clone()
+            } else {
+                take(column, &indices, None)?
+            };
+            keys.push(cast_to(column, &data_type)?);
+        }
+        let groups = self.groups()?;
+        let ids = groups.intern(&keys, &starts, &ends)?;
+        groups.update(arguments, &rows, &ids)?;
+        Ok(late)
+    }
 }
 
 #[async_trait]
@@ -248,19 +481,24 @@ impl Operator for WindowAggregate {
             let (starts, ends) = (millis_of(batch, START)?, millis_of(batch, END)?);
             let key_columns = table.read(batch, &fields[2..2 + keys])?;
             let states = table.read(batch, &fields[2 + keys..])?;
+            if !matches!(self.kind, WindowKind::Session { .. }) {
+                let mut columns: Vec<ArrayRef> = vec![Arc::new(starts.clone()), Arc::new(ends.clone())];
+                columns.extend(key_columns);
+                let groups = self.groups()?;
+                let ids = groups.intern(&columns, starts.values(), ends.values())?;
+                let mut column = 0;
+                for (accumulator, width) in groups.accumulators.iter_mut().zip(&widths) {
+                    accumulator.merge(&states[column..column + width], &ids)?;
+                    column += width;
+                }
+                continue;
+            }
             for row in 0..batch.num_rows() {
                 let key = accumulators::row_values(&key_columns, row)?;
                 let mut accumulators = self.accumulators()?;
                 accumulators::restore_row(&mut accumulators, &states, &widths, row)?;
                 let (start, end) = (starts.value(row), ends.value(row));
-                match self.kind {
-                    WindowKind::Session { .. } => {
-                        self.sessions.entry(key).or_default().push(SessionWindow { start, end, accumulators })
-                    }
-                    _ => {
-                        self.windows.entry((end, start)).or_default().insert(key, accumulators);
-                    }
-                }
+                self.sessions.entry(key).or_default().push(SessionWindow { start, end, accumulators });
             }
         }
         for sessions in self.sessions.values_mut() {
@@ -278,63 +516,11 @@ impl Operator for WindowAggregate {
             })
             .collect::<Result<_>>()?;
         let arguments = accumulators::arguments(&self.aggregates, &batch)?;
-        // The rows of each key, in time order for sessions; rows of closed windows are late.
-        let mut rows_of: HashMap<Vec<ScalarValue>, Vec<u32>> = HashMap::new();
-        let (mut late, null_time) = (0u64, times.null_count() as u64);
-        for row in 0..batch.num_rows() {
-            if times.is_null(row) {
-                continue;
-            }
-            let key: Vec<ScalarValue> = key_columns
-                .iter()
-                .map(|c| ScalarValue::try_from_array(c, row))
-                .collect::<datafusion::error::Result<_>>()?;
-            rows_of.entry(key).or_default().push(row as u32);
-        }
-        for (key, mut rows) in rows_of {
-            if let WindowKind::Session { gap_ms } = self.kind {
-                rows.sort_by_key(|&r| times.value(r as usize));
-                let before = rows.len();
-                rows.retain(|&r| times.value(r as usize) + gap_ms > self.watermark);
-                late += (before - rows.len()) as u64;
-                // Runs of rows less than a gap apart, each a session merged into the open ones.
-                let mut run: Vec<u32> = Vec::new();
-                for (i, &row) in rows.iter().enumerate() {
-                    run.push(row);
-                    let t = times.value(row as usize);
-                    let next = rows.get(i + 1).map(|&r| times.value(r as usize));
-                    if next.is_none_or(|n| n - t >= gap_ms) {
-                        let start = times.value(run[0] as usize);
-                        let mut accumulators = self.accumulators()?;
-                        accumulators::feed(&mut accumulators, &arguments, &run, false)?;
-                        self.add_session(&key, start, t + gap_ms, accumulators)?;
-                        run.clear();
-                    }
-                }
-                continue;
-            }
-            let mut rows_of_window: BTreeMap<(i64, i64), Vec<u32>> = BTreeMap::new();
-            for &row in &rows {
-                let mut placed = false;
-                for (start, end) in self.windows_of(times.value(row as usize)) {
-                    if end > self.watermark {
-                        rows_of_window.entry((end, start)).or_default().push(row);
-                        placed = true;
-                    }
-                }
-                late += u64::from(!placed);
-            }
-            for (window, rows) in rows_of_window {
-                let fresh = match self.windows.get(&window).is_some_and(|g| g.contains_key(&key)) {
-                    true => None,
-                    false => Some(self.accumulators()?),
-                };
-                let groups = self.windows.entry(window).or_default();
-                let accumulators = groups.entry(key.clone()).or_insert_with(|| fresh.unwrap_or_default());
-                accumulators::feed(accumulators, &arguments, &rows, false)?;
-            }
-        }
-        self.metrics.dropped(late, null_time);
+        let late = match self.kind {
+            WindowKind::Session { gap_ms } => self.add_sessions(gap_ms, &times, &key_columns, &arguments)?,
+            _ => self.add_to_windows(&times, &key_columns, &arguments)?,
+        };
+        self.metrics.dropped(late, times.null_count() as u64);
         Ok(())
     }
 
@@ -348,37 +534,20 @@ impl Operator for WindowAggregate {
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
         let (table, _) = self.windows_table()?;
         let schema = table.schema().clone();
-        let mut rows: Vec<Vec<ScalarValue>> = Vec::new();
-        let groups = self.windows.values().map(HashMap::len).sum::<usize>()
-            + self.sessions.values().map(Vec::len).sum::<usize>();
-        let mut fresh = (0..groups).map(|_| self.accumulators()).collect::<Result<Vec<_>>>()?.into_iter();
-        let mut window_row = |start: i64, end: i64, key: &[ScalarValue], accumulators: &mut Accumulators| {
-            let mut row = vec![ScalarValue::Int64(Some(start)), ScalarValue::Int64(Some(end))];
-            row.extend(key.iter().cloned());
-            let fresh =
-                fresh.next().ok_or_else(|| Error::Graph("a window group appeared during its snapshot".into()))?;
-            row.extend(accumulators::snapshot_states(accumulators, fresh)?);
-            Ok::<_, Error>(row)
+        let columns = match self.kind {
+            WindowKind::Session { .. } => self.session_columns(&schema)?,
+            _ => {
+                let (keys, states) = self.groups()?.snapshot()?;
+                keys.into_iter().chain(states).collect()
+            }
         };
-        for ((end, start), groups) in &mut self.windows {
-            for (key, accumulators) in groups.iter_mut() {
-                rows.push(window_row(*start, *end, key, accumulators)?);
-            }
-        }
-        for (key, sessions) in &mut self.sessions {
-            for session in sessions.iter_mut() {
-                rows.push(window_row(session.start, session.end, key, &mut session.accumulators)?);
-            }
-        }
-        if rows.is_empty() {
-            return Ok(vec![StateTable {
-                name: WINDOWS.into(),
-                schema: schema.clone(),
-                batches: vec![RecordBatch::new_empty(schema)],
-            }]);
-        }
-        let columns = accumulators::columns(&rows, &schema.fields()[1..])?;
-        let hashes = key_hashes(&self.partition_batch(&columns, rows.len())?, &self.partition)?;
+        let columns: Vec<ArrayRef> = columns
+            .into_iter()
+            .zip(&schema.fields()[1..])
+            .map(|(column, field)| cast_to(column, field.data_type()))
+            .collect::<Result<_>>()?;
+        let rows = columns.first().map_or(0, |c| c.len());
+        let hashes = key_hashes(&self.partition_batch(&columns, rows)?, &self.partition)?;
         let mut all: Vec<ArrayRef> = vec![Arc::new(hashes)];
         all.extend(columns);
         Ok(vec![StateTable {
@@ -395,21 +564,48 @@ impl Operator for WindowAggregate {
 }
 
 impl WindowAggregate {
+    /// The open sessions as the windows table's columns (after the key hash).
+    fn session_columns(&mut self, schema: &SchemaRef) -> Result<Vec<ArrayRef>> {
+        let groups = self.sessions.values().map(Vec::len).sum::<usize>();
+        let mut fresh = (0..groups).map(|_| self.accumulators()).collect::<Result<Vec<_>>>()?.into_iter();
+        let mut rows: Vec<Vec<ScalarValue>> = Vec::new();
+        for (key, sessions) in &mut self.sessions {
+            for session in sessions.iter_mut() {
+                let mut row = vec![ScalarValue::Int64(Some(session.start)), ScalarValue::Int64(Some(session.end))];
+                row.extend(key.iter().cloned());
+                let fresh =
+                    fresh.next().ok_or_else(|| Error::Graph("a session appeared during its snapshot".into()))?;
+                row.extend(accumulators::snapshot_states(&mut session.accumulators, fresh)?);
+                rows.push(row);
+            }
+        }
+        if rows.is_empty() {
+            return Ok(RecordBatch::new_empty(schema.clone()).columns()[1..].to_vec());
+        }
+        accumulators::columns(&rows, &schema.fields()[1..])
+    }
+
     /// The windows table: each window's start and end, the group's key columns, then each
     /// accumulator's state columns; with the number of state columns of each accumulator.
-    fn windows_table(&self) -> Result<(KeyedTable, Vec<usize>)> {
+    fn windows_table(&mut self) -> Result<(KeyedTable, Vec<usize>)> {
         let mut fields = vec![Field::new(START, DataType::Int64, false), Field::new(END, DataType::Int64, false)];
         for (i, name) in self.group_columns.iter().enumerate().skip(1) {
             fields.push(Field::new(name, self.output.field(i).data_type().clone(), true));
         }
+        let states: Vec<Vec<DataType>> = match self.kind {
+            WindowKind::Session { .. } => self
+                .aggregates
+                .iter()
+                .map(|a| Ok(a.function.state_fields()?.iter().map(|f| f.data_type().clone()).collect()))
+                .collect::<Result<_>>()?,
+            _ => self.groups()?.accumulators.iter().map(|a| a.state_types()).collect(),
+        };
         let mut widths = Vec::new();
-        for aggregate in &self.aggregates {
-            let states = aggregate.function.state_fields()?;
-            widths.push(states.len());
-            for field in states {
+        for types in states {
+            widths.push(types.len());
+            for data_type in types {
                 // Numbered as the table's columns, the key hash first.
-                let name = format!("{}_{}", fields.len() + 1, field.name());
-                fields.push(Field::new(name, field.data_type().clone(), true));
+                fields.push(Field::new(format!("state_{}", fields.len() + 1), data_type, true));
             }
         }
         Ok((KeyedTable::new(fields), widths))
