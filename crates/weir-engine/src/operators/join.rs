@@ -16,7 +16,7 @@
 //!
 //! The snapshot holds each side's stored rows keyed by the hash of their join key.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +26,7 @@ use datafusion::arrow::compute::{cast, filter_record_batch, take};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::row::{OwnedRow, RowConverter, Rows, SortField};
+use datafusion::common::HashMap;
 use datafusion::physical_expr::PhysicalExpr;
 
 use crate::changelog::{Change, change_array, changes, is_changelog};
@@ -105,6 +106,10 @@ pub struct JoinSide {
     pub expiry: Option<Expiry>,
 }
 
+/// A join key in Arrow's row format: stored rows are found by a batch's key bytes without
+/// making a key per row.
+type Key = Vec<u8>;
+
 struct Stored {
     row: OwnedRow,
     /// How many output rows it took part in (a left join's unmatched rows have none).
@@ -127,9 +132,9 @@ pub struct StreamingJoin {
     output: SchemaRef,
     ttl: StateTtl,
     converters: Option<Converters>,
-    stored: [HashMap<OwnedRow, Vec<Stored>>; 2],
+    stored: [HashMap<Key, Vec<Stored>>; 2],
     /// Keys of stored rows by expiry time.
-    expiring: [BTreeMap<i64, Vec<OwnedRow>>; 2],
+    expiring: [BTreeMap<i64, Vec<Key>>; 2],
     watermark: i64,
     /// A side whose input has ended (a bounded side input read to its end): the other side's
     /// rows need not wait for rows of it any more.
@@ -153,8 +158,8 @@ struct SideRows {
 
 /// Candidate pairs of a batch's rows with the other side's stored rows.
 struct Probe {
-    /// (row of the batch, key, index among the other side's stored rows of that key).
-    pairs: Vec<(u32, OwnedRow, usize)>,
+    /// (row of the batch, index among the other side's stored rows of its key).
+    pairs: Vec<(u32, usize)>,
     /// Whether each pair passes the join's other conditions.
     passing: Vec<bool>,
     /// The pairs as rows of the combined schema (none without pairs).
@@ -228,7 +233,7 @@ impl StreamingJoin {
             output,
             ttl: StateTtl::new(ttl),
             converters: None,
-            stored: [HashMap::new(), HashMap::new()],
+            stored: [HashMap::default(), HashMap::default()],
             expiring: [BTreeMap::new(), BTreeMap::new()],
             watermark: i64::MIN,
             ended: [false; 2],
@@ -382,13 +387,15 @@ impl StreamingJoin {
                 _ => None,
             };
             if let Some(change) = change {
-                let mut first: Vec<(OwnedRow, usize)> = Vec::new();
-                for ((_, key, i), pass) in pairs.iter().zip(&passing) {
+                let mut first: Vec<(&[u8], usize)> = Vec::new();
+                let mut seen = HashSet::new();
+                for ((row, i), pass) in pairs.iter().zip(&passing) {
+                    let key = key_rows.row(*row as usize).data();
                     if *pass
                         && self.stored[other].get(key).is_some_and(|rows| rows[*i].matched == 0)
-                        && !first.contains(&(key.clone(), *i))
+                        && seen.insert((key, *i))
                     {
-                        first.push((key.clone(), *i));
+                        first.push((key, *i));
                     }
                 }
                 if !first.is_empty() {
@@ -403,15 +410,15 @@ impl StreamingJoin {
                     out,
                 )?;
             }
-            for ((_, key, i), pass) in pairs.iter().zip(&passing) {
-                if *pass && let Some(rows) = self.stored[other].get_mut(key) {
+            for ((row, i), pass) in pairs.iter().zip(&passing) {
+                if *pass && let Some(rows) = self.stored[other].get_mut(key_rows.row(*row as usize).data()) {
                     rows[*i].matched += 1;
                     rows[*i].last_access_ms = now;
                 }
             }
         }
         let mut matched = vec![0i64; batch.num_rows()];
-        for ((row, _, _), pass) in pairs.iter().zip(&passing) {
+        for ((row, _), pass) in pairs.iter().zip(&passing) {
             matched[*row as usize] += i64::from(*pass);
         }
         // Arriving rows: a semi join emits the matched left ones; an updating outer or anti join
@@ -453,13 +460,13 @@ impl StreamingJoin {
                 }
                 continue;
             }
-            let key = key_rows.row(row).owned();
+            let key = key_rows.row(row).data();
             if self.sides[side].expiry.is_some() {
-                self.expiring[side].entry(expires_at).or_default().push(key.clone());
+                self.expiring[side].entry(expires_at).or_default().push(key.into());
             }
             let stored =
                 Stored { row: value_rows.row(row).owned(), matched: matched[row], expires_at, last_access_ms: now };
-            self.stored[side].entry(key).or_default().push(stored);
+            self.stored[side].entry_ref(key).or_default().push(stored);
         }
         Ok(())
     }
@@ -486,19 +493,19 @@ impl StreamingJoin {
         let rows = batch.num_rows();
         let mut removed = vec![false; rows];
         for row in (0..rows).filter(|r| !null_key[*r]) {
-            let key = key_rows.row(row).owned();
-            let Some(stored) = self.stored[side].get_mut(&key) else { continue };
+            let key = key_rows.row(row).data();
+            let Some(stored) = self.stored[side].get_mut(key) else { continue };
             let Some(position) = stored.iter().position(|s| s.row.row() == value_rows.row(row)) else { continue };
             stored.remove(position);
             if stored.is_empty() {
-                self.stored[side].remove(&key);
+                self.stored[side].remove(key);
             }
             removed[row] = true;
         }
         let Probe { pairs, passing, joined } =
             self.probe(side, &values, &key_rows, (0..rows).filter(|r| removed[*r]))?;
         let mut matched = vec![0i64; rows];
-        for ((row, _, _), pass) in pairs.iter().zip(&passing) {
+        for ((row, _), pass) in pairs.iter().zip(&passing) {
             matched[*row as usize] += i64::from(*pass);
         }
         if let Some(joined) = joined {
@@ -506,12 +513,13 @@ impl StreamingJoin {
                 let taken_back = filter_record_batch(&joined, &BooleanArray::from(passing.clone()))?;
                 self.emit_pairs(taken_back, Change::Delete, out)?;
             }
-            let mut lost: Vec<(OwnedRow, usize)> = Vec::new();
-            for ((_, key, i), pass) in pairs.iter().zip(&passing) {
+            let mut lost: Vec<(&[u8], usize)> = Vec::new();
+            for ((row, i), pass) in pairs.iter().zip(&passing) {
+                let key = key_rows.row(*row as usize).data();
                 if let (true, Some(stored)) = (*pass, self.stored[other].get_mut(key).and_then(|r| r.get_mut(*i))) {
                     stored.matched -= 1;
                     if stored.matched == 0 {
-                        lost.push((key.clone(), *i));
+                        lost.push((key, *i));
                     }
                 }
             }
@@ -551,11 +559,10 @@ impl StreamingJoin {
         rows: impl Iterator<Item = usize>,
     ) -> Result<Probe> {
         let other = 1 - side;
-        let mut pairs: Vec<(u32, OwnedRow, usize)> = Vec::new();
+        let mut pairs: Vec<(u32, usize)> = Vec::new();
         for row in rows {
-            let key = key_rows.row(row).owned();
-            if let Some(stored) = self.stored[other].get(&key) {
-                pairs.extend((0..stored.len()).map(|i| (row as u32, key.clone(), i)));
+            if let Some(stored) = self.stored[other].get(key_rows.row(row).data()) {
+                pairs.extend((0..stored.len()).map(|i| (row as u32, i)));
             }
         }
         let mut passing = vec![false; pairs.len()];
@@ -564,7 +571,8 @@ impl StreamingJoin {
         }
         let indices = UInt32Array::from_iter_values(pairs.iter().map(|p| p.0));
         let mine = values.iter().map(|c| take(c, &indices, None)).collect::<std::result::Result<Vec<_>, _>>()?;
-        let positions: Vec<(OwnedRow, usize)> = pairs.iter().map(|(_, key, i)| (key.clone(), *i)).collect();
+        let positions: Vec<(&[u8], usize)> =
+            pairs.iter().map(|(row, i)| (key_rows.row(*row as usize).data(), *i)).collect();
         let theirs = self.stored_columns(other, &positions)?;
         let joined = match side {
             0 => self.joined(mine, theirs, pairs.len())?,
@@ -585,12 +593,14 @@ impl StreamingJoin {
     }
 
     /// Stored rows of `side` at (key, index among that key's rows), as the side's columns.
-    fn stored_columns(&mut self, side: usize, positions: &[(OwnedRow, usize)]) -> Result<Vec<ArrayRef>> {
-        let rows: Vec<OwnedRow> = positions
-            .iter()
-            .filter_map(|(key, i)| self.stored[side].get(key).and_then(|r| r.get(*i)).map(|s| s.row.clone()))
-            .collect();
-        self.rows_to_columns(side, &rows.iter().collect::<Vec<_>>())
+    fn stored_columns(&mut self, side: usize, positions: &[(&[u8], usize)]) -> Result<Vec<ArrayRef>> {
+        self.converters()?;
+        let (Some(converters), stored) = (&self.converters, &self.stored[side]) else {
+            return Err(Error::Graph("join row converters missing".into()));
+        };
+        let rows =
+            positions.iter().filter_map(|(key, i)| stored.get(*key).and_then(|r| r.get(*i)).map(|s| s.row.row()));
+        Ok(converters.values[side].convert_rows(rows)?)
     }
 
     /// Forgets rows idle for longer than the time-to-live (checked every half of it).
@@ -622,7 +632,7 @@ impl Operator for StreamingJoin {
                 let value_rows =
                     converters.values[side].convert_columns(&table.read(batch, &fields[keys..keys + width])?)?;
                 for row in 0..batch.num_rows() {
-                    let key = key_rows.row(row).owned();
+                    let key = key_rows.row(row).data();
                     let stored = Stored {
                         row: value_rows.row(row).owned(),
                         matched: matched.value(row),
@@ -630,9 +640,9 @@ impl Operator for StreamingJoin {
                         last_access_ms: access.value(row),
                     };
                     if self.sides[side].expiry.is_some() {
-                        self.expiring[side].entry(stored.expires_at).or_default().push(key.clone());
+                        self.expiring[side].entry(stored.expires_at).or_default().push(key.into());
                     }
-                    self.stored[side].entry(key).or_default().push(stored);
+                    self.stored[side].entry_ref(key).or_default().push(stored);
                 }
             }
         }
@@ -701,13 +711,18 @@ impl Operator for StreamingJoin {
         let mut tables = Vec::new();
         for side in 0..2 {
             let schema = self.side_table(side).schema().clone();
+            self.converters()?;
+            let Some(converters) = &self.converters else {
+                return Err(Error::Graph("join row converters missing".into()));
+            };
+            let parser = converters.keys.parser();
             let mut key_rows = Vec::new();
             let mut value_rows = Vec::new();
             let (mut matched, mut expires, mut access) = (Vec::new(), Vec::new(), Vec::new());
             for (key, rows) in &self.stored[side] {
                 for stored in rows {
-                    key_rows.push(key.clone());
-                    value_rows.push(stored.row.clone());
+                    key_rows.push(parser.parse(key));
+                    value_rows.push(stored.row.row());
                     matched.push(stored.matched);
                     expires.push(stored.expires_at);
                     access.push(stored.last_access_ms);
@@ -721,9 +736,8 @@ impl Operator for StreamingJoin {
                 });
                 continue;
             }
-            let converters = self.converters()?;
-            let key_columns = converters.keys.convert_rows(key_rows.iter().map(|r| r.row()))?;
-            let value_columns = converters.values[side].convert_rows(value_rows.iter().map(|r| r.row()))?;
+            let key_columns = converters.keys.convert_rows(key_rows)?;
+            let value_columns = converters.values[side].convert_rows(value_rows)?;
             let keyed = RecordBatch::try_new(
                 Arc::new(Schema::new(schema.fields()[1..=self.key_types.len()].to_vec())),
                 key_columns.clone(),
