@@ -13,7 +13,7 @@
 //! partition columns; after a restore the emitted ranks are the restored top N, since every
 //! batch's changes are emitted before any snapshot.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -21,7 +21,8 @@ use datafusion::arrow::array::{ArrayRef, Int64Array, UInt64Array};
 use datafusion::arrow::compute::{SortOptions, cast};
 use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
+use datafusion::arrow::row::{OwnedRow, Row, RowConverter, SortField};
+use datafusion::common::HashMap;
 use datafusion::physical_expr::PhysicalExpr;
 
 use crate::changelog::{Change, change_array, changes};
@@ -50,7 +51,8 @@ pub struct TopN {
     /// The row columns, the row number, then the change column.
     output: SchemaRef,
     converters: Option<Converters>,
-    partitions: HashMap<OwnedRow, Ranked>,
+    /// By partition key in Arrow's row format (found by a batch's key bytes).
+    partitions: HashMap<Vec<u8>, Ranked>,
 }
 
 struct Converters {
@@ -68,22 +70,48 @@ struct Ranked {
 }
 
 impl Ranked {
-    /// The rows numbered `limit` or less, with their numbers, in rank order.
-    fn top(&self, numbering: Numbering, limit: usize) -> Vec<(OwnedRow, u64)> {
-        let mut top = Vec::new();
+    /// Walks the rows numbered `limit` or less in rank order, calling `visit` with each row and
+    /// its number; returns how many there are and the (position, number) of the last of them.
+    fn walk_top(
+        &self,
+        numbering: Numbering,
+        limit: usize,
+        mut visit: impl FnMut(&OwnedRow, u64),
+    ) -> (usize, Option<(u64, u64)>) {
+        let mut count = 0;
         let mut previous: Option<((u64, u64), &OwnedRow)> = None;
         for ((order, row), copies) in &self.rows {
             for _ in 0..*copies {
                 let tie = previous.is_some_and(|(_, key)| key == order);
                 let next = numbering.next(previous.map(|(p, _)| p), tie);
                 if next.1 > limit as u64 {
-                    return top;
+                    return (count, previous.map(|(p, _)| p));
                 }
-                top.push((row.clone(), next.1));
+                visit(row, next.1);
+                count += 1;
                 previous = Some((next, order));
             }
         }
+        (count, previous.map(|(p, _)| p))
+    }
+
+    /// The rows numbered `limit` or less, with their numbers, in rank order.
+    fn top(&self, numbering: Numbering, limit: usize) -> Vec<(OwnedRow, u64)> {
+        let mut top = Vec::new();
+        self.walk_top(numbering, limit, |row, number| top.push((row.clone(), number)));
         top
+    }
+
+    /// Whether a row ordered by `order` is sure to stay out of the top `limit` of an
+    /// append-only input: it orders after every kept row (no tie) and would be numbered past
+    /// the limit.
+    fn excludes(&self, order: Row<'_>, numbering: Numbering, limit: usize) -> bool {
+        let Some(((last, _), _)) = self.rows.last_key_value() else { return false };
+        if order <= last.row() {
+            return false;
+        }
+        let (_, after) = self.walk_top(numbering, limit, |_, _| {});
+        numbering.next(after, false).1 > limit as u64
     }
 
     /// Drops the rows below the top `limit`.
@@ -114,7 +142,7 @@ impl Clone for TopN {
             input: self.input.clone(),
             output: self.output.clone(),
             converters: None,
-            partitions: HashMap::new(),
+            partitions: HashMap::default(),
         }
     }
 }
@@ -146,7 +174,7 @@ impl TopN {
             input,
             output,
             converters: None,
-            partitions: HashMap::new(),
+            partitions: HashMap::default(),
         })
     }
 
@@ -191,11 +219,14 @@ impl TopN {
         let mut touched = Vec::new();
         let mut seen = HashSet::new();
         for (row, &n) in copies.iter().enumerate() {
-            let key = keys.row(row).owned();
-            if seen.insert(key.clone()) {
-                touched.push(key.clone());
+            let key = keys.row(row).data();
+            if seen.insert(key) {
+                touched.push(key);
             }
-            let ranked = self.partitions.entry(key).or_default();
+            let ranked = self.partitions.entry_ref(key).or_default();
+            if !self.retracting && n > 0 && ranked.excludes(orders.row(row), self.numbering, self.limit) {
+                continue; // below an append-only top N: it can never rise
+            }
             let entry = (orders.row(row).owned(), rows.row(row).owned());
             if n > 0 {
                 *ranked.rows.entry(entry).or_insert(0) += n as usize;
@@ -208,13 +239,13 @@ impl TopN {
             }
             if !self.retracting {
                 // Rows below the top can never rise: a new row only pushes others down.
-                let kept = ranked.top(self.numbering, self.limit).len();
+                let (kept, _) = ranked.walk_top(self.numbering, self.limit, |_, _| {});
                 ranked.trim(kept);
             }
         }
         let mut changed = Vec::new();
         for key in touched {
-            let Some(ranked) = self.partitions.get_mut(&key) else { continue };
+            let Some(ranked) = self.partitions.get_mut(key) else { continue };
             let top = ranked.top(self.numbering, self.limit);
             for position in 0..top.len().max(ranked.emitted.len()) {
                 match (ranked.emitted.get(position), top.get(position)) {
@@ -229,7 +260,7 @@ impl TopN {
             }
             ranked.emitted = top;
             if ranked.rows.is_empty() {
-                self.partitions.remove(&key);
+                self.partitions.remove(key);
             }
         }
         Ok(changed)
