@@ -375,6 +375,10 @@ mod tests {
 
     /// The two highest prices per partition.
     fn top_two(retracting: bool) -> TopN {
+        top_two_by(Numbering::RowNumber, retracting)
+    }
+
+    fn top_two_by(numbering: Numbering, retracting: bool) -> TopN {
         let order = vec![(col("price", &input()).unwrap(), SortOptions { descending: true, nulls_first: false })];
         let output = Arc::new(Schema::new(vec![
             Field::new("id", DataType::Int64, false),
@@ -382,7 +386,7 @@ mod tests {
             Field::new("rn", DataType::UInt64, false),
             Field::new(CHANGE_COLUMN, DataType::Utf8, false),
         ]));
-        TopN::new(vec!["__partition_0".into()], order, Numbering::RowNumber, 2, retracting, input(), output).unwrap()
+        TopN::new(vec!["__partition_0".into()], order, numbering, 2, retracting, input(), output).unwrap()
     }
 
     async fn feed(top: &mut TopN, batch: RecordBatch) -> Vec<String> {
@@ -419,6 +423,21 @@ mod tests {
             "13 is not in the top"
         );
         assert_eq!(top.partitions.values().map(|r| r.rows.len()).sum::<usize>(), 3, "append-only keeps the top 2 only");
+    }
+
+    /// A row ordered after a full top is skipped; one that ties with its last row, or that
+    /// DENSE_RANK still numbers within the limit, is not.
+    #[tokio::test]
+    async fn ties_at_the_edge_of_the_top_are_kept() {
+        let mut rank = top_two_by(Numbering::Rank, false);
+        feed(&mut rank, batch(&[(1, 10, 9), (1, 11, 9)], None)).await;
+        assert!(feed(&mut rank, batch(&[(1, 12, 5)], None)).await.is_empty(), "RANK 3 is past the top 2");
+        assert_eq!(feed(&mut rank, batch(&[(1, 13, 9)], None)).await, ["+I #1 id 13 9"], "a tie for first");
+        let mut dense = top_two_by(Numbering::DenseRank, false);
+        feed(&mut dense, batch(&[(1, 10, 9), (1, 11, 9)], None)).await;
+        assert_eq!(feed(&mut dense, batch(&[(1, 12, 5)], None)).await, ["+I #2 id 12 5"], "DENSE_RANK 2");
+        assert!(feed(&mut dense, batch(&[(1, 14, 1)], None)).await.is_empty(), "DENSE_RANK 3");
+        assert_eq!(feed(&mut dense, batch(&[(1, 15, 5)], None)).await, ["+I #2 id 15 5"], "a tie for second");
     }
 
     #[tokio::test]
