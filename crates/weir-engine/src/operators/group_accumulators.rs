@@ -25,7 +25,7 @@ use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Accumulator;
 
 use crate::error::{Error, Result};
-use crate::operators::accumulators::AggregateCall;
+use crate::operators::accumulators::{AggregateCall, Arguments};
 
 /// An aggregate's state over every group of an operator.
 pub(crate) trait GroupAccumulator: Send + Sync {
@@ -76,6 +76,30 @@ pub(crate) fn group_accumulator(
         Some(native) => Ok(native),
         None => Ok(Box::new(PerGroup::new(per_group, function.field().data_type().clone())?)),
     }
+}
+
+/// Feeds rows `rows` of each aggregate's `arguments` to groups `ids` (pairwise) of its
+/// accumulator, or takes them back; an aggregate with a FILTER gets only the rows it lets in.
+pub(crate) fn feed(
+    accumulators: &mut [Box<dyn GroupAccumulator>],
+    arguments: &[Arguments],
+    rows: &[u32],
+    ids: &[usize],
+    retract: bool,
+) -> Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    for (accumulator, arguments) in accumulators.iter_mut().zip(arguments) {
+        if arguments.filtered() {
+            let (rows, ids): (Vec<u32>, Vec<usize>) =
+                rows.iter().zip(ids).filter(|(row, _)| arguments.admits(**row)).unzip();
+            accumulator.update(arguments.values(), &rows, &ids, retract)?;
+        } else {
+            accumulator.update(arguments.values(), rows, ids, retract)?;
+        }
+    }
+    Ok(())
 }
 
 fn extreme(data_type: DataType, extreme: Extreme) -> Option<Box<dyn GroupAccumulator>> {

@@ -35,7 +35,7 @@ use crate::error::{Error, Result};
 use crate::group_keys::GroupKeys;
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
 use crate::operators::accumulators::{self, AggregateCall, Arguments};
-use crate::operators::group_accumulators::{GroupAccumulator, group_accumulator};
+use crate::operators::group_accumulators::{self, GroupAccumulator, group_accumulator};
 use crate::operators::state_ttl::{StateTtl, now_ms};
 use crate::operators::value_counts::{Reported, ValueCounts};
 use crate::operators::window_aggregate::ALL_IN_ONE;
@@ -210,20 +210,8 @@ impl Groups {
         self.resize();
         let existed: Vec<usize> = touched.iter().map(|t| t.0).filter(|&id| id < before).collect();
         let old = self.accumulators.iter_mut().map(|a| a.evaluate(&existed)).collect::<Result<Vec<_>>>()?;
-        for (accumulator, arguments) in self.accumulators.iter_mut().zip(arguments) {
-            for ((rows, ids), retract) in [(&added, false), (&retracted, true)] {
-                if rows.is_empty() {
-                    continue;
-                }
-                if arguments.filtered() {
-                    let (rows, ids): (Vec<u32>, Vec<usize>) =
-                        rows.iter().zip(ids).filter(|(row, _)| arguments.admits(**row)).unzip();
-                    accumulator.update(arguments.values(), &rows, &ids, retract)?;
-                } else {
-                    accumulator.update(arguments.values(), rows, ids, retract)?;
-                }
-            }
-        }
+        group_accumulators::feed(&mut self.accumulators, arguments, &added.0, &added.1, false)?;
+        group_accumulators::feed(&mut self.accumulators, arguments, &retracted.0, &retracted.1, true)?;
         for (ids, by) in [(&added.1, 1), (&retracted.1, -1)] {
             for &id in ids {
                 self.rows[id] += by;

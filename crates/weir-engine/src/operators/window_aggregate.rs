@@ -30,7 +30,7 @@ use crate::group_keys::GroupKeys;
 use crate::metrics::OperatorMetrics;
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
 use crate::operators::accumulators::{self, AggregateCall, Arguments};
-use crate::operators::group_accumulators::{GroupAccumulator, group_accumulator};
+use crate::operators::group_accumulators::{self, GroupAccumulator, group_accumulator};
 use crate::partition::key_hashes;
 use crate::state_table::KeyedTable;
 
@@ -98,20 +98,6 @@ impl WindowGroups {
             accumulator.resize(self.keys.len());
         }
         Ok(ids)
-    }
-
-    /// Feeds rows `rows` of `arguments` to groups `ids` (pairwise).
-    fn update(&mut self, arguments: &[Arguments], rows: &[u32], ids: &[usize]) -> Result<()> {
-        for (accumulator, arguments) in self.accumulators.iter_mut().zip(arguments) {
-            if arguments.filtered() {
-                let (rows, ids): (Vec<u32>, Vec<usize>) =
-                    rows.iter().zip(ids).filter(|(row, _)| arguments.admits(**row)).unzip();
-                accumulator.update(arguments.values(), &rows, &ids, false)?;
-            } else {
-                accumulator.update(arguments.values(), rows, ids, false)?;
-            }
-        }
-        Ok(())
     }
 
     /// The groups of every window that ends at or before `watermark`, which are forgotten:
@@ -465,7 +451,7 @@ impl WindowAggregate {
         }
         let groups = self.groups()?;
         let ids = groups.intern(&keys, &starts, &ends)?;
-        groups.update(arguments, &rows, &ids)?;
+        group_accumulators::feed(&mut groups.accumulators, arguments, &rows, &ids, false)?;
         Ok(late)
     }
 }
