@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -175,10 +176,17 @@ def timed(command: list[str], log_file: Path) -> tuple[float, float, int]:
     seen: dict[int, float] = {}
     started = time.monotonic()
     with open(log_file, "w") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-        while process.poll() is None:
-            tree_cpu(process.pid, seen)
-            time.sleep(0.1)
+        # A session of its own, so that nothing of it (PyFlink's JVM) outlives an interrupted run.
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            while process.poll() is None:
+                tree_cpu(process.pid, seen)
+                time.sleep(0.1)
+        finally:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     wall = time.monotonic() - started
     return wall, sum(seen.values()), process.returncode
 
