@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, UInt32Array};
 use datafusion::arrow::compute::{cast, take};
-use datafusion::arrow::datatypes::FieldRef;
+use datafusion::arrow::datatypes::{DataType, FieldRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Accumulator;
@@ -135,23 +135,33 @@ pub(crate) fn snapshot_states(
     Ok(states)
 }
 
-/// Appends to a state table's `fields` each accumulator's state columns (named `state_<n>`, n
-/// their place in the table, the key hash first), and returns how many each has: the layout
-/// [`snapshot_states`] writes and [`restore_row`] reads.
+/// Appends to a state table's `fields` each aggregate's state columns, given their types
+/// (named `state_<n>`, n their place in the table, the key hash first), and returns how many
+/// each has: the layout snapshots write and restores read.
 pub(crate) fn push_state_fields(
     fields: &mut Vec<datafusion::arrow::datatypes::Field>,
-    accumulators: Vec<Box<dyn Accumulator>>,
-) -> Result<Vec<usize>> {
+    states: impl IntoIterator<Item = Vec<DataType>>,
+) -> Vec<usize> {
     let mut widths = Vec::new();
-    for mut accumulator in accumulators {
-        let states = accumulator.state()?;
-        widths.push(states.len());
-        for state in states {
+    for types in states {
+        widths.push(types.len());
+        for data_type in types {
             let name = format!("state_{}", fields.len() + 1);
-            fields.push(datafusion::arrow::datatypes::Field::new(name, state.data_type(), true));
+            fields.push(datafusion::arrow::datatypes::Field::new(name, data_type, true));
         }
     }
-    Ok(widths)
+    widths
+}
+
+/// The state types a fresh accumulator reports (sliding accumulators keep more than the
+/// function's `state_fields` says).
+pub(crate) fn state_types(accumulator: &mut Box<dyn Accumulator>) -> Result<Vec<DataType>> {
+    Ok(accumulator.state()?.iter().map(ScalarValue::data_type).collect())
+}
+
+/// `column` as `data_type` (no copy when it is already).
+pub(crate) fn cast_to(column: ArrayRef, data_type: &DataType) -> Result<ArrayRef> {
+    Ok(if column.data_type() == data_type { column } else { cast(&column, data_type)? })
 }
 
 /// Merges row `row` of restored state columns `states` into `accumulators`: each accumulator

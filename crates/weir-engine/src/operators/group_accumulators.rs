@@ -25,7 +25,7 @@ use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Accumulator;
 
 use crate::error::{Error, Result};
-use crate::operators::accumulators::{AggregateCall, Arguments};
+use crate::operators::accumulators::{self, AggregateCall, Arguments, cast_to};
 
 /// An aggregate's state over every group of an operator.
 pub(crate) trait GroupAccumulator: Send + Sync {
@@ -149,7 +149,7 @@ fn gather<T: ArrowPrimitiveType>(
 }
 
 fn primitive<T: ArrowPrimitiveType>(values: &ArrayRef, data_type: &DataType) -> Result<PrimitiveArray<T>> {
-    let values = if values.data_type() == data_type { values.clone() } else { cast(values, data_type)? };
+    let values = cast_to(values.clone(), data_type)?;
     values
         .as_primitive_opt::<T>()
         .cloned()
@@ -160,7 +160,8 @@ fn counts(state: &ArrayRef) -> Result<Int64Array> {
     primitive::<Int64Type>(state, &DataType::Int64)
 }
 
-fn retain_vec<T>(values: &mut Vec<T>, keep: &[bool]) {
+/// Keeps the entries of `values` whose `keep` is set, in order (a compaction of ids).
+pub(crate) fn retain_vec<T>(values: &mut Vec<T>, keep: &[bool]) {
     let mut id = 0;
     values.retain(|_| {
         id += 1;
@@ -435,7 +436,7 @@ impl PerGroup {
     ) -> Result<Self> {
         // The state a fresh accumulator reports (sliding accumulators keep more than the
         // function's `state_fields` says).
-        let state_types = make()?.state()?.iter().map(ScalarValue::data_type).collect();
+        let state_types = accumulators::state_types(&mut make()?)?;
         Ok(Self { make: Box::new(make), output, state_types, groups: Vec::new() })
     }
 

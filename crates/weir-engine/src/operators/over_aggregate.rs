@@ -263,7 +263,8 @@ impl OverAggregate {
         for name in &self.partition {
             fields.push(self.input.field_with_name(name)?.clone().with_nullable(true));
         }
-        let widths = accumulators::push_state_fields(&mut fields, self.accumulators()?)?;
+        let states = self.accumulators()?.iter_mut().map(accumulators::state_types).collect::<Result<Vec<_>>>()?;
+        let widths = accumulators::push_state_fields(&mut fields, states);
         Ok((KeyedTable::new(fields), widths))
     }
 

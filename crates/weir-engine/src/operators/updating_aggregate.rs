@@ -23,7 +23,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array};
 use datafusion::arrow::compute::kernels::cmp::distinct;
-use datafusion::arrow::compute::{cast, interleave, or, take};
+use datafusion::arrow::compute::{interleave, or, take};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{ScalarValue, exec_err};
@@ -34,8 +34,8 @@ use crate::changelog::{Change, change_array, changes};
 use crate::error::{Error, Result};
 use crate::group_keys::GroupKeys;
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
-use crate::operators::accumulators::{self, AggregateCall, Arguments};
-use crate::operators::group_accumulators::{self, GroupAccumulator, group_accumulator};
+use crate::operators::accumulators::{self, AggregateCall, Arguments, cast_to};
+use crate::operators::group_accumulators::{self, GroupAccumulator, group_accumulator, retain_vec};
 use crate::operators::state_ttl::{StateTtl, now_ms};
 use crate::operators::value_counts::{Reported, ValueCounts};
 use crate::operators::window_aggregate::ALL_IN_ONE;
@@ -146,13 +146,8 @@ impl Groups {
         for accumulator in &mut self.accumulators {
             accumulator.retain(&keep);
         }
-        for values in [&mut self.rows, &mut self.last_access_ms] {
-            let mut id = 0;
-            values.retain(|_| {
-                id += 1;
-                keep[id - 1]
-            });
-        }
+        retain_vec(&mut self.rows, &keep);
+        retain_vec(&mut self.last_access_ms, &keep);
         self.live = vec![true; live];
         self.touched_by = vec![0; live];
         self.removed = 0;
@@ -337,13 +332,7 @@ impl UpdatingAggregate {
     /// are keyed: the group columns, or one constant for a global aggregate.
     fn key_columns(&self, columns: Option<Vec<ArrayRef>>, rows: usize) -> Result<Vec<ArrayRef>> {
         let Some(columns) = columns else { return Ok(vec![Arc::new(Int64Array::from(vec![0; rows]))]) };
-        columns
-            .iter()
-            .zip(self.key_types())
-            .map(|(column, data_type)| {
-                Ok(if *column.data_type() == data_type { column.clone() } else { cast(column, &data_type)? })
-            })
-            .collect()
+        columns.iter().zip(self.key_types()).map(|(column, data_type)| cast_to(column.clone(), &data_type)).collect()
     }
 
     fn batch_keys(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
@@ -369,14 +358,8 @@ impl UpdatingAggregate {
         }
         fields.push(Field::new(ROWS, DataType::Int64, false));
         fields.push(Field::new(LAST_ACCESS, DataType::Int64, false));
-        let mut widths = Vec::new();
-        for accumulator in &self.groups()?.accumulators {
-            let types = accumulator.state_types();
-            widths.push(types.len());
-            for data_type in types {
-                fields.push(Field::new(format!("state_{}", fields.len() + 1), data_type, true));
-            }
-        }
+        let states: Vec<Vec<DataType>> = self.groups()?.accumulators.iter().map(|a| a.state_types()).collect();
+        let widths = accumulators::push_state_fields(&mut fields, states);
         Ok((KeyedTable::new(fields), widths))
     }
 
@@ -434,9 +417,7 @@ impl UpdatingAggregate {
         let mut columns: Vec<ArrayRef> = columns
             .into_iter()
             .zip(&fields[..width])
-            .map(|(column, field)| {
-                Ok(if column.data_type() == field.data_type() { column } else { cast(&column, field.data_type())? })
-            })
+            .map(|(column, field)| cast_to(column, field.data_type()))
             .collect::<Result<_>>()?;
         columns.push(change_array(&kinds));
         Ok(Some(RecordBatch::try_new(self.output.clone(), columns)?))
@@ -540,9 +521,7 @@ impl Operator for UpdatingAggregate {
         let columns: Vec<ArrayRef> = columns
             .into_iter()
             .zip(&schema.fields()[1..])
-            .map(|(column, field)| {
-                Ok(if column.data_type() == field.data_type() { column } else { cast(&column, field.data_type())? })
-            })
+            .map(|(column, field)| cast_to(column, field.data_type()))
             .collect::<Result<_>>()?;
         let partition = Self::partition_columns(&self.group_columns);
         let keyed = match keys {

@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::group_keys::GroupKeys;
 use crate::metrics::OperatorMetrics;
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
-use crate::operators::accumulators::{self, AggregateCall, Arguments};
+use crate::operators::accumulators::{self, AggregateCall, Arguments, cast_to};
 use crate::operators::group_accumulators::{self, GroupAccumulator, group_accumulator};
 use crate::partition::key_hashes;
 use crate::state_table::KeyedTable;
@@ -222,11 +222,6 @@ fn merge_into(into: &mut Accumulators, from: &mut Accumulators) -> Result<()> {
         target.merge_batch(&states)?;
     }
     Ok(())
-}
-
-/// `column` as `data_type` (no copy when it is already).
-fn cast_to(column: ArrayRef, data_type: &DataType) -> Result<ArrayRef> {
-    Ok(if column.data_type() == data_type { column } else { cast(&column, data_type)? })
 }
 
 impl WindowAggregate {
@@ -586,14 +581,7 @@ impl WindowAggregate {
                 .collect::<Result<_>>()?,
             _ => self.groups()?.accumulators.iter().map(|a| a.state_types()).collect(),
         };
-        let mut widths = Vec::new();
-        for types in states {
-            widths.push(types.len());
-            for data_type in types {
-                // Numbered as the table's columns, the key hash first.
-                fields.push(Field::new(format!("state_{}", fields.len() + 1), data_type, true));
-            }
-        }
+        let widths = accumulators::push_state_fields(&mut fields, states);
         Ok((KeyedTable::new(fields), widths))
     }
 
