@@ -14,6 +14,10 @@ use std::time::Instant;
 use weir_engine::testkit::cpu_seconds;
 use weir_sql::{Output, Session};
 
+/// The `weir` binary's allocator, so the numbers are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// `sql` with the value of its option `name = '...'` replaced by `value`.
 fn with_option(sql: &str, name: &str, value: &str) -> String {
     let key = format!("{name} = '");
