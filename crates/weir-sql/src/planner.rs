@@ -30,9 +30,9 @@ use weir_connectors::{NodeContext, Preflight, Registry};
 use weir_engine::changelog::{Change, changelog_schema};
 use weir_engine::graph::SourceFactory;
 use weir_engine::operators::{
-    ALL_IN_ONE, AggregateCall, Expiry, Frame, JoinKind, JoinSide, LateRows, Numbering, OverAggregate, PreviewBuffer,
-    PreviewSink, Stateless, Step, StreamingJoin, TopN, UpdatingAggregate, WatermarkAssigner, WindowAggregate,
-    WindowKind, WindowRank, join_key_column,
+    ALL_IN_ONE, AggregateCall, Deduplicate, Expiry, Frame, JoinKind, JoinSide, LateRows, Numbering, OverAggregate,
+    PreviewBuffer, PreviewSink, Stateless, Step, StreamingJoin, TopN, UpdatingAggregate, WatermarkAssigner,
+    WindowAggregate, WindowKind, WindowRank, join_key_column,
 };
 use weir_engine::{Graph, NodeId, Partitioning, ProcessingTime};
 
@@ -921,22 +921,29 @@ impl Planner<'_> {
                 };
                 let numbering = *numbering;
                 let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-                let operator = TopN::new(
-                    partition.clone(),
-                    order,
-                    numbering,
-                    limit,
-                    updating,
-                    input_schema,
-                    changelog_schema(output),
-                )?;
-                (self.name("top_n"), Arc::new(move |_| Ok(Box::new(operator.clone()))))
+                if numbering == Numbering::RowNumber && limit == 1 && !updating {
+                    let operator = Deduplicate::new(partition.clone(), order, input_schema, changelog_schema(output));
+                    let factory: weir_engine::OperatorFactory = Arc::new(move |_| Ok(Box::new(operator.clone())));
+                    (self.name("deduplicate"), factory)
+                } else {
+                    let operator = TopN::new(
+                        partition.clone(),
+                        order,
+                        numbering,
+                        limit,
+                        updating,
+                        input_schema,
+                        changelog_schema(output),
+                    )?;
+                    (self.name("top_n"), Arc::new(move |_| Ok(Box::new(operator.clone()))))
+                }
             }
             (None, None) => return plan_err!("ROW_NUMBER() lost its limit"),
         };
         let rank = self.graph.add_operator(&name, self.parallelism(), 1, factory);
         let state = match (window_start, updating) {
             (Some(_), _) => "each open window's rows, until the watermark passes its end".to_string(),
+            (None, false) if name.starts_with("deduplicate") => "per partition its first row".to_string(),
             (None, false) => format!("per partition its top {} rows and the ranks emitted", limit.unwrap_or_default()),
             (None, true) => {
                 "per partition every row (a changelog may take back a top one) and the ranks emitted".to_string()

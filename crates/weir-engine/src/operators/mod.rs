@@ -1,6 +1,7 @@
 //! weir's streaming operators, one module each.
 
 mod accumulators;
+pub mod deduplicate;
 mod group_accumulators;
 pub mod join;
 pub mod numbering;
@@ -16,6 +17,7 @@ pub mod window_aggregate;
 pub mod window_rank;
 
 pub use accumulators::AggregateCall;
+pub use deduplicate::Deduplicate;
 pub use join::{Expiry, JoinKind, JoinSide, LateRows, StreamingJoin, join_key_column};
 pub use numbering::Numbering;
 pub use over_aggregate::{Frame, OverAggregate};

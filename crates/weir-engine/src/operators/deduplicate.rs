@@ -1,0 +1,419 @@
+//! Deduplication: the first row of each partition in an order, `ROW_NUMBER() OVER (PARTITION BY
+//! ... ORDER BY ...)` limited to `rn = 1`, over an append-only stream (Flink's Deduplicate;
+//! Nexmark q18's last bid of each bidder on each auction, q9's winning bid of each auction).
+//!
+//! It is the top-N with N = 1, and answers as [`super::TopN`] does: `+I` a partition's first
+//! row, then `-U` the kept row and `+U` the new one when a row comes first in the order, ties
+//! broken by the whole row; its state is top-N's `rows` table, so either restores the other's.
+//! What it saves over the general top-N is work per row: the partition is found by its dense
+//! id ([`GroupKeys`]), the kept row is one byte string (its ORDER BY key, then the whole row, in
+//! Arrow's row format) in a vector by id, a batch's rows for one partition are compared before
+//! anything is stored, and the new rows are emitted by `take` from the batch.
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, Int64Array, UInt32Array, UInt64Array};
+use datafusion::arrow::compute::{SortOptions, cast, interleave, take};
+use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::row::{Row, RowConverter, Rows, SortField};
+use datafusion::physical_expr::PhysicalExpr;
+
+use crate::changelog::{Change, change_array};
+use crate::error::{Error, Result};
+use crate::group_keys::GroupKeys;
+use crate::operator::{Collector, Operator, RestoredState, StateTable};
+use crate::partition::key_hashes;
+use crate::state_table::KeyedTable;
+
+/// Top-N's state table and its copies column: a kept row has one copy.
+const ROWS: &str = "rows";
+const COPIES: &str = "__copies";
+
+/// The first row of each partition, kept up to date as a changelog.
+pub struct Deduplicate {
+    /// The partition columns (appended to the input, routed by).
+    partition: Vec<String>,
+    /// ORDER BY, over the input.
+    order: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
+    /// The input's rows: the row columns, then the partition columns.
+    input: SchemaRef,
+    /// The row columns, the row number, then the change column.
+    output: SchemaRef,
+    /// Made on the first batch (or restore).
+    kept: Option<Kept>,
+}
+
+/// One partition's row: its ORDER BY key then the whole row, in Arrow's row format.
+struct KeptRow {
+    bytes: Box<[u8]>,
+    order_len: usize,
+}
+
+impl KeptRow {
+    fn order(&self) -> &[u8] {
+        &self.bytes[..self.order_len]
+    }
+
+    fn row(&self) -> &[u8] {
+        &self.bytes[self.order_len..]
+    }
+}
+
+/// The partitions' ids and their rows.
+struct Kept {
+    partitions: GroupKeys,
+    order: RowConverter,
+    rows: RowConverter,
+    /// By partition id.
+    first: Vec<Option<KeptRow>>,
+}
+
+/// A batch's candidate rows, encoded once.
+struct Candidates {
+    keys: Rows,
+    orders: Rows,
+    rows: Rows,
+}
+
+impl Candidates {
+    /// Whether row `a` of the batch comes before row `b` (ORDER BY, then the whole row).
+    fn before(&self, a: usize, b: usize) -> bool {
+        (self.orders.row(a), self.rows.row(a)) < (self.orders.row(b), self.rows.row(b))
+    }
+
+    /// Whether row `a` of the batch comes before a kept row.
+    fn before_kept(&self, a: usize, kept: &KeptRow) -> bool {
+        match self.orders.row(a).as_ref().cmp(kept.order()) {
+            Ordering::Less => true,
+            Ordering::Greater => false,
+            Ordering::Equal => self.rows.row(a).as_ref() < kept.row(),
+        }
+    }
+
+    fn kept(&self, row: usize) -> KeptRow {
+        let (order, whole) = (self.orders.row(row), self.rows.row(row));
+        let order_len = order.as_ref().len();
+        let mut bytes = Vec::with_capacity(order_len + whole.as_ref().len());
+        bytes.extend_from_slice(order.as_ref());
+        bytes.extend_from_slice(whole.as_ref());
+        KeptRow { bytes: bytes.into_boxed_slice(), order_len }
+    }
+}
+
+/// What the batch changed: a partition's new first row (a row of the batch) and the row it
+/// replaced, if any.
+struct Replaced {
+    new: usize,
+    old: Option<KeptRow>,
+}
+
+impl Clone for Deduplicate {
+    /// A fresh instance with the same plan.
+    fn clone(&self) -> Self {
+        Self {
+            partition: self.partition.clone(),
+            order: self.order.clone(),
+            input: self.input.clone(),
+            output: self.output.clone(),
+            kept: None,
+        }
+    }
+}
+
+impl Deduplicate {
+    pub fn new(
+        partition: Vec<String>,
+        order: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
+        input: SchemaRef,
+        output: SchemaRef,
+    ) -> Self {
+        Self { partition, order, input, output, kept: None }
+    }
+
+    /// Top-N's rows table: each kept input row and its number of copies.
+    fn rows_table(&self) -> KeyedTable {
+        let copies = Arc::new(Field::new(COPIES, DataType::Int64, false));
+        KeyedTable::new(self.input.fields().iter().cloned().chain([copies]))
+    }
+
+    fn state(&mut self) -> Result<&mut Kept> {
+        if self.kept.is_none() {
+            let partition_types = self
+                .partition
+                .iter()
+                .map(|n| Ok(self.input.field_with_name(n)?.data_type().clone()))
+                .collect::<Result<Vec<_>>>()?;
+            let order = self
+                .order
+                .iter()
+                .map(|(e, options)| Ok(SortField::new_with_options(e.data_type(&self.input)?, *options)))
+                .collect::<Result<_>>()?;
+            let rows = self.input.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+            self.kept = Some(Kept {
+                partitions: GroupKeys::new(&partition_types)?,
+                order: RowConverter::new(order)?,
+                rows: RowConverter::new(rows)?,
+                first: Vec::new(),
+            });
+        }
+        self.kept.as_mut().ok_or_else(|| Error::Graph("deduplication state missing".into()))
+    }
+
+    /// Keeps each partition's first row among the kept one and the batch's; returns the
+    /// partitions whose first row changed, in the order the batch first reached them.
+    fn apply(&mut self, batch: &RecordBatch) -> Result<Vec<Replaced>> {
+        let partition: Vec<ArrayRef> = self
+            .partition
+            .iter()
+            .map(|name| batch.column_by_name(name).cloned().ok_or_else(|| Error::Graph(format!("'{name}' is missing"))))
+            .collect::<Result<_>>()?;
+        let order: Vec<ArrayRef> = self
+            .order
+            .iter()
+            .map(|(e, _)| e.evaluate(batch).and_then(|v| v.into_array(batch.num_rows())))
+            .collect::<datafusion::error::Result<_>>()?;
+        let kept = self.state()?;
+        let candidates = Candidates {
+            keys: kept.partitions.encode(&partition)?,
+            orders: kept.order.convert_columns(&order)?,
+            rows: kept.rows.convert_columns(batch.columns())?,
+        };
+        // The batch's best row for each partition it reaches, if it beats the kept one.
+        let mut winners: Vec<(usize, usize)> = Vec::new();
+        let mut winner_of: hashbrown::HashMap<usize, usize> = hashbrown::HashMap::new();
+        for row in 0..batch.num_rows() {
+            let (id, new) = kept.partitions.intern(&candidates.keys, row);
+            if new {
+                kept.first.push(None);
+            }
+            match winner_of.get(&id) {
+                Some(&at) => {
+                    if candidates.before(row, winners[at].1) {
+                        winners[at].1 = row;
+                    }
+                }
+                None => {
+                    if kept.first[id].as_ref().is_none_or(|first| candidates.before_kept(row, first)) {
+                        winner_of.insert(id, winners.len());
+                        winners.push((id, row));
+                    }
+                }
+            }
+        }
+        Ok(winners
+            .into_iter()
+            .map(|(id, row)| Replaced { new: row, old: kept.first[id].replace(candidates.kept(row)) })
+            .collect())
+    }
+
+    /// `-U` each replaced row and `+U` its successor, `+I` a partition's first row.
+    fn emit(&mut self, batch: &RecordBatch, replaced: Vec<Replaced>, out: &mut Collector) -> Result<()> {
+        if replaced.is_empty() {
+            return Ok(());
+        }
+        let width = self.output.fields().len() - 2;
+        let new_rows = UInt32Array::from_iter_values(replaced.iter().map(|r| r.new as u32));
+        let new: Vec<ArrayRef> =
+            batch.columns()[..width].iter().map(|c| take(c, &new_rows, None)).collect::<std::result::Result<_, _>>()?;
+        let olds: Vec<&KeptRow> = replaced.iter().filter_map(|r| r.old.as_ref()).collect();
+        let mut columns = if olds.is_empty() {
+            new
+        } else {
+            let kept = self.state()?;
+            let parser = kept.rows.parser();
+            let old = kept.rows.convert_rows(olds.iter().map(|k| -> Row<'_> { parser.parse(k.row()) }))?;
+            // (array, row): 0 the old rows, 1 the new ones, each old row before its successor.
+            let mut order = Vec::with_capacity(replaced.len() + olds.len());
+            let mut next_old = 0;
+            for (position, replacement) in replaced.iter().enumerate() {
+                if replacement.old.is_some() {
+                    order.push((0, next_old));
+                    next_old += 1;
+                }
+                order.push((1, position));
+            }
+            (0..width)
+                .map(|c| interleave(&[old[c].as_ref(), new[c].as_ref()], &order))
+                .collect::<std::result::Result<_, _>>()?
+        };
+        let changes: Vec<Change> = replaced
+            .iter()
+            .flat_map(|r| match r.old {
+                Some(_) => vec![Change::UpdateBefore, Change::UpdateAfter],
+                None => vec![Change::Insert],
+            })
+            .collect();
+        let numbers: ArrayRef = Arc::new(UInt64Array::from_value(1, changes.len()));
+        columns.push(cast(&numbers, self.output.field(width).data_type())?);
+        columns.push(change_array(&changes));
+        out.emit(RecordBatch::try_new(self.output.clone(), columns)?);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Operator for Deduplicate {
+    async fn open(&mut self, _info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
+        let width = self.input.fields().len();
+        let table = self.rows_table();
+        for batch in restored.table(ROWS) {
+            // A kept row is the first of its partition whatever its copies; the rows restored
+            // were emitted before the snapshot.
+            let rows = RecordBatch::try_new(self.input.clone(), table.read(batch, &table.fields()[..width])?)?;
+            self.apply(&rows)?;
+        }
+        Ok(())
+    }
+
+    async fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Collector) -> Result<()> {
+        let width = self.input.fields().len();
+        let rows = RecordBatch::try_new(self.input.clone(), batch.columns()[..width].to_vec())?;
+        let replaced = self.apply(&rows)?;
+        self.emit(&rows, replaced, out)
+    }
+
+    async fn process_watermark(&mut self, _watermark: i64, _out: &mut Collector) -> Result<()> {
+        // Updating results carry no event time on.
+        Ok(())
+    }
+
+    async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
+        let schema = self.rows_table().schema().clone();
+        let input = self.input.clone();
+        let partition = self.partition.clone();
+        let kept = self.state()?;
+        let firsts: Vec<&KeptRow> = kept.first.iter().flatten().collect();
+        if firsts.is_empty() {
+            return Ok(vec![StateTable {
+                name: ROWS.into(),
+                schema: schema.clone(),
+                batches: vec![RecordBatch::new_empty(schema)],
+            }]);
+        }
+        let parser = kept.rows.parser();
+        let columns = kept.rows.convert_rows(firsts.iter().map(|k| parser.parse(k.row())))?;
+        let rows = RecordBatch::try_new(input, columns)?;
+        let mut all: Vec<ArrayRef> = vec![Arc::new(key_hashes(&rows, &partition)?)];
+        all.extend(rows.columns().iter().cloned());
+        all.push(Arc::new(Int64Array::from_value(1, rows.num_rows())));
+        Ok(vec![StateTable {
+            name: ROWS.into(),
+            schema: schema.clone(),
+            batches: vec![RecordBatch::try_new(schema, all)?],
+        }])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::datatypes::Schema;
+    use datafusion::physical_expr::expressions::col;
+
+    use super::*;
+    use crate::SubtaskInfo;
+    use crate::changelog::{CHANGE_COLUMN, changes};
+    use crate::operators::{Numbering, TopN};
+
+    fn input() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("price", DataType::Int64, false),
+            Field::new("__partition_0", DataType::Int64, false),
+        ]))
+    }
+
+    fn output() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("price", DataType::Int64, false),
+            Field::new("rn", DataType::UInt64, false),
+            Field::new(CHANGE_COLUMN, DataType::Utf8, false),
+        ]))
+    }
+
+    /// Rows (partition, id, price).
+    fn batch(rows: &[(i64, i64, i64)]) -> RecordBatch {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+        ];
+        RecordBatch::try_new(input(), columns).unwrap()
+    }
+
+    fn highest_price() -> Vec<(Arc<dyn PhysicalExpr>, SortOptions)> {
+        vec![(col("price", &input()).unwrap(), SortOptions { descending: true, nulls_first: false })]
+    }
+
+    fn changelog(out: Collector) -> Vec<String> {
+        let mut lines = Vec::new();
+        for batch in &out.batches {
+            let int = |c: usize| batch.column(c).as_any().downcast_ref::<Int64Array>().unwrap().clone();
+            let rn = batch.column(2).as_any().downcast_ref::<UInt64Array>().unwrap().clone();
+            for (row, kind) in changes(batch).unwrap().into_iter().enumerate() {
+                lines.push(format!(
+                    "{} #{} id {} {}",
+                    kind.code(),
+                    rn.value(row),
+                    int(0).value(row),
+                    int(1).value(row)
+                ));
+            }
+        }
+        lines
+    }
+
+    async fn feed(operator: &mut dyn Operator, rows: &[(i64, i64, i64)]) -> Vec<String> {
+        let mut out = Collector::default();
+        operator.process_batch(0, batch(rows), &mut out).await.unwrap();
+        changelog(out)
+    }
+
+    /// Each batch answers as the general top-N with N = 1 does, ties broken by the whole row,
+    /// several rows of a partition in one batch included.
+    #[tokio::test]
+    async fn answers_as_top_one_does() {
+        let mut dedup = Deduplicate::new(vec!["__partition_0".into()], highest_price(), input(), output());
+        let mut top =
+            TopN::new(vec!["__partition_0".into()], highest_price(), Numbering::RowNumber, 1, false, input(), output())
+                .unwrap();
+        let batches: [&[(i64, i64, i64)]; 4] = [
+            &[(1, 10, 5), (2, 20, 3), (1, 11, 7), (1, 12, 6)],
+            &[(1, 13, 1), (2, 21, 3), (3, 30, 1)],
+            &[(2, 19, 3), (1, 14, 9), (1, 15, 9), (3, 31, 2)],
+            &[],
+        ];
+        for rows in batches {
+            assert_eq!(feed(&mut dedup, rows).await, feed(&mut top, rows).await, "{rows:?}");
+        }
+        assert_eq!(
+            feed(&mut dedup, &[(1, 16, 8), (2, 18, 3)]).await,
+            ["-U #1 id 19 3", "+U #1 id 18 3"],
+            "a tie on price goes to the smaller row"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_first_rows_survive_a_restore_as_top_n_state() {
+        let mut dedup = Deduplicate::new(vec!["__partition_0".into()], highest_price(), input(), output());
+        feed(&mut dedup, &[(1, 10, 5), (1, 11, 7), (2, 20, 3)]).await;
+        let tables = dedup.snapshot(1).await.unwrap();
+        let state = |tables: Vec<StateTable>| RestoredState {
+            checkpoint_id: Some(1),
+            tables: tables.into_iter().map(|t| (t.name, t.batches)).collect(),
+        };
+        let mut restored = Deduplicate::new(vec!["__partition_0".into()], highest_price(), input(), output());
+        restored.open(&SubtaskInfo::new("dedup", 0, 1), state(tables.clone())).await.unwrap();
+        assert!(feed(&mut restored, &[(1, 12, 6)]).await.is_empty(), "7 is still first");
+        assert_eq!(feed(&mut restored, &[(2, 21, 4)]).await, ["-U #1 id 20 3", "+U #1 id 21 4"]);
+        // The general top-N reads the same table.
+        let mut top =
+            TopN::new(vec!["__partition_0".into()], highest_price(), Numbering::RowNumber, 1, false, input(), output())
+                .unwrap();
+        top.open(&SubtaskInfo::new("top", 0, 1), state(tables)).await.unwrap();
+        assert_eq!(feed(&mut top, &[(1, 12, 8)]).await, ["-U #1 id 11 7", "+U #1 id 12 8"]);
+    }
+}
