@@ -716,9 +716,11 @@ impl Operator for StreamingJoin {
                 return Err(Error::Graph("join row converters missing".into()));
             };
             let parser = converters.keys.parser();
-            let mut key_rows = Vec::new();
-            let mut value_rows = Vec::new();
-            let (mut matched, mut expires, mut access) = (Vec::new(), Vec::new(), Vec::new());
+            let count = self.stored[side].values().map(Vec::len).sum();
+            let mut key_rows = Vec::with_capacity(count);
+            let mut value_rows = Vec::with_capacity(count);
+            let (mut matched, mut expires, mut access) =
+                (Vec::with_capacity(count), Vec::with_capacity(count), Vec::with_capacity(count));
             for (key, rows) in &self.stored[side] {
                 for stored in rows {
                     key_rows.push(parser.parse(key));
