@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """weir and Apache Flink side by side, on the same Nexmark bids from the same Parquet files.
 
-    python3 tests/bench/flink_side_by_side.py [--events N] [--only NAME,...] [--skip-flink]
+    python3 tests/bench/flink_side_by_side.py [--events N] [--only NAME,...] [--skip-flink] [--no-check]
 
 1. Provisions Flink 2.3 (PyFlink from PyPI into a venv, the flink-sql-parquet and Hadoop client
    jars from Maven Central) under ~/.cache/weir/flink, and builds weir's bench-fast binary.
@@ -10,7 +10,13 @@
 3. Runs each query on weir (`weir run`) and on Flink (PyFlink's local mini-cluster): the same
    files, parallelism 2, exactly-once checkpoints every second, a blackhole sink. Wall time
    includes each engine's start-up; CPU-seconds are the process tree's user + system time.
-4. Prints one table: wall time, rows/s, CPU-seconds, rows per CPU-second, and weir/Flink.
+4. Checks that both engines give the same number of result rows (unless --no-check): each runs
+   `SELECT count(*) FROM (<query>)` over the same files, weir as a stream (the count's last
+   update), Flink in batch mode (one answer, without a changelog of 46 M updates to collect).
+   For an updating query that is the number of rows its changelog leaves, which a blackhole
+   sink cannot show. Not timed.
+5. Prints one table: wall time, rows/s, CPU-seconds, rows per CPU-second, weir/Flink, and the
+   result rows of each engine.
 
 A benchmark: it prints numbers and asserts nothing. Progress goes to stderr.
 """
@@ -106,6 +112,35 @@ QUERIES = [
         "CAST(avg(CAST(price AS DOUBLE)) AS DOUBLE) AS average, sum(price) AS total_price FROM bids GROUP BY auction",
         "auction BIGINT, total BIGINT, rank1 BIGINT, rank2 BIGINT, rank3 BIGINT, low BIGINT, high BIGINT, "
         "average DOUBLE, total_price BIGINT",
+    ),
+    (
+        "q7_highest_bid",
+        "Nexmark q7: the bids at each 10 s window's highest price (window aggregate joined back)",
+        "SELECT b.auction, b.price, b.bidder, b.date_time FROM bids b JOIN ("
+        "SELECT max(price) AS top, window_start, window_end "
+        "FROM TABLE(TUMBLE(TABLE bids, DESCRIPTOR(date_time), INTERVAL '10' SECOND)) "
+        "GROUP BY window_start, window_end) m "
+        "ON b.price = m.top AND b.date_time >= m.window_start AND b.date_time < m.window_end",
+        None,
+        "auction BIGINT, price BIGINT, bidder BIGINT, date_time TIMESTAMP(3)",
+    ),
+    (
+        "q18_last_bid",
+        "Nexmark q18: each bidder's last bid on each auction (deduplication, updating)",
+        "SELECT auction, bidder, price, channel, date_time FROM ("
+        "SELECT *, ROW_NUMBER() OVER (PARTITION BY bidder, auction ORDER BY date_time DESC) AS rn "
+        "FROM bids) WHERE rn <= 1",
+        None,
+        "auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, date_time TIMESTAMP(3)",
+    ),
+    (
+        "q19_auction_top10",
+        "Nexmark q19: the ten highest bids of each auction (top-N, updating)",
+        "SELECT auction, bidder, price, date_time, rn FROM ("
+        "SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rn "
+        "FROM bids) WHERE rn <= 10",
+        None,
+        "auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP(3), rn BIGINT",
     ),
     (
         "group_by_bidder_auction",
@@ -236,11 +271,42 @@ def run_flink(python: Path, files: Path, select: str, sink: str, work: Path, nam
     return timed(command, work / f"flink_{name}.log")
 
 
+def weir_count(weir: Path, files: Path, select: str, work: Path, name: str) -> int | None:
+    """The number of result rows `select` leaves on weir: the last update of a streamed count."""
+    sql = work / f"weir_{name}_count.sql"
+    header = WEIR_BIDS.format(path=files, sink="n BIGINT", parallelism=PARALLELISM, interval_ms=INTERVAL_MS)
+    sql.write_text(f"{header}SELECT count(*) AS n FROM ({select});\n")
+    log_file = work / f"weir_{name}_count.log"
+    command = [str(weir), "run", str(sql), "--data-dir", str(work / f"weir_{name}_count"), "--max-rows", "1"]
+    _, _, code = timed(command, log_file)
+    return last_number(log_file) if code == 0 else None
+
+
+def flink_count(python: Path, files: Path, select: str, work: Path, name: str) -> int | None:
+    """The number of result rows `select` leaves on Flink, counted in batch mode."""
+    sql = work / f"flink_{name}_count.sql"
+    sql.write_text(FLINK_BIDS.format(uri=files.resolve().as_uri(), sink="n BIGINT") + f"SELECT count(*) FROM ({select})\n")
+    job = Path(__file__).with_name("flink_job.py")
+    log_file = work / f"flink_{name}_count.log"
+    command = [str(python), str(job), str(FLINK / "jars"), "-", str(PARALLELISM), "0", str(sql)]
+    _, _, code = timed(command, log_file)
+    return last_number(log_file) if code == 0 else None
+
+
+def last_number(log_file: Path) -> int | None:
+    """The number opening the log's last line that opens with one: a table row (`| 1234 | +U |`,
+    weir's last update of the count) or a bare line (Flink's)."""
+    cells = [line.strip().strip("|").split("|")[0].strip() for line in log_file.read_text().splitlines()]
+    numbers = [c for c in cells if c.isdigit()]
+    return int(numbers[-1]) if numbers else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=10_000_000, help="Nexmark events (46 in 50 are bids)")
     parser.add_argument("--only", default="", help="comma-separated query names")
     parser.add_argument("--skip-flink", action="store_true", help="run weir only")
+    parser.add_argument("--no-check", action="store_true", help="do not compare the result row counts")
     args = parser.parse_args()
     if args.events <= 0 or args.events % 50:
         parser.error("--events: a positive multiple of 50 (the Nexmark mix repeats every 50 events)")
@@ -259,15 +325,26 @@ def main() -> None:
         if python is not None:
             flink_run = run_flink(python, files, flink_select or weir_select, sink, work, name)
             log(f"  flink {flink_run[0]:7.1f} s  {flink_run[1]:7.1f} cpu-s  exit {flink_run[2]}")
-        results.append((name, weir_run, flink_run))
+        counts = (None, None)
+        if not args.no_check:
+            counts = (
+                weir_count(weir, files, weir_select, work, name),
+                None if python is None else flink_count(python, files, flink_select or weir_select, work, name),
+            )
+            log(f"  result rows: weir {counts[0]}, flink {counts[1]}")
+        results.append((name, weir_run, flink_run, counts))
     print(f"\n{bids:,} bids ({args.events:,} Nexmark events), parallelism {PARALLELISM}, "
           f"exactly-once checkpoints every {INTERVAL_MS} ms, blackhole sink; logs in {work}")
     print("weir/flink: weir's wall time over Flink's (Flink's includes its start-up, about 10 s here);")
     print("cpu x: how many times more rows per CPU-second weir gets through.")
+    print("result rows: the rows the query leaves (a count in each engine); 'same' when both agree.")
     print(f"{'query':<26}{'engine':<7}{'wall s':>9}{'M rows/s':>10}{'cpu-s':>9}{'M rows/cpu-s':>14}"
-          f"{'weir/flink':>12}{'cpu x':>8}")
-    for name, weir_run, flink_run in results:
-        for engine, run in (("weir", weir_run), ("flink", flink_run)):
+          f"{'weir/flink':>12}{'cpu x':>8}{'result rows':>14}")
+    mismatches = []
+    for name, weir_run, flink_run, counts in results:
+        if None not in counts and counts[0] != counts[1]:
+            mismatches.append(name)
+        for engine, run, count in (("weir", weir_run, counts[0]), ("flink", flink_run, counts[1])):
             if run is None:
                 continue
             wall, cpu, code = run
@@ -278,8 +355,13 @@ def main() -> None:
             if engine == "flink" and weir_run[2] == 0:
                 ratio = f"{weir_run[0] / wall:.3f}"
                 cpu_ratio = f"{cpu / max(weir_run[1], 0.01):.1f}"
+            rows = "" if count is None else f"{count:,}"
+            if engine == "flink" and count is not None and count == counts[0]:
+                rows = "same"
             print(f"{name:<26}{engine:<7}{wall:>9.1f}{bids / wall / 1e6:>10.2f}{cpu:>9.1f}"
-                  f"{bids / max(cpu, 0.01) / 1e6:>14.2f}{ratio:>12}{cpu_ratio:>8}")
+                  f"{bids / max(cpu, 0.01) / 1e6:>14.2f}{ratio:>12}{cpu_ratio:>8}{rows:>14}")
+    if mismatches:
+        print(f"RESULT ROW COUNTS DIFFER: {', '.join(mismatches)}")
 
 
 if __name__ == "__main__":
