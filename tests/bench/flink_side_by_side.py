@@ -6,15 +6,16 @@
 1. Provisions Flink 2.3 (PyFlink from PyPI into a venv, the flink-sql-parquet and Hadoop client
    jars from Maven Central) under ~/.cache/weir/flink, and builds weir's bench-fast binary.
 2. Writes N Nexmark events' bids as Parquet with weir (once per N, kept under
-   ~/.cache/weir/bench-data).
+   ~/.cache/weir/bench-data), by one writer, so that the files follow one another in event time
+   and a reader taking them in turn never goes back in time: no engine drops late rows.
 3. Runs each query on weir (`weir run`) and on Flink (PyFlink's local mini-cluster): the same
    files, parallelism 2, exactly-once checkpoints every second, a blackhole sink. Wall time
    includes each engine's start-up; CPU-seconds are the process tree's user + system time.
 4. Checks that both engines give the same number of result rows (unless --no-check): each runs
-   `SELECT count(*) FROM (<query>)` over the same files, weir as a stream (the count's last
-   update), Flink in batch mode (one answer, without a changelog of 46 M updates to collect).
-   For an updating query that is the number of rows its changelog leaves, which a blackhole
-   sink cannot show. Not timed.
+   `SELECT count(*) FROM (<query>)` over the same files as a stream, with the same watermarks,
+   and the count's last update is compared (Flink's with mini-batches, so that it does not send
+   an update per row to the Python side). For an updating query that is the number of rows its
+   changelog leaves, which a blackhole sink cannot show. Not timed.
 5. Prints one table: wall time, rows/s, CPU-seconds, rows per CPU-second, weir/Flink, and the
    result rows of each engine.
 
@@ -228,7 +229,7 @@ def timed(command: list[str], log_file: Path) -> tuple[float, float, int]:
 
 def write_bids(weir: Path, events: int, work: Path) -> tuple[Path, int]:
     """The Parquet files of `events` events' bids (written once), and how many bids they hold."""
-    data = CACHE / "bench-data" / f"bids-{events}"
+    data = CACHE / "bench-data" / f"bids-{events}-in-order"
     count_file = data / "bids.count"
     if not count_file.exists():
         shutil.rmtree(data, ignore_errors=True)
@@ -240,7 +241,7 @@ def write_bids(weir: Path, events: int, work: Path) -> tuple[Path, int]:
 CREATE TABLE bids (
     auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, date_time TIMESTAMP, extra VARCHAR
 ) WITH (connector = 'filesystem', path = '{data / "files"}', format = 'parquet');
-SET parallelism = '{PARALLELISM}';
+SET parallelism = '1';
 INSERT INTO bids SELECT bid.auction, bid.bidder, bid.price, bid.channel, bid.url, date_time, bid.extra
 FROM nexmark WHERE event_type = 2;
 """
@@ -283,12 +284,13 @@ def weir_count(weir: Path, files: Path, select: str, work: Path, name: str) -> i
 
 
 def flink_count(python: Path, files: Path, select: str, work: Path, name: str) -> int | None:
-    """The number of result rows `select` leaves on Flink, counted in batch mode."""
+    """The number of result rows `select` leaves on Flink: the last update of a streamed count."""
     sql = work / f"flink_{name}_count.sql"
     sql.write_text(FLINK_BIDS.format(uri=files.resolve().as_uri(), sink="n BIGINT") + f"SELECT count(*) FROM ({select})\n")
     job = Path(__file__).with_name("flink_job.py")
     log_file = work / f"flink_{name}_count.log"
-    command = [str(python), str(job), str(FLINK / "jars"), "-", str(PARALLELISM), "0", str(sql)]
+    checkpoints = work / f"flink_{name}_count_checkpoints"
+    command = [str(python), str(job), str(FLINK / "jars"), str(checkpoints), str(PARALLELISM), str(INTERVAL_MS), str(sql)]
     _, _, code = timed(command, log_file)
     return last_number(log_file) if code == 0 else None
 
