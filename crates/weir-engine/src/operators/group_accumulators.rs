@@ -6,19 +6,22 @@
 //! back. An updating aggregate reads the current value of the groups a batch changed after every
 //! batch, keeps them, and takes rows back when its input is a changelog. So count, sum, avg, min
 //! and max over primitive types, the functions almost every streaming GROUP BY uses, are kept
-//! natively here: a plain add per row, no allocation. Every other function (and DISTINCT or
-//! ordered forms) keeps DataFusion's per-group `Accumulator`, one per group, in [`PerGroup`].
+//! natively here: a plain add per row, no allocation; so are `count(DISTINCT x)` of integers and
+//! times (a hash map of values per group, each value's copies counted so that it can be taken
+//! back) and min/max of strings (Nexmark q15 and q16). Every other function (and other DISTINCT
+//! or ordered forms) keeps DataFusion's per-group `Accumulator`, one per group, in [`PerGroup`].
 
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, ArrowPrimitiveType, AsArray, Int64Array, PrimitiveArray, UInt32Array, new_empty_array,
+    Array, ArrayRef, ArrowPrimitiveType, AsArray, Int64Array, Int64Builder, ListBuilder, PrimitiveArray, StringArray,
+    UInt32Array, new_empty_array,
 };
 use datafusion::arrow::buffer::NullBuffer;
 use datafusion::arrow::compute::{cast, take};
 use datafusion::arrow::datatypes::{
-    ArrowNativeTypeOp, DataType, Date32Type, Date64Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type,
-    Int64Type, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+    ArrowNativeTypeOp, DataType, Date32Type, Date64Type, Field, Float32Type, Float64Type, Int8Type, Int16Type,
+    Int32Type, Int64Type, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
     TimestampSecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
 use datafusion::common::ScalarValue;
@@ -61,6 +64,16 @@ pub(crate) fn group_accumulator(
     let output = function.field().data_type().clone();
     let native: Option<Box<dyn GroupAccumulator>> = match function.fun().name().to_lowercase().as_str() {
         "count" if !function.is_distinct() && function.order_bys().is_empty() => Some(Box::new(Count::default())),
+        "count" if function.is_distinct() && function.expressions().len() == 1 => {
+            // DataFusion's state for it is the list of distinct values: their type.
+            let argument = function.state_fields()?.first().map(|f| f.data_type().clone());
+            match argument {
+                Some(DataType::List(values)) if counts_distinct(values.data_type()) => {
+                    Some(Box::new(CountDistinct::default()))
+                }
+                _ => None,
+            }
+        }
         "sum" if plain => match output {
             DataType::Int64 => Some(Box::new(Sum::<Int64Type>::new(output))),
             DataType::UInt64 => Some(Box::new(Sum::<UInt64Type>::new(output))),
@@ -68,6 +81,10 @@ pub(crate) fn group_accumulator(
             _ => None,
         },
         "avg" | "mean" if plain && output == DataType::Float64 => Some(Box::new(Avg::default())),
+        "min" | "max" if plain && !retracting && output == DataType::Utf8 => {
+            let extreme = if function.fun().name().eq_ignore_ascii_case("min") { Extreme::Min } else { Extreme::Max };
+            Some(Box::new(StringExtreme::new(extreme)))
+        }
         "min" if plain && !retracting => extreme(output, Extreme::Min),
         "max" if plain && !retracting => extreme(output, Extreme::Max),
         _ => None,
@@ -419,6 +436,191 @@ impl<T: ArrowPrimitiveType> GroupAccumulator for MinMax<T> {
     }
 }
 
+/// Whether values of `data_type` are whole numbers that an Int64 holds exactly.
+fn counts_distinct(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::Date32
+            | DataType::Date64
+            | DataType::Timestamp(_, _)
+    )
+}
+
+fn int64_list() -> DataType {
+    DataType::List(Arc::new(Field::new_list_field(DataType::Int64, true)))
+}
+
+/// `count(DISTINCT x)` of whole numbers: per group, each distinct value and how many rows of it
+/// are in (a changelog takes rows back; the value leaves with its last copy). The state is the
+/// values and their copies, as two lists per group.
+#[derive(Default)]
+struct CountDistinct {
+    groups: Vec<hashbrown::HashMap<i64, i64>>,
+}
+
+impl GroupAccumulator for CountDistinct {
+    fn resize(&mut self, groups: usize) {
+        self.groups.resize_with(groups, hashbrown::HashMap::new);
+    }
+
+    fn update(&mut self, values: &[ArrayRef], rows: &[u32], ids: &[usize], retract: bool) -> Result<()> {
+        let values = primitive::<Int64Type>(&values[0], &DataType::Int64)?;
+        let nulls = values.logical_nulls();
+        for (&row, &id) in rows.iter().zip(ids) {
+            if !is_valid(&nulls, row) {
+                continue;
+            }
+            let value = values.value(row as usize);
+            let group = &mut self.groups[id];
+            if retract {
+                if let Some(copies) = group.get_mut(&value) {
+                    *copies -= 1;
+                    if *copies <= 0 {
+                        group.remove(&value);
+                    }
+                }
+            } else {
+                *group.entry(value).or_insert(0) += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn evaluate(&mut self, ids: &[usize]) -> Result<ArrayRef> {
+        Ok(Arc::new(Int64Array::from_iter_values(ids.iter().map(|&id| self.groups[id].len() as i64))))
+    }
+
+    fn state_types(&self) -> Vec<DataType> {
+        vec![int64_list(), int64_list()]
+    }
+
+    fn state(&mut self, ids: &[usize]) -> Result<Vec<ArrayRef>> {
+        let (mut values, mut copies) = (ListBuilder::new(Int64Builder::new()), ListBuilder::new(Int64Builder::new()));
+        for &id in ids {
+            for (value, count) in &self.groups[id] {
+                values.values().append_value(*value);
+                copies.values().append_value(*count);
+            }
+            values.append(true);
+            copies.append(true);
+        }
+        Ok(vec![Arc::new(values.finish()), Arc::new(copies.finish())])
+    }
+
+    fn merge(&mut self, states: &[ArrayRef], ids: &[usize]) -> Result<()> {
+        let lists = |state: &ArrayRef| {
+            state
+                .as_list_opt::<i32>()
+                .cloned()
+                .ok_or_else(|| Error::Graph("a distinct count's state is not a list".into()))
+        };
+        let (values, copies) = (lists(&states[0])?, lists(&states[1])?);
+        for (row, &id) in ids.iter().enumerate() {
+            let (row_values, row_copies) = (counts(&values.value(row))?, counts(&copies.value(row))?);
+            for (value, count) in row_values.values().iter().zip(row_copies.values()) {
+                *self.groups[id].entry(*value).or_insert(0) += count;
+            }
+        }
+        Ok(())
+    }
+
+    fn forget(&mut self, id: usize) {
+        self.groups[id] = hashbrown::HashMap::new();
+    }
+
+    fn retain(&mut self, keep: &[bool]) {
+        retain_vec(&mut self.groups, keep);
+    }
+}
+
+/// `min(x)` / `max(x)` of strings over rows that are never taken back: a group's string is
+/// copied only when a better one comes.
+struct StringExtreme {
+    extreme: Extreme,
+    values: Vec<Option<String>>,
+}
+
+impl StringExtreme {
+    fn new(extreme: Extreme) -> Self {
+        Self { extreme, values: Vec::new() }
+    }
+
+    fn offer(&mut self, id: usize, value: &str) {
+        let better = match (&self.values[id], self.extreme) {
+            (None, _) => true,
+            (Some(kept), Extreme::Min) => value < kept.as_str(),
+            (Some(kept), Extreme::Max) => value > kept.as_str(),
+        };
+        if better {
+            self.values[id] = Some(value.to_string());
+        }
+    }
+
+    fn strings(values: &ArrayRef) -> Result<StringArray> {
+        let values = cast_to(values.clone(), &DataType::Utf8)?;
+        values
+            .as_string_opt::<i32>()
+            .cloned()
+            .ok_or_else(|| Error::Graph(format!("a string min/max got {}", values.data_type())))
+    }
+}
+
+impl GroupAccumulator for StringExtreme {
+    fn resize(&mut self, groups: usize) {
+        self.values.resize(groups, None);
+    }
+
+    fn update(&mut self, values: &[ArrayRef], rows: &[u32], ids: &[usize], retract: bool) -> Result<()> {
+        if retract && !rows.is_empty() {
+            return Err(Error::Graph("min/max cannot take a row back here".into()));
+        }
+        let values = Self::strings(&values[0])?;
+        for (&row, &id) in rows.iter().zip(ids) {
+            if values.is_valid(row as usize) {
+                self.offer(id, values.value(row as usize));
+            }
+        }
+        Ok(())
+    }
+
+    fn evaluate(&mut self, ids: &[usize]) -> Result<ArrayRef> {
+        Ok(Arc::new(StringArray::from_iter(ids.iter().map(|&id| self.values[id].as_deref()))))
+    }
+
+    fn state_types(&self) -> Vec<DataType> {
+        vec![DataType::Utf8]
+    }
+
+    fn state(&mut self, ids: &[usize]) -> Result<Vec<ArrayRef>> {
+        Ok(vec![self.evaluate(ids)?])
+    }
+
+    fn merge(&mut self, states: &[ArrayRef], ids: &[usize]) -> Result<()> {
+        let values = Self::strings(&states[0])?;
+        for (row, &id) in ids.iter().enumerate() {
+            if values.is_valid(row) {
+                self.offer(id, values.value(row));
+            }
+        }
+        Ok(())
+    }
+
+    fn forget(&mut self, id: usize) {
+        self.values[id] = None;
+    }
+
+    fn retain(&mut self, keep: &[bool]) {
+        retain_vec(&mut self.values, keep);
+    }
+}
+
 type MakeAccumulator = Box<dyn Fn() -> datafusion::error::Result<Box<dyn Accumulator>> + Send + Sync>;
 
 /// Any other function: one DataFusion `Accumulator` per group.
@@ -582,6 +784,61 @@ mod tests {
         let all: Vec<usize> = (0..GROUPS).collect();
         let values = accumulator.evaluate(&all).unwrap();
         (0..GROUPS).map(|g| ScalarValue::try_from_array(&values, g).unwrap()).collect()
+    }
+
+    /// `count(DISTINCT i)` (with rows taken back: a value leaves with its last copy) and
+    /// `max(s)` of strings are native, and come back from their state.
+    #[test]
+    fn distinct_counts_and_string_extremes_are_native_and_survive_their_state() {
+        let schema =
+            Arc::new(Schema::new(vec![Field::new("i", DataType::Int32, true), Field::new("s", DataType::Utf8, true)]));
+        let build = |function: Arc<AggregateUDF>, column: &str, distinct: bool| {
+            let builder = AggregateExprBuilder::new(function, vec![col(column, &schema).unwrap()])
+                .schema(schema.clone())
+                .alias("a");
+            let builder = if distinct { builder.distinct() } else { builder };
+            AggregateCall { function: Arc::new(builder.build().unwrap()), filter: None }
+        };
+        let unreachable = || -> datafusion::error::Result<Box<dyn Accumulator>> { panic!("not native") };
+        let ids = [0, 0, 0, 1, 1, 0];
+        let rows: Vec<u32> = (0..6).collect();
+
+        let mut distinct = group_accumulator(&build(count_udaf(), "i", true), true, unreachable).unwrap();
+        distinct.resize(2);
+        let values: ArrayRef = Arc::new(datafusion::arrow::array::Int32Array::from(vec![
+            Some(7),
+            Some(7),
+            Some(8),
+            None,
+            Some(7),
+            Some(9),
+        ]));
+        distinct.update(std::slice::from_ref(&values), &rows, &ids, false).unwrap();
+        let counts = |a: &mut Box<dyn GroupAccumulator>| {
+            a.evaluate(&[0, 1]).unwrap().as_primitive::<Int64Type>().values().to_vec()
+        };
+        assert_eq!(counts(&mut distinct), [3, 1], "7, 8, 9 and 7; NULL not counted");
+        // One 7 of group 0 taken back: another is still in. The 8 taken back: gone.
+        distinct.update(std::slice::from_ref(&values), &[0, 2], &[0, 0], true).unwrap();
+        assert_eq!(counts(&mut distinct), [2, 1]);
+        let state = distinct.state(&[0, 1]).unwrap();
+        let mut restored = group_accumulator(&build(count_udaf(), "i", true), true, unreachable).unwrap();
+        restored.resize(2);
+        restored.merge(&state, &[0, 1]).unwrap();
+        restored.update(std::slice::from_ref(&values), &[1], &[0], true).unwrap();
+        assert_eq!(counts(&mut restored), [1, 1], "the last 7 of group 0 taken back after the restore");
+
+        let mut top = group_accumulator(&build(max_udaf(), "s", false), false, unreachable).unwrap();
+        top.resize(2);
+        let strings: ArrayRef =
+            Arc::new(StringArray::from(vec![Some("b"), Some("c"), None, Some("a"), None, Some("a")]));
+        top.update(std::slice::from_ref(&strings), &rows, &ids, false).unwrap();
+        let state = top.state(&[0, 1]).unwrap();
+        let mut restored = group_accumulator(&build(max_udaf(), "s", false), false, unreachable).unwrap();
+        restored.resize(2);
+        restored.merge(&state, &[1, 0]).unwrap();
+        let values = restored.evaluate(&[0, 1]).unwrap();
+        assert_eq!(values.as_string::<i32>(), &StringArray::from(vec!["a", "c"]), "restored into swapped ids");
     }
 
     #[test]
