@@ -25,13 +25,14 @@ use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, UInt32
 use datafusion::arrow::compute::{cast, filter_record_batch, take};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
-use datafusion::arrow::row::{OwnedRow, RowConverter, Rows, SortField};
+use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::HashMap;
 use datafusion::physical_expr::PhysicalExpr;
 
 use crate::changelog::{Change, change_array, changes, is_changelog};
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
+use crate::operators::row_arena::{RowArena, RowSlot};
 use crate::operators::state_ttl::{StateTtl, now_ms};
 use crate::partition::key_hashes;
 use crate::state_table::KeyedTable;
@@ -111,7 +112,8 @@ pub struct JoinSide {
 type Key = Vec<u8>;
 
 struct Stored {
-    row: OwnedRow,
+    /// The row's bytes (Arrow's row format) in its side's arena.
+    row: RowSlot,
     /// How many output rows it took part in (a left join's unmatched rows have none).
     matched: i64,
     expires_at: i64,
@@ -133,6 +135,8 @@ pub struct StreamingJoin {
     ttl: StateTtl,
     converters: Option<Converters>,
     stored: [HashMap<Key, Vec<Stored>>; 2],
+    /// Each side's stored rows' bytes.
+    arenas: [RowArena; 2],
     /// Keys of stored rows by expiry time.
     expiring: [BTreeMap<i64, Vec<Key>>; 2],
     watermark: i64,
@@ -234,6 +238,7 @@ impl StreamingJoin {
             ttl: StateTtl::new(ttl),
             converters: None,
             stored: [HashMap::default(), HashMap::default()],
+            arenas: [RowArena::default(), RowArena::default()],
             expiring: [BTreeMap::new(), BTreeMap::new()],
             watermark: i64::MIN,
             ended: [false; 2],
@@ -325,41 +330,61 @@ impl StreamingJoin {
         Ok(())
     }
 
-    /// Stored rows as columns of their side.
-    fn rows_to_columns(&mut self, side: usize, rows: &[&OwnedRow]) -> Result<Vec<ArrayRef>> {
-        let converter = &self.converters()?.values[side];
-        Ok(converter.convert_rows(rows.iter().map(|r| r.row()))?)
+    /// Stored rows (released ones too, before a compaction) as columns of their side.
+    fn slots_to_columns(&mut self, side: usize, slots: &[RowSlot]) -> Result<Vec<ArrayRef>> {
+        self.converters()?;
+        let (Some(converters), arena) = (&self.converters, &self.arenas[side]) else {
+            return Err(Error::Graph("join row converters missing".into()));
+        };
+        let converter = &converters.values[side];
+        let parser = converter.parser();
+        Ok(converter.convert_rows(slots.iter().map(|slot| parser.parse(arena.get(*slot))))?)
+    }
+
+    /// Copies each side's live rows into a new arena once its garbage outweighs them.
+    fn compact_arenas(&mut self) {
+        for (stored, arena) in self.stored.iter_mut().zip(&mut self.arenas) {
+            if arena.needs_compaction() {
+                arena.compact(stored.values_mut().flat_map(|rows| rows.iter_mut().map(|s| &mut s.row)));
+            }
+        }
     }
 
     /// Removes rows whose expiry the watermark has reached; an outer join emits the rows of its
     /// outer side(s) that never matched.
     fn expire(&mut self, watermark: i64, out: &mut Collector) -> Result<()> {
         for side in 0..2 {
-            let mut unmatched: Vec<OwnedRow> = Vec::new();
+            let mut unmatched: Vec<RowSlot> = Vec::new();
+            let emits_unmatched = self.kind.emits_unmatched(side);
+            let (stored, arena) = (&mut self.stored[side], &mut self.arenas[side]);
             while let Some(entry) = self.expiring[side].first_entry() {
                 if *entry.key() > watermark {
                     break;
                 }
                 for key in entry.remove() {
-                    let Some(rows) = self.stored[side].get_mut(&key) else { continue };
-                    rows.retain(|stored| {
-                        let expired = stored.expires_at <= watermark;
-                        if expired && self.kind.emits_unmatched(side) && stored.matched == 0 {
-                            unmatched.push(stored.row.clone());
+                    let Some(rows) = stored.get_mut(&key) else { continue };
+                    rows.retain(|row| {
+                        let expired = row.expires_at <= watermark;
+                        if expired {
+                            if emits_unmatched && row.matched == 0 {
+                                unmatched.push(row.row);
+                            }
+                            arena.release(row.row);
                         }
                         !expired
                     });
                     if rows.is_empty() {
-                        self.stored[side].remove(&key);
+                        stored.remove(&key);
                     }
                 }
             }
             if !unmatched.is_empty() {
-                let refs: Vec<&OwnedRow> = unmatched.iter().collect();
-                let own = self.rows_to_columns(side, &refs)?;
-                self.emit_unmatched(side, own, refs.len(), Change::Insert, out)?;
+                // Released, but readable until the compaction below.
+                let own = self.slots_to_columns(side, &unmatched)?;
+                self.emit_unmatched(side, own, unmatched.len(), Change::Insert, out)?;
             }
         }
+        self.compact_arenas();
         Ok(())
     }
 
@@ -464,8 +489,8 @@ impl StreamingJoin {
             if self.sides[side].expiry.is_some() {
                 self.expiring[side].entry(expires_at).or_default().push(key.into());
             }
-            let stored =
-                Stored { row: value_rows.row(row).owned(), matched: matched[row], expires_at, last_access_ms: now };
+            let slot = self.arenas[side].push(value_rows.row(row).as_ref());
+            let stored = Stored { row: slot, matched: matched[row], expires_at, last_access_ms: now };
             self.stored[side].entry_ref(key).or_default().push(stored);
         }
         Ok(())
@@ -495,8 +520,10 @@ impl StreamingJoin {
         for row in (0..rows).filter(|r| !null_key[*r]) {
             let key = key_rows.row(row).data();
             let Some(stored) = self.stored[side].get_mut(key) else { continue };
-            let Some(position) = stored.iter().position(|s| s.row.row() == value_rows.row(row)) else { continue };
-            stored.remove(position);
+            let arena = &mut self.arenas[side];
+            let wanted = value_rows.row(row);
+            let Some(position) = stored.iter().position(|s| arena.get(s.row) == wanted.as_ref()) else { continue };
+            arena.release(stored.remove(position).row);
             if stored.is_empty() {
                 self.stored[side].remove(key);
             }
@@ -595,23 +622,32 @@ impl StreamingJoin {
     /// Stored rows of `side` at (key, index among that key's rows), as the side's columns.
     fn stored_columns(&mut self, side: usize, positions: &[(&[u8], usize)]) -> Result<Vec<ArrayRef>> {
         self.converters()?;
-        let (Some(converters), stored) = (&self.converters, &self.stored[side]) else {
+        let (Some(converters), stored, arena) = (&self.converters, &self.stored[side], &self.arenas[side]) else {
             return Err(Error::Graph("join row converters missing".into()));
         };
-        let rows =
-            positions.iter().filter_map(|(key, i)| stored.get(*key).and_then(|r| r.get(*i)).map(|s| s.row.row()));
+        let parser = converters.values[side].parser();
+        let rows = positions
+            .iter()
+            .filter_map(|(key, i)| stored.get(*key).and_then(|r| r.get(*i)).map(|s| parser.parse(arena.get(s.row))));
         Ok(converters.values[side].convert_rows(rows)?)
     }
 
     /// Forgets rows idle for longer than the time-to-live (checked every half of it).
     fn sweep(&mut self, now: i64) {
         let Some(oldest) = self.ttl.sweep_due(now) else { return };
-        for side in &mut self.stored {
+        for (side, arena) in self.stored.iter_mut().zip(&mut self.arenas) {
             side.retain(|_, rows| {
-                rows.retain(|r| r.last_access_ms >= oldest);
+                rows.retain(|r| {
+                    let kept = r.last_access_ms >= oldest;
+                    if !kept {
+                        arena.release(r.row);
+                    }
+                    kept
+                });
                 !rows.is_empty()
             });
         }
+        self.compact_arenas();
     }
 }
 
@@ -634,7 +670,7 @@ impl Operator for StreamingJoin {
                 for row in 0..batch.num_rows() {
                     let key = key_rows.row(row).data();
                     let stored = Stored {
-                        row: value_rows.row(row).owned(),
+                        row: self.arenas[side].push(value_rows.row(row).as_ref()),
                         matched: matched.value(row),
                         expires_at: expires.value(row),
                         last_access_ms: access.value(row),
@@ -682,6 +718,7 @@ impl Operator for StreamingJoin {
             }
             start = end;
         }
+        self.compact_arenas();
         Ok(())
     }
 
@@ -691,6 +728,7 @@ impl Operator for StreamingJoin {
         let other = 1 - side;
         if !self.keeps(other) {
             self.stored[other].clear();
+            self.arenas[other].clear();
         }
         Ok(())
     }
@@ -715,7 +753,7 @@ impl Operator for StreamingJoin {
             let Some(converters) = &self.converters else {
                 return Err(Error::Graph("join row converters missing".into()));
             };
-            let parser = converters.keys.parser();
+            let (parser, values_parser) = (converters.keys.parser(), converters.values[side].parser());
             let count = self.stored[side].values().map(Vec::len).sum();
             let mut key_rows = Vec::with_capacity(count);
             let mut value_rows = Vec::with_capacity(count);
@@ -724,7 +762,7 @@ impl Operator for StreamingJoin {
             for (key, rows) in &self.stored[side] {
                 for stored in rows {
                     key_rows.push(parser.parse(key));
-                    value_rows.push(stored.row.row());
+                    value_rows.push(values_parser.parse(self.arenas[side].get(stored.row)));
                     matched.push(stored.matched);
                     expires.push(stored.expires_at);
                     access.push(stored.last_access_ms);
@@ -965,6 +1003,37 @@ mod tests {
         assert_eq!(lines(&out), ["+I 2 NULL"], "the unmatched left row, once it can no longer match");
         assert_eq!(out.watermark, Some(100), "held back by the longest expiry");
         assert_eq!(stored(&join), 0, "all state dropped");
+    }
+
+    /// Expired rows' bytes are reclaimed once they outweigh the kept ones, and the kept rows
+    /// (now elsewhere in the arena) still match, come out unmatched and go into the snapshot.
+    #[tokio::test]
+    async fn rows_kept_through_an_arena_compaction_still_match_and_snapshot() {
+        let expiry = [
+            Some(Expiry { column: 1, after_ms: 0, late: LateRows::Match }),
+            Some(Expiry { column: 1, after_ms: 0, late: LateRows::Match }),
+        ];
+        let mut join = join(JoinKind::Left, expiry);
+        // 90,000 left rows at times 0..90,000 (about 1.6 MB), then a watermark that expires
+        // all but the last 10,000: the unmatched ones come out padded, decoded before the
+        // compaction reclaims their bytes.
+        let left: Vec<(i64, i64)> = (0..90_000).map(|i| (i, i)).collect();
+        assert!(feed(&mut join, 0, rows("l", &left)).await.is_empty());
+        let mut out = Collector::default();
+        join.process_watermark(79_999, &mut out).await.unwrap();
+        let expired = lines(&out);
+        assert_eq!(expired.len(), 80_000);
+        assert_eq!((expired[0].as_str(), expired[79_999].as_str()), ("+I 0 NULL", "+I 79999 NULL"));
+        assert!(!join.arenas[0].needs_compaction(), "compacted");
+        assert_eq!(stored(&join), 10_000);
+        let matched = feed(&mut join, 1, rows("r", &[(80_000, 90_000), (89_999, 90_000)])).await;
+        assert_eq!(matched, ["+I 80000 80000", "+I 89999 89999"]);
+        let tables = join.snapshot(1).await.unwrap();
+        let ids =
+            tables[0].batches[0].column_by_name("c0").unwrap().as_any().downcast_ref::<Int64Array>().unwrap().clone();
+        let mut ids: Vec<i64> = ids.values().to_vec();
+        ids.sort_unstable();
+        assert_eq!(ids, (80_000..90_000).collect::<Vec<_>>());
     }
 
     /// A window join drops a row whose window was joined already, and counts it, where an

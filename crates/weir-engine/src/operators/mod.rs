@@ -6,6 +6,7 @@ mod group_accumulators;
 pub mod join;
 pub mod numbering;
 pub mod over_aggregate;
+mod row_arena;
 pub mod sinks;
 pub mod state_ttl;
 pub mod stateless;
