@@ -16,7 +16,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, Int64Array, UInt32Array, UInt64Array};
 use datafusion::arrow::compute::{SortOptions, cast, interleave, take};
-use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{Row, RowConverter, Rows, SortField};
 use datafusion::physical_expr::PhysicalExpr;
@@ -25,12 +25,7 @@ use crate::changelog::{Change, change_array};
 use crate::error::{Error, Result};
 use crate::group_keys::GroupKeys;
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
-use crate::partition::key_hashes;
-use crate::state_table::KeyedTable;
-
-/// Top-N's state table and its copies column: a kept row has one copy.
-const ROWS: &str = "rows";
-const COPIES: &str = "__copies";
+use crate::operators::top_n::KeptRows;
 
 /// The first row of each partition, kept up to date as a changelog.
 pub struct Deduplicate {
@@ -131,12 +126,6 @@ impl Deduplicate {
         output: SchemaRef,
     ) -> Self {
         Self { partition, order, input, output, kept: None }
-    }
-
-    /// Top-N's rows table: each kept input row and its number of copies.
-    fn rows_table(&self) -> KeyedTable {
-        let copies = Arc::new(Field::new(COPIES, DataType::Int64, false));
-        KeyedTable::new(self.input.fields().iter().cloned().chain([copies]))
     }
 
     fn state(&mut self) -> Result<&mut Kept> {
@@ -257,12 +246,9 @@ impl Deduplicate {
 #[async_trait]
 impl Operator for Deduplicate {
     async fn open(&mut self, _info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
-        let width = self.input.fields().len();
-        let table = self.rows_table();
-        for batch in restored.table(ROWS) {
-            // A kept row is the first of its partition whatever its copies; the rows restored
-            // were emitted before the snapshot.
-            let rows = RecordBatch::try_new(self.input.clone(), table.read(batch, &table.fields()[..width])?)?;
+        // A kept row is the first of its partition whatever its copies; the rows restored were
+        // emitted before the snapshot.
+        for (rows, _) in KeptRows::new(&self.input).restore(&restored)? {
             self.apply(&rows)?;
         }
         Ok(())
@@ -281,35 +267,20 @@ impl Operator for Deduplicate {
     }
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
-        let schema = self.rows_table().schema().clone();
-        let input = self.input.clone();
-        let partition = self.partition.clone();
+        let (input, partition) = (self.input.clone(), self.partition.clone());
         let kept = self.state()?;
-        let firsts: Vec<&KeptRow> = kept.first.iter().flatten().collect();
-        if firsts.is_empty() {
-            return Ok(vec![StateTable {
-                name: ROWS.into(),
-                schema: schema.clone(),
-                batches: vec![RecordBatch::new_empty(schema)],
-            }]);
-        }
         let parser = kept.rows.parser();
+        let firsts: Vec<&KeptRow> = kept.first.iter().flatten().collect();
         let columns = kept.rows.convert_rows(firsts.iter().map(|k| parser.parse(k.row())))?;
-        let rows = RecordBatch::try_new(input, columns)?;
-        let mut all: Vec<ArrayRef> = vec![Arc::new(key_hashes(&rows, &partition)?)];
-        all.extend(rows.columns().iter().cloned());
-        all.push(Arc::new(Int64Array::from_value(1, rows.num_rows())));
-        Ok(vec![StateTable {
-            name: ROWS.into(),
-            schema: schema.clone(),
-            batches: vec![RecordBatch::try_new(schema, all)?],
-        }])
+        // One copy each.
+        let copies = Int64Array::from_value(1, firsts.len());
+        Ok(vec![KeptRows::new(&input).snapshot(columns, copies, &partition)?])
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use datafusion::arrow::datatypes::Schema;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use datafusion::physical_expr::expressions::col;
 
     use super::*;

@@ -35,6 +35,63 @@ use crate::state_table::KeyedTable;
 const ROWS: &str = "rows";
 const COPIES: &str = "__copies";
 
+/// Top-N's state table, which deduplication shares (each restores the other's): every kept
+/// input row and its number of copies, keyed by the hash of the partition columns.
+pub(crate) struct KeptRows {
+    input: SchemaRef,
+    table: KeyedTable,
+}
+
+impl KeptRows {
+    /// The table of rows of `input` (the row columns, then the partition columns).
+    pub(crate) fn new(input: &SchemaRef) -> Self {
+        let copies = Arc::new(Field::new(COPIES, DataType::Int64, false));
+        Self { input: input.clone(), table: KeyedTable::new(input.fields().iter().cloned().chain([copies])) }
+    }
+
+    /// The restored rows, as the input's columns, and their copies, batch by batch.
+    pub(crate) fn restore(&self, restored: &RestoredState) -> Result<Vec<(RecordBatch, Int64Array)>> {
+        let width = self.input.fields().len();
+        let fields = self.table.fields();
+        restored
+            .table(ROWS)
+            .iter()
+            .map(|batch| {
+                let rows = RecordBatch::try_new(self.input.clone(), self.table.read(batch, &fields[..width])?)?;
+                let copies = self.table.read(batch, &fields[width..])?;
+                let copies = copies[0]
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .cloned()
+                    .ok_or_else(|| Error::Graph(format!("top-N state has no Int64 '{COPIES}'")))?;
+                Ok((rows, copies))
+            })
+            .collect()
+    }
+
+    /// The snapshot of `rows` (the input's columns, as `columns`) with their `copies`.
+    pub(crate) fn snapshot(
+        &self,
+        columns: Vec<ArrayRef>,
+        copies: Int64Array,
+        partition: &[String],
+    ) -> Result<StateTable> {
+        let schema = self.table.schema().clone();
+        if copies.is_empty() {
+            return Ok(StateTable {
+                name: ROWS.into(),
+                schema: schema.clone(),
+                batches: vec![RecordBatch::new_empty(schema)],
+            });
+        }
+        let rows = RecordBatch::try_new(self.input.clone(), columns)?;
+        let mut all: Vec<ArrayRef> = vec![Arc::new(key_hashes(&rows, partition)?)];
+        all.extend(rows.columns().iter().cloned());
+        all.push(Arc::new(copies));
+        Ok(StateTable { name: ROWS.into(), schema: schema.clone(), batches: vec![RecordBatch::try_new(schema, all)?] })
+    }
+}
+
 /// The top N rows of each partition, kept up to date as a changelog.
 pub struct TopN {
     /// The partition columns (appended to the input, routed by).
@@ -148,12 +205,6 @@ impl Clone for TopN {
 }
 
 impl TopN {
-    /// The rows table: each kept input row, and how many copies of it are kept.
-    fn rows_table(&self) -> KeyedTable {
-        let copies = Arc::new(Field::new(COPIES, DataType::Int64, false));
-        KeyedTable::new(self.input.fields().iter().cloned().chain([copies]))
-    }
-
     pub fn new(
         partition: Vec<String>,
         order: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
@@ -285,15 +336,7 @@ impl TopN {
 #[async_trait]
 impl Operator for TopN {
     async fn open(&mut self, _info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
-        let width = self.input.fields().len();
-        let table = self.rows_table();
-        for batch in restored.table(ROWS) {
-            let rows = RecordBatch::try_new(self.input.clone(), table.read(batch, &table.fields()[..width])?)?;
-            let copies = table.read(batch, &table.fields()[width..])?;
-            let copies = copies[0]
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .ok_or_else(|| Error::Graph(format!("top-N state has no Int64 '{COPIES}'")))?;
+        for (rows, copies) in KeptRows::new(&self.input).restore(&restored)? {
             self.apply(&rows, copies.values())?;
         }
         Ok(())
@@ -313,31 +356,18 @@ impl Operator for TopN {
     }
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
-        let schema = self.rows_table().schema().clone();
-        let kept: Vec<(&OwnedRow, usize)> = self
+        self.converters()?;
+        let Some(converters) = &self.converters else {
+            return Err(Error::Graph("top-N row converters missing".into()));
+        };
+        let kept: Vec<(Row<'_>, usize)> = self
             .partitions
             .values()
-            .flat_map(|ranked| ranked.rows.iter().map(|((_, row), copies)| (row, *copies)))
+            .flat_map(|ranked| ranked.rows.iter().map(|((_, row), copies)| (row.row(), *copies)))
             .collect();
-        if kept.is_empty() {
-            return Ok(vec![StateTable {
-                name: ROWS.into(),
-                schema: schema.clone(),
-                batches: vec![RecordBatch::new_empty(schema)],
-            }]);
-        }
         let copies = Int64Array::from_iter_values(kept.iter().map(|(_, n)| *n as i64));
-        let rows: Vec<OwnedRow> = kept.into_iter().map(|(row, _)| row.clone()).collect();
-        let columns = self.converters()?.rows.convert_rows(rows.iter().map(|r| r.row()))?;
-        let batch = RecordBatch::try_new(self.input.clone(), columns)?;
-        let mut all: Vec<ArrayRef> = vec![Arc::new(key_hashes(&batch, &self.partition)?)];
-        all.extend(batch.columns().iter().cloned());
-        all.push(Arc::new(copies));
-        Ok(vec![StateTable {
-            name: ROWS.into(),
-            schema: schema.clone(),
-            batches: vec![RecordBatch::try_new(schema, all)?],
-        }])
+        let columns = converters.rows.convert_rows(kept.into_iter().map(|(row, _)| row))?;
+        Ok(vec![KeptRows::new(&self.input).snapshot(columns, copies, &self.partition)?])
     }
 }
 
