@@ -902,7 +902,7 @@ impl Planner<'_> {
         let times = input.times.clone();
         let node = self.materialize(input, "select");
         let output = window.schema.as_arrow();
-        let (name, factory): (String, weir_engine::OperatorFactory) = match (window_start, limit) {
+        let (name, factory, state): (String, weir_engine::OperatorFactory, String) = match (window_start, limit) {
             (Some((window_column, size_ms)), _) => {
                 let operator = WindowRank::new(
                     window_column,
@@ -913,7 +913,8 @@ impl Planner<'_> {
                     input_schema,
                     Arc::new(output.clone()),
                 );
-                (self.name("rank"), Arc::new(move |_| Ok(Box::new(operator.clone()))))
+                let state = "each open window's rows, until the watermark passes its end".to_string();
+                (self.name("rank"), Arc::new(move |_| Ok(Box::new(operator.clone()))), state)
             }
             (None, Some(limit)) => {
                 let [numbering] = numberings.as_slice() else {
@@ -922,9 +923,9 @@ impl Planner<'_> {
                 let numbering = *numbering;
                 let limit = usize::try_from(limit).unwrap_or(usize::MAX);
                 if numbering == Numbering::RowNumber && limit == 1 && !updating {
-                    let operator = Deduplicate::new(partition.clone(), order, input_schema, changelog_schema(output));
+                    let operator = Deduplicate::new(partition.clone(), order, input_schema, changelog_schema(output))?;
                     let factory: weir_engine::OperatorFactory = Arc::new(move |_| Ok(Box::new(operator.clone())));
-                    (self.name("deduplicate"), factory)
+                    (self.name("deduplicate"), factory, "per partition its first row".to_string())
                 } else {
                     let operator = TopN::new(
                         partition.clone(),
@@ -935,20 +936,17 @@ impl Planner<'_> {
                         input_schema,
                         changelog_schema(output),
                     )?;
-                    (self.name("top_n"), Arc::new(move |_| Ok(Box::new(operator.clone()))))
+                    let state = match updating {
+                        false => format!("per partition its top {limit} rows and the ranks emitted"),
+                        true => "per partition every row (a changelog may take back a top one) and the ranks emitted"
+                            .to_string(),
+                    };
+                    (self.name("top_n"), Arc::new(move |_| Ok(Box::new(operator.clone()))), state)
                 }
             }
             (None, None) => return plan_err!("ROW_NUMBER() lost its limit"),
         };
         let rank = self.graph.add_operator(&name, self.parallelism(), 1, factory);
-        let state = match (window_start, updating) {
-            (Some(_), _) => "each open window's rows, until the watermark passes its end".to_string(),
-            (None, false) if name.starts_with("deduplicate") => "per partition its first row".to_string(),
-            (None, false) => format!("per partition its top {} rows and the ranks emitted", limit.unwrap_or_default()),
-            (None, true) => {
-                "per partition every row (a changelog may take back a top one) and the ranks emitted".to_string()
-            }
-        };
         self.graph.describe_state(rank, state);
         self.graph.connect(node, rank, 0, Partitioning::Hash(partition));
         match window_start {

@@ -25,14 +25,15 @@ use crate::changelog::{Change, change_array};
 use crate::error::{Error, Result};
 use crate::group_keys::GroupKeys;
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
-use crate::operators::top_n::KeptRows;
+use crate::operators::top_n::{KeptRows, order_fields, partition_and_order, row_converter};
 
 /// The first row of each partition, kept up to date as a changelog.
 pub struct Deduplicate {
     /// The partition columns (appended to the input, routed by).
     partition: Vec<String>,
-    /// ORDER BY, over the input.
+    /// ORDER BY, over the input, and its keys' sort fields.
     order: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
+    order_fields: Vec<SortField>,
     /// The input's rows: the row columns, then the partition columns.
     input: SchemaRef,
     /// The row columns, the row number, then the change column.
@@ -111,6 +112,7 @@ impl Clone for Deduplicate {
         Self {
             partition: self.partition.clone(),
             order: self.order.clone(),
+            order_fields: self.order_fields.clone(),
             input: self.input.clone(),
             output: self.output.clone(),
             kept: None,
@@ -124,8 +126,9 @@ impl Deduplicate {
         order: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
         input: SchemaRef,
         output: SchemaRef,
-    ) -> Self {
-        Self { partition, order, input, output, kept: None }
+    ) -> Result<Self> {
+        let order_fields = order_fields(&order, &input)?;
+        Ok(Self { partition, order, order_fields, input, output, kept: None })
     }
 
     fn state(&mut self) -> Result<&mut Kept> {
@@ -135,16 +138,10 @@ impl Deduplicate {
                 .iter()
                 .map(|n| Ok(self.input.field_with_name(n)?.data_type().clone()))
                 .collect::<Result<Vec<_>>>()?;
-            let order = self
-                .order
-                .iter()
-                .map(|(e, options)| Ok(SortField::new_with_options(e.data_type(&self.input)?, *options)))
-                .collect::<Result<_>>()?;
-            let rows = self.input.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
             self.kept = Some(Kept {
                 partitions: GroupKeys::new(&partition_types)?,
-                order: RowConverter::new(order)?,
-                rows: RowConverter::new(rows)?,
+                order: RowConverter::new(self.order_fields.clone())?,
+                rows: row_converter(&self.input)?,
                 first: Vec::new(),
             });
         }
@@ -154,16 +151,7 @@ impl Deduplicate {
     /// Keeps each partition's first row among the kept one and the batch's; returns the
     /// partitions whose first row changed, in the order the batch first reached them.
     fn apply(&mut self, batch: &RecordBatch) -> Result<Vec<Replaced>> {
-        let partition: Vec<ArrayRef> = self
-            .partition
-            .iter()
-            .map(|name| batch.column_by_name(name).cloned().ok_or_else(|| Error::Graph(format!("'{name}' is missing"))))
-            .collect::<Result<_>>()?;
-        let order: Vec<ArrayRef> = self
-            .order
-            .iter()
-            .map(|(e, _)| e.evaluate(batch).and_then(|v| v.into_array(batch.num_rows())))
-            .collect::<datafusion::error::Result<_>>()?;
+        let (partition, order) = partition_and_order(batch, &self.partition, &self.order)?;
         let kept = self.state()?;
         let candidates = Candidates {
             keys: kept.partitions.encode(&partition)?,
@@ -280,74 +268,20 @@ impl Operator for Deduplicate {
 
 #[cfg(test)]
 mod tests {
-    use datafusion::arrow::datatypes::{DataType, Field, Schema};
-    use datafusion::physical_expr::expressions::col;
-
     use super::*;
     use crate::SubtaskInfo;
-    use crate::changelog::{CHANGE_COLUMN, changes};
-    use crate::operators::{Numbering, TopN};
-
-    fn input() -> SchemaRef {
-        Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("price", DataType::Int64, false),
-            Field::new("__partition_0", DataType::Int64, false),
-        ]))
-    }
-
-    fn output() -> SchemaRef {
-        Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("price", DataType::Int64, false),
-            Field::new("rn", DataType::UInt64, false),
-            Field::new(CHANGE_COLUMN, DataType::Utf8, false),
-        ]))
-    }
-
-    /// Rows (partition, id, price).
-    fn batch(rows: &[(i64, i64, i64)]) -> RecordBatch {
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
-            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2))),
-            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
-        ];
-        RecordBatch::try_new(input(), columns).unwrap()
-    }
-
-    fn highest_price() -> Vec<(Arc<dyn PhysicalExpr>, SortOptions)> {
-        vec![(col("price", &input()).unwrap(), SortOptions { descending: true, nulls_first: false })]
-    }
-
-    fn changelog(out: Collector) -> Vec<String> {
-        let mut lines = Vec::new();
-        for batch in &out.batches {
-            let int = |c: usize| batch.column(c).as_any().downcast_ref::<Int64Array>().unwrap().clone();
-            let rn = batch.column(2).as_any().downcast_ref::<UInt64Array>().unwrap().clone();
-            for (row, kind) in changes(batch).unwrap().into_iter().enumerate() {
-                lines.push(format!(
-                    "{} #{} id {} {}",
-                    kind.code(),
-                    rn.value(row),
-                    int(0).value(row),
-                    int(1).value(row)
-                ));
-            }
-        }
-        lines
-    }
+    use crate::operators::top_n::tests::{batch, highest_price, input, output};
+    use crate::operators::{Numbering, TopN, top_n};
 
     async fn feed(operator: &mut dyn Operator, rows: &[(i64, i64, i64)]) -> Vec<String> {
-        let mut out = Collector::default();
-        operator.process_batch(0, batch(rows), &mut out).await.unwrap();
-        changelog(out)
+        top_n::tests::feed(operator, batch(rows, None)).await
     }
 
     /// Each batch answers as the general top-N with N = 1 does, ties broken by the whole row,
     /// several rows of a partition in one batch included.
     #[tokio::test]
     async fn answers_as_top_one_does() {
-        let mut dedup = Deduplicate::new(vec!["__partition_0".into()], highest_price(), input(), output());
+        let mut dedup = Deduplicate::new(vec!["__partition_0".into()], highest_price(), input(), output()).unwrap();
         let mut top =
             TopN::new(vec!["__partition_0".into()], highest_price(), Numbering::RowNumber, 1, false, input(), output())
                 .unwrap();
@@ -369,14 +303,14 @@ mod tests {
 
     #[tokio::test]
     async fn the_first_rows_survive_a_restore_as_top_n_state() {
-        let mut dedup = Deduplicate::new(vec!["__partition_0".into()], highest_price(), input(), output());
+        let mut dedup = Deduplicate::new(vec!["__partition_0".into()], highest_price(), input(), output()).unwrap();
         feed(&mut dedup, &[(1, 10, 5), (1, 11, 7), (2, 20, 3)]).await;
         let tables = dedup.snapshot(1).await.unwrap();
         let state = |tables: Vec<StateTable>| RestoredState {
             checkpoint_id: Some(1),
             tables: tables.into_iter().map(|t| (t.name, t.batches)).collect(),
         };
-        let mut restored = Deduplicate::new(vec!["__partition_0".into()], highest_price(), input(), output());
+        let mut restored = Deduplicate::new(vec!["__partition_0".into()], highest_price(), input(), output()).unwrap();
         restored.open(&SubtaskInfo::new("dedup", 0, 1), state(tables.clone())).await.unwrap();
         assert!(feed(&mut restored, &[(1, 12, 6)]).await.is_empty(), "7 is still first");
         assert_eq!(feed(&mut restored, &[(2, 21, 4)]).await, ["-U #1 id 20 3", "+U #1 id 21 4"]);

@@ -621,15 +621,10 @@ impl StreamingJoin {
 
     /// Stored rows of `side` at (key, index among that key's rows), as the side's columns.
     fn stored_columns(&mut self, side: usize, positions: &[(&[u8], usize)]) -> Result<Vec<ArrayRef>> {
-        self.converters()?;
-        let (Some(converters), stored, arena) = (&self.converters, &self.stored[side], &self.arenas[side]) else {
-            return Err(Error::Graph("join row converters missing".into()));
-        };
-        let parser = converters.values[side].parser();
-        let rows = positions
-            .iter()
-            .filter_map(|(key, i)| stored.get(*key).and_then(|r| r.get(*i)).map(|s| parser.parse(arena.get(s.row))));
-        Ok(converters.values[side].convert_rows(rows)?)
+        let stored = &self.stored[side];
+        let slots: Vec<RowSlot> =
+            positions.iter().filter_map(|(key, i)| stored.get(*key).and_then(|r| r.get(*i)).map(|s| s.row)).collect();
+        self.slots_to_columns(side, &slots)
     }
 
     /// Forgets rows idle for longer than the time-to-live (checked every half of it).

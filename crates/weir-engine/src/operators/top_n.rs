@@ -35,6 +35,38 @@ use crate::state_table::KeyedTable;
 const ROWS: &str = "rows";
 const COPIES: &str = "__copies";
 
+/// A batch's partition columns (appended to the input) and ORDER BY values, as top-N and
+/// deduplication both read them.
+pub(crate) fn partition_and_order(
+    batch: &RecordBatch,
+    partition: &[String],
+    order: &[(Arc<dyn PhysicalExpr>, SortOptions)],
+) -> Result<(Vec<ArrayRef>, Vec<ArrayRef>)> {
+    let partition = partition
+        .iter()
+        .map(|name| batch.column_by_name(name).cloned().ok_or_else(|| Error::Graph(format!("'{name}' is missing"))))
+        .collect::<Result<_>>()?;
+    let order = order
+        .iter()
+        .map(|(e, _)| e.evaluate(batch).and_then(|v| v.into_array(batch.num_rows())))
+        .collect::<datafusion::error::Result<_>>()?;
+    Ok((partition, order))
+}
+
+/// The ORDER BY keys as sort fields over `input` (typed when the plan is made, so a bad
+/// expression fails then).
+pub(crate) fn order_fields(
+    order: &[(Arc<dyn PhysicalExpr>, SortOptions)],
+    input: &SchemaRef,
+) -> Result<Vec<SortField>> {
+    order.iter().map(|(e, options)| Ok(SortField::new_with_options(e.data_type(input)?, *options))).collect()
+}
+
+/// Encodes whole rows of `input`, as the kept rows are stored and tie-broken.
+pub(crate) fn row_converter(input: &SchemaRef) -> Result<RowConverter> {
+    Ok(RowConverter::new(input.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())?)
+}
+
 /// Top-N's state table, which deduplication shares (each restores the other's): every kept
 /// input row and its number of copies, keyed by the hash of the partition columns.
 pub(crate) struct KeptRows {
@@ -98,7 +130,7 @@ pub struct TopN {
     partition: Vec<String>,
     /// ORDER BY, over the input.
     order: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
-    order_types: Vec<DataType>,
+    order_fields: Vec<SortField>,
     numbering: Numbering,
     limit: usize,
     /// The input is a changelog: keep every row, not only the top N.
@@ -192,7 +224,7 @@ impl Clone for TopN {
         Self {
             partition: self.partition.clone(),
             order: self.order.clone(),
-            order_types: self.order_types.clone(),
+            order_fields: self.order_fields.clone(),
             numbering: self.numbering,
             limit: self.limit,
             retracting: self.retracting,
@@ -214,11 +246,11 @@ impl TopN {
         input: SchemaRef,
         output: SchemaRef,
     ) -> Result<Self> {
-        let order_types = order.iter().map(|(e, _)| e.data_type(&input)).collect::<datafusion::error::Result<_>>()?;
+        let order_fields = order_fields(&order, &input)?;
         Ok(Self {
             partition,
             order,
-            order_types,
+            order_fields,
             numbering,
             limit,
             retracting,
@@ -234,17 +266,10 @@ impl TopN {
             let types = |names: &[String]| -> Result<Vec<SortField>> {
                 names.iter().map(|n| Ok(SortField::new(self.input.field_with_name(n)?.data_type().clone()))).collect()
             };
-            let order = self
-                .order
-                .iter()
-                .zip(&self.order_types)
-                .map(|((_, options), data_type)| SortField::new_with_options(data_type.clone(), *options))
-                .collect();
-            let rows = self.input.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
             self.converters = Some(Converters {
                 partition: RowConverter::new(types(&self.partition)?)?,
-                order: RowConverter::new(order)?,
-                rows: RowConverter::new(rows)?,
+                order: RowConverter::new(self.order_fields.clone())?,
+                rows: row_converter(&self.input)?,
             });
         }
         self.converters.as_ref().ok_or_else(|| Error::Graph("top-N row converters missing".into()))
@@ -253,16 +278,7 @@ impl TopN {
     /// Adds `copies[r]` of each row r of `batch` (negative: takes them back) and returns the
     /// changed ranks of the partitions it touched: (row, rank, change).
     fn apply(&mut self, batch: &RecordBatch, copies: &[i64]) -> Result<Vec<(OwnedRow, u64, Change)>> {
-        let partition: Vec<ArrayRef> = self
-            .partition
-            .iter()
-            .map(|name| batch.column_by_name(name).cloned().ok_or_else(|| Error::Graph(format!("'{name}' is missing"))))
-            .collect::<Result<_>>()?;
-        let order: Vec<ArrayRef> = self
-            .order
-            .iter()
-            .map(|(e, _)| e.evaluate(batch).and_then(|v| v.into_array(batch.num_rows())))
-            .collect::<datafusion::error::Result<_>>()?;
+        let (partition, order) = partition_and_order(batch, &self.partition, &self.order)?;
         let converters = self.converters()?;
         let keys = converters.partition.convert_columns(&partition)?;
         let orders = converters.order.convert_columns(&order)?;
@@ -371,8 +387,9 @@ impl Operator for TopN {
     }
 }
 
+/// The fixtures deduplication's tests share: rows (partition, id, price) ranked by price.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use datafusion::arrow::datatypes::Schema;
     use datafusion::physical_expr::expressions::col;
 
@@ -380,7 +397,7 @@ mod tests {
     use crate::SubtaskInfo;
     use crate::changelog::CHANGE_COLUMN;
 
-    fn input() -> SchemaRef {
+    pub(crate) fn input() -> SchemaRef {
         Arc::new(Schema::new(vec![
             Field::new("id", DataType::Int64, false),
             Field::new("price", DataType::Int64, false),
@@ -389,7 +406,7 @@ mod tests {
     }
 
     /// Rows (partition, id, price), as a changelog when `kinds` are given.
-    fn batch(rows: &[(i64, i64, i64)], kinds: Option<&[Change]>) -> RecordBatch {
+    pub(crate) fn batch(rows: &[(i64, i64, i64)], kinds: Option<&[Change]>) -> RecordBatch {
         let mut fields: Vec<Field> = input().fields().iter().map(|f| f.as_ref().clone()).collect();
         let mut columns: Vec<ArrayRef> = vec![
             Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
@@ -408,20 +425,29 @@ mod tests {
         top_two_by(Numbering::RowNumber, retracting)
     }
 
-    fn top_two_by(numbering: Numbering, retracting: bool) -> TopN {
-        let order = vec![(col("price", &input()).unwrap(), SortOptions { descending: true, nulls_first: false })];
-        let output = Arc::new(Schema::new(vec![
+    /// The row columns, the row number and the change column.
+    pub(crate) fn output() -> SchemaRef {
+        Arc::new(Schema::new(vec![
             Field::new("id", DataType::Int64, false),
             Field::new("price", DataType::Int64, false),
             Field::new("rn", DataType::UInt64, false),
             Field::new(CHANGE_COLUMN, DataType::Utf8, false),
-        ]));
-        TopN::new(vec!["__partition_0".into()], order, numbering, 2, retracting, input(), output).unwrap()
+        ]))
     }
 
-    async fn feed(top: &mut TopN, batch: RecordBatch) -> Vec<String> {
+    /// Highest price first.
+    pub(crate) fn highest_price() -> Vec<(Arc<dyn PhysicalExpr>, SortOptions)> {
+        vec![(col("price", &input()).unwrap(), SortOptions { descending: true, nulls_first: false })]
+    }
+
+    fn top_two_by(numbering: Numbering, retracting: bool) -> TopN {
+        TopN::new(vec!["__partition_0".into()], highest_price(), numbering, 2, retracting, input(), output()).unwrap()
+    }
+
+    /// The changes a ranking operator emits for `batch`, as "kind #number id id price".
+    pub(crate) async fn feed(operator: &mut dyn Operator, batch: RecordBatch) -> Vec<String> {
         let mut out = Collector::default();
-        top.process_batch(0, batch, &mut out).await.unwrap();
+        operator.process_batch(0, batch, &mut out).await.unwrap();
         let mut lines = Vec::new();
         for batch in &out.batches {
             let int = |c: usize| batch.column(c).as_any().downcast_ref::<Int64Array>().unwrap().clone();
