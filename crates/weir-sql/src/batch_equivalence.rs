@@ -559,6 +559,7 @@ async fn window_table_functions_equal_the_batch_answer() {
                WHERE event_type = 1 GROUP BY window_start, window_end, auction.category";
     let (rows, description) = same_as_batch(hop).await;
     assert!(!description.contains("aggregate"), "{description}");
+    assert!(description.contains("open hopping window"), "each row sent once, its windows found there: {description}");
     let native = "SELECT hop(date_time, INTERVAL '50' MILLISECOND, INTERVAL '200' MILLISECOND), \
                   hop_end(date_time, INTERVAL '50' MILLISECOND, INTERVAL '200' MILLISECOND), \
                   auction.category, count(*), max(auction.reserve) FROM nexmark WHERE event_type = 1 \
@@ -575,6 +576,27 @@ async fn window_table_functions_equal_the_batch_answer() {
     .await;
     assert_eq!(rows.len(), 10 * 4, "10 periods of 200 ms, 4 windows each");
     assert!(!description.contains("aggregate"), "{description}");
+    assert!(description.contains("open cumulating window"), "{description}");
+
+    // Offsets, window_time (the end less 1 ms) in GROUP BY, and a window column read by an
+    // aggregate, which keeps the row per window.
+    let (rows, description) = same_as_batch(
+        "SELECT window_start, window_end, window_time, auction.category, count(*)          FROM TABLE(HOP(TABLE nexmark, DESCRIPTOR(date_time), INTERVAL '50' MILLISECOND, INTERVAL '150' MILLISECOND, INTERVAL '20' MILLISECOND))          WHERE event_type = 1 GROUP BY window_start, window_end, window_time, auction.category",
+    )
+    .await;
+    assert!(description.contains("open hopping window"), "{description}");
+    let on_the_offset_grid = |r: &String| r.split(" | ").next().is_some_and(|s| s.ends_with("20") || s.ends_with("70"));
+    assert!(rows.iter().all(on_the_offset_grid), "{rows:?}");
+    let (_, description) = same_as_batch(
+        "SELECT window_end, window_time, count(*), sum(bid.price)          FROM TABLE(CUMULATE(TABLE nexmark, DESCRIPTOR(date_time), INTERVAL '50' MILLISECOND, INTERVAL '200' MILLISECOND, INTERVAL '-30' MILLISECOND))          WHERE event_type = 2 GROUP BY window_start, window_end, window_time",
+    )
+    .await;
+    assert!(description.contains("open cumulating window"), "{description}");
+    let (_, description) = same_as_batch(
+        "SELECT window_start, count(*), max(window_end)          FROM TABLE(HOP(TABLE nexmark, DESCRIPTOR(date_time), INTERVAL '50' MILLISECOND, INTERVAL '100' MILLISECOND))          WHERE event_type = 2 GROUP BY window_start",
+    )
+    .await;
+    assert!(description.contains("open tumbling window"), "{description}");
 }
 
 /// Flink's window top-N and window join over window table functions: ROW_NUMBER() partitioned

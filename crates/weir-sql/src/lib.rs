@@ -20,6 +20,7 @@ pub mod session;
 mod slt;
 pub mod time_clauses;
 pub mod window_functions;
+mod window_table_aggregate;
 pub mod window_table_functions;
 
 pub use error::{Error, Result};

@@ -11,18 +11,20 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef, TimeUnit};
 use datafusion::common::{Column, DFSchema, ScalarValue};
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{
-    Aggregate, BinaryExpr, Expr, ExprSchemable, Join, JoinType, LogicalPlan, Operator as BinaryOperator, Union,
+    Aggregate, BinaryExpr, Cast, Expr, ExprSchemable, Join, JoinType, LogicalPlan, Operator as BinaryOperator, Union,
     WindowFrameBound, WindowFrameUnits, WindowFunctionDefinition, utils::split_conjunction,
 };
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::{AggregateExprBuilder, LoweredAggregateBuilder};
-use datafusion::physical_expr::expressions::{Column as PhysicalColumn, Literal};
+use datafusion::physical_expr::expressions::{
+    BinaryExpr as PhysicalBinaryExpr, CastExpr, Column as PhysicalColumn, Literal,
+};
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::unnest::{ListUnnest, UnnestExec};
 pub use weir_connectors::PlanOptions;
@@ -42,6 +44,7 @@ use crate::plan_err;
 use crate::window_functions::{
     CUMULATE_ENDS, DESCRIPTOR, HOP, HOP_STARTS, SESSION, TUMBLE, interval_ms, window_list_fits, window_of_end,
 };
+use crate::window_table_aggregate::{WindowEdge, WindowTableGrouping, window_table_grouping};
 
 /// Where a query's results go.
 #[derive(Debug, Clone)]
@@ -131,6 +134,59 @@ fn earliest_window(
             _ => None,
         })
         .min_by_key(|(_, _, size_ms)| *size_ms)
+}
+
+/// How a windowed GROUP BY finds its window.
+struct WindowGrouping {
+    kind: WindowKind,
+    /// The operator's window column, over the aggregate's input: the window's start for a
+    /// tumbling window, the event time for the others.
+    column: Expr,
+    /// The GROUP BY expressions that are the window's start or end, moved by milliseconds, by
+    /// position; the others are keys.
+    edges: Vec<(usize, WindowEdge)>,
+}
+
+/// A window kind as the state description names it.
+fn kind_name(kind: WindowKind) -> &'static str {
+    match kind {
+        WindowKind::Tumbling { .. } => "tumbling",
+        WindowKind::Hopping { .. } => "hopping",
+        WindowKind::Cumulating { .. } => "cumulating",
+        WindowKind::Session { .. } => "session",
+    }
+}
+
+/// The time attribute of a window's edge moved by a shift: how long after its value every
+/// window with it has closed (the size of a window whose start it would be).
+fn window_edge_completes(kind: WindowKind, edge: WindowEdge) -> Option<i64> {
+    let size_ms = match kind {
+        WindowKind::Tumbling { size_ms }
+        | WindowKind::Hopping { size_ms, .. }
+        | WindowKind::Cumulating { size_ms, .. } => size_ms,
+        WindowKind::Session { .. } => return None,
+    };
+    let completes = match edge {
+        WindowEdge::Start(shift) => size_ms - shift,
+        WindowEdge::End(shift) => -shift,
+    };
+    (completes >= 0).then_some(completes)
+}
+
+/// `column` (of type `from`) moved by `shift` milliseconds, as `to`.
+fn shifted(column: Arc<dyn PhysicalExpr>, from: &DataType, shift: i64, to: &DataType) -> Arc<dyn PhysicalExpr> {
+    if shift == 0 && from == to {
+        return column;
+    }
+    let moved: Arc<dyn PhysicalExpr> = if shift == 0 {
+        column
+    } else {
+        let millis = Arc::new(CastExpr::new(column, DataType::Int64, None));
+        let by = Arc::new(Literal::new(ScalarValue::Int64(Some(shift))));
+        let sum = Arc::new(PhysicalBinaryExpr::new(millis, BinaryOperator::Plus, by));
+        Arc::new(CastExpr::new(sum, DataType::Timestamp(TimeUnit::Millisecond, None), None))
+    };
+    Arc::new(CastExpr::new(moved, to.clone(), None))
 }
 
 /// A planned stream: the node producing it and the stateless steps still to run on its rows.
@@ -567,10 +623,14 @@ impl Planner<'_> {
             }
             LogicalPlan::SubqueryAlias(alias) => self.plan(&alias.input),
             LogicalPlan::Aggregate(aggregate) => {
+                if let Some(grouping) = window_table_grouping(aggregate) {
+                    return self.window_table_aggregate(aggregate, &grouping);
+                }
                 let input = self.plan(&aggregate.input)?;
                 if let Some(window) = aggregate.group_expr.iter().position(|e| window_call(e).is_some()) {
-                    let (kind, window_expr) = self.window_of(aggregate, &input, window)?;
-                    return self.window_aggregate(aggregate, input, window, kind, window_expr);
+                    let (kind, column) = self.window_of(aggregate, &input, window)?;
+                    let edges = vec![(window, WindowEdge::Start(0))];
+                    return self.window_aggregate(aggregate, input, WindowGrouping { kind, column, edges });
                 }
                 // Grouped by the start of windows computed upstream: the same windows again
                 // (Nexmark q5's "max per window" over counts per window).
@@ -582,8 +642,10 @@ impl Planner<'_> {
                 });
                 match earliest_window(columns, &input.times) {
                     Some((window, _, size_ms)) => {
-                        let expr = unaliased(&aggregate.group_expr[window]).clone();
-                        self.window_aggregate(aggregate, input, window, WindowKind::Tumbling { size_ms }, expr)
+                        let column = unaliased(&aggregate.group_expr[window]).clone();
+                        let kind = WindowKind::Tumbling { size_ms };
+                        let edges = vec![(window, WindowEdge::Start(0))];
+                        self.window_aggregate(aggregate, input, WindowGrouping { kind, column, edges })
                     }
                     None => self.updating_aggregate(aggregate, input),
                 }
@@ -1013,37 +1075,87 @@ impl Planner<'_> {
                         "hop's slide ({slide_ms} ms) is larger than its size ({size_ms} ms): rows between windows would be lost"
                     );
                 }
-                (WindowKind::Hopping { slide_ms, size_ms }, call.args[0].clone())
+                (WindowKind::Hopping { slide_ms, size_ms, offset_ms: 0 }, call.args[0].clone())
             }
             _ => (WindowKind::Session { gap_ms: interval_arg(call, 1, "gap")? }, call.args[0].clone()),
         };
         Ok((kind, window_expr))
     }
 
+    /// GROUP BY over the rows of HOP or CUMULATE (`window_table_aggregate.rs`): the native
+    /// window aggregate over the table's rows, each taken once, with the event time where the
+    /// window column was; the GROUP BY's window columns come from the operator's windows.
+    fn window_table_aggregate(&mut self, aggregate: &Aggregate, grouping: &WindowTableGrouping) -> Result<Stream> {
+        let mut stream = self.plan(grouping.rows)?;
+        let rows = grouping.rows.schema();
+        if stream.updating || time_attr_of(grouping.time, rows, &stream.times)? != Some(TimeAttr::EventTime) {
+            return plan_err!(
+                "a window table function needs append-only rows and their event time: DESCRIPTOR(...) must name the column of the table's WATERMARK FOR"
+            );
+        }
+        // The unnest's columns, the row's event time in place of its window.
+        let unnested = grouping.unnest.schema.as_arrow();
+        let mut exprs = Vec::new();
+        for (column, &source) in grouping.unnest.dependency_indices.iter().enumerate() {
+            let expr = if source == grouping.list {
+                Expr::Cast(Cast::new(Box::new(grouping.time.clone()), unnested.field(column).data_type().clone()))
+            } else {
+                grouping.below.expr[source].clone()
+            };
+            exprs.push(self.physical(&expr, rows)?);
+        }
+        stream.steps.push(Step::Project { exprs, schema: Arc::new(unnested.clone()) });
+        // The projections above, their window columns left as the event time.
+        for (projection, shifted) in grouping.above.iter().zip(&grouping.shifted) {
+            let input = projection.input.schema();
+            let output = projection.schema.as_arrow();
+            let mut exprs = Vec::new();
+            for (column, expr) in projection.expr.iter().enumerate() {
+                // A window column reads one of the layer below's, each the event time now.
+                let time = expr.column_refs().into_iter().next().cloned();
+                let expr = match (shifted[column], time) {
+                    (Some(_), Some(time)) => {
+                        Expr::Cast(Cast::new(Box::new(Expr::Column(time)), output.field(column).data_type().clone()))
+                    }
+                    _ => expr.clone(),
+                };
+                exprs.push(self.physical(&expr, input)?);
+            }
+            stream.steps.push(Step::Project { exprs, schema: Arc::new(output.clone()) });
+        }
+        stream.times = HashMap::new();
+        let Some(&(window, _)) = grouping.edges.first() else { return plan_err!("GROUP BY lost its window") };
+        let column = unaliased(&aggregate.group_expr[window]).clone();
+        self.window_aggregate(
+            aggregate,
+            stream,
+            WindowGrouping { kind: grouping.kind, column, edges: grouping.edges.clone() },
+        )
+    }
+
     /// A windowed GROUP BY: a pre-projection appends the window column and the keys to the
     /// input (whose columns keep their places, so the aggregate arguments still point at
     /// them), the input is partitioned, and a [`WindowAggregate`] runs the accumulators. Its
-    /// output puts the window first; a projection restores the GROUP BY order.
+    /// output holds the window's start, the keys, the aggregates and, if a GROUP BY column is
+    /// one, the window's end; a projection gives the GROUP BY's columns and order.
     fn window_aggregate(
         &mut self,
         aggregate: &Aggregate,
         mut input: Stream,
-        window: usize,
-        kind: WindowKind,
-        window_expr: Expr,
+        grouping: WindowGrouping,
     ) -> Result<Stream> {
+        let WindowGrouping { kind, column: window_expr, edges } = grouping;
         let schema = aggregate.input.schema();
+        let edge_of = |i: usize| edges.iter().find(|(position, _)| *position == i).map(|(_, edge)| *edge);
         // Group columns in the operator's order: the window, then the keys.
-        let order: Vec<usize> =
-            std::iter::once(window).chain((0..aggregate.group_expr.len()).filter(|&i| i != window)).collect();
-        let mut extra = Vec::new();
-        let mut group_columns = Vec::new();
-        for (position, &i) in order.iter().enumerate() {
-            let name = format!("__group_{position}");
-            let expr = if i == window { &window_expr } else { &aggregate.group_expr[i] };
-            let data_type =
-                if i == window { expr.get_type(schema)? } else { aggregate.schema.field(i).data_type().clone() };
-            extra.push((name.clone(), self.physical(expr, schema)?, data_type));
+        let keys: Vec<usize> = (0..aggregate.group_expr.len()).filter(|&i| edge_of(i).is_none()).collect();
+        let mut extra =
+            vec![("__group_0".to_string(), self.physical(&window_expr, schema)?, window_expr.get_type(schema)?)];
+        let mut group_columns = vec!["__group_0".to_string()];
+        for (position, &i) in keys.iter().enumerate() {
+            let name = format!("__group_{}", position + 1);
+            let data_type = aggregate.schema.field(i).data_type().clone();
+            extra.push((name.clone(), self.physical(&aggregate.group_expr[i], schema)?, data_type));
             group_columns.push(name);
         }
         let partition = match kind {
@@ -1058,7 +1170,7 @@ impl Planner<'_> {
         input.steps.push(self.appending(schema, extra, false));
         let node = self.materialize(input, "select");
         // Window ends are filled in by the operator; the other aggregates are accumulators.
-        let call = window_call(&aggregate.group_expr[window]);
+        let call = edges.first().and_then(|&(window, _)| window_call(&aggregate.group_expr[window]));
         let mut window_ends = Vec::new();
         let mut accumulated = Vec::new();
         for (position, expr) in aggregate.aggr_expr.iter().enumerate() {
@@ -1079,11 +1191,22 @@ impl Planner<'_> {
         }
         let aggregates = self.aggregates(aggregate, &accumulated)?;
         let groups = aggregate.group_expr.len();
-        let output_fields: Vec<FieldRef> = order
-            .iter()
-            .map(|&i| aggregate.schema.as_arrow().field(i).clone().into())
-            .chain(aggregate.schema.as_arrow().fields()[groups..].iter().cloned())
+        let fields = aggregate.schema.as_arrow().fields();
+        let millis = DataType::Timestamp(TimeUnit::Millisecond, None);
+        // The window's start as the GROUP BY column that is it, if one is.
+        let start_field = match edges.iter().find(|(_, edge)| *edge == WindowEdge::Start(0)) {
+            Some(&(i, _)) => fields[i].clone(),
+            None => Arc::new(Field::new("__window_start", millis.clone(), false)),
+        };
+        let mut output_fields: Vec<FieldRef> = std::iter::once(start_field)
+            .chain(keys.iter().map(|&i| fields[i].clone()))
+            .chain(fields[groups..].iter().cloned())
             .collect();
+        let end_column = edges.iter().any(|(_, edge)| matches!(edge, WindowEdge::End(_))).then(|| {
+            window_ends.push(aggregate.aggr_expr.len());
+            output_fields.push(Arc::new(Field::new("__window_end", millis.clone(), false)));
+            output_fields.len() - 1
+        });
         let output = Arc::new(Schema::new(output_fields));
         let operator =
             WindowAggregate::new(kind, group_columns, partition.clone(), aggregates, window_ends, output.clone());
@@ -1092,28 +1215,43 @@ impl Planner<'_> {
             self.graph.add_operator(&name, self.parallelism(), 1, Arc::new(move |_| Ok(Box::new(operator.clone()))));
         self.graph.connect(node, window_node, 0, Partitioning::Hash(partition));
         let windows = match kind {
-            WindowKind::Session { .. } => "per key its open sessions' accumulators",
-            _ => "accumulators per open window and key",
+            WindowKind::Session { .. } => "per key its open sessions' accumulators".to_string(),
+            _ => format!("accumulators per open {} window and key", kind_name(kind)),
         };
         self.graph
             .describe_state(window_node, format!("{windows}, each dropped when the watermark passes the window's end"));
-        let mut steps = Vec::new();
-        if window != 0 {
-            // Back to the GROUP BY's order.
-            let mut exprs: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
-            for i in 0..aggregate.schema.fields().len() {
-                let from = if i < groups { order.iter().position(|&o| o == i).unwrap_or(i) } else { i };
-                exprs.push(Arc::new(PhysicalColumn::new(output.field(from).name(), from)));
-            }
-            steps.push(Step::Project { exprs, schema: Arc::new(aggregate.schema.as_arrow().clone()) });
-        }
+        // Back to the GROUP BY's columns and order, each window column from the window's edge.
+        let mut exprs: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
         let mut times = HashMap::new();
-        match kind {
-            WindowKind::Tumbling { size_ms } | WindowKind::Hopping { size_ms, .. } => {
-                times.insert(window, TimeAttr::WindowStart { size_ms });
-            }
-            WindowKind::Session { .. } => {}
+        for (i, field) in fields.iter().enumerate() {
+            let column =
+                |at: usize| Arc::new(PhysicalColumn::new(output.field(at).name(), at)) as Arc<dyn PhysicalExpr>;
+            let expr = match edge_of(i) {
+                Some(edge) => {
+                    let (at, shift) = match edge {
+                        WindowEdge::Start(shift) => (0, shift),
+                        WindowEdge::End(shift) => (end_column.unwrap_or(0), shift),
+                    };
+                    if let Some(size_ms) = window_edge_completes(kind, edge) {
+                        times.insert(i, TimeAttr::WindowStart { size_ms });
+                    }
+                    shifted(column(at), output.field(at).data_type(), shift, field.data_type())
+                }
+                None if i < groups => column(1 + keys.iter().position(|&k| k == i).unwrap_or(0)),
+                None => column(1 + keys.len() + i - groups),
+            };
+            exprs.push(expr);
         }
+        let identity = exprs.len() == output.fields().len()
+            && exprs.iter().enumerate().all(|(i, e)| {
+                e.downcast_ref::<PhysicalColumn>().is_some_and(|c| c.index() == i)
+                    && output.field(i).data_type() == fields[i].data_type()
+            });
+        let steps = if identity {
+            Vec::new()
+        } else {
+            vec![Step::Project { exprs, schema: Arc::new(aggregate.schema.as_arrow().clone()) }]
+        };
         Ok(Stream { node: window_node, steps, times, updating: false })
     }
 

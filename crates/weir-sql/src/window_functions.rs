@@ -58,7 +58,7 @@ pub fn interval_ms(value: &ScalarValue) -> Option<i64> {
 }
 
 /// An interval literal as milliseconds of either sign, if it is a fixed duration (no months).
-fn signed_interval_ms(value: &ScalarValue) -> Option<i64> {
+pub fn signed_interval_ms(value: &ScalarValue) -> Option<i64> {
     match value {
         ScalarValue::IntervalMonthDayNano(Some(v)) if v.months == 0 => {
             Some(i64::from(v.days) * 86_400_000 + v.nanoseconds / 1_000_000)

@@ -1,11 +1,12 @@
 //! Windowed aggregates over event time with DataFusion's accumulators: tumbling, hopping
-//! (sliding) and session windows. The input carries a window column (the window start for
-//! tumbling windows, computed upstream by `tumble`; the row's event time for hopping and
-//! session windows, which are assigned here) and the group keys as columns. A window is emitted
+//! (sliding), cumulating and session windows. The input carries a window column (the window
+//! start for tumbling windows, computed upstream by `tumble`; the row's event time for the
+//! others, whose windows are assigned here, so a row travels once however many windows hold
+//! it) and the group keys as columns. A window is emitted
 //! when the watermark passes its end, and its state is dropped then; rows that arrive after
 //! their window was emitted are late and dropped.
 //!
-//! Tumbling and hopping windows are grouped by vectors, as the updating aggregate: each (window,
+//! Tumbling, hopping and cumulating windows are grouped by vectors, as the updating aggregate: each (window,
 //! key) is interned to a group id ([`GroupKeys`], the window's start and end leading the key)
 //! and each aggregate's state lives by id in a [`GroupAccumulator`]. Sessions, which merge as
 //! rows arrive, keep one set of DataFusion accumulators per open session of a key.
@@ -47,8 +48,12 @@ pub enum WindowKind {
     /// The window column holds each row's window start, computed upstream.
     Tumbling { size_ms: i64 },
     /// The window column holds the row's event time; the row counts in every window of `size`
-    /// that starts at a multiple of `slide` and contains it.
-    Hopping { slide_ms: i64, size_ms: i64 },
+    /// that starts at a multiple of `slide` (plus `offset`) and contains it.
+    Hopping { slide_ms: i64, size_ms: i64, offset_ms: i64 },
+    /// The window column holds the row's event time; time is cut in periods of `size` (from a
+    /// multiple of `size` plus `offset`), and the row counts in every window that starts with
+    /// its period and ends a whole number of `step`s later, after the row (Flink's CUMULATE).
+    Cumulating { step_ms: i64, size_ms: i64, offset_ms: i64 },
     /// The window column holds the row's event time; rows of a key less than `gap` apart share
     /// a session, which ends `gap` after its last row.
     Session { gap_ms: i64 },
@@ -64,7 +69,7 @@ struct SessionWindow {
     accumulators: Accumulators,
 }
 
-/// The groups of the open tumbling or hopping windows, by id: the key is the window's start
+/// The groups of the open tumbling, hopping or cumulating windows, by id: the key is the window's start
 /// and end, then the group columns.
 struct WindowGroups {
     keys: GroupKeys,
@@ -174,7 +179,7 @@ pub struct WindowAggregate {
     window_ends: Vec<usize>,
     /// The output: window start, keys, then the aggregates and window ends.
     output: SchemaRef,
-    /// Tumbling and hopping windows' groups (made on first use: making accumulators can fail).
+    /// Tumbling, hopping and cumulating windows' groups (made on first use: making accumulators can fail).
     groups: Option<WindowGroups>,
     /// Session windows by key, in start order, disjoint.
     sessions: HashMap<Vec<ScalarValue>, Vec<SessionWindow>>,
@@ -209,6 +214,11 @@ fn millis_of(batch: &RecordBatch, column: &str) -> Result<Int64Array> {
         .downcast_ref::<Int64Array>()
         .cloned()
         .ok_or_else(|| Error::Graph(format!("the window column '{column}' did not cast to milliseconds")))
+}
+
+/// The start of the window of `size` (its grid shifted by `offset`) holding time `t`.
+fn window_start(t: i64, size: i64, offset: i64) -> i64 {
+    (t - offset).div_euclid(size) * size + offset
 }
 
 /// Folds `from`'s state into `into` (session merges).
@@ -404,8 +414,8 @@ impl WindowAggregate {
         Ok(late)
     }
 
-    /// Tumbling and hopping windows: each row joins the group of its key in every open window
-    /// holding its time. Returns the rows dropped as late.
+    /// Tumbling, hopping and cumulating windows: each row joins the group of its key in every
+    /// open window holding its time. Returns the rows dropped as late.
     fn add_to_windows(&mut self, times: &Int64Array, key_columns: &[ArrayRef], arguments: &[Arguments]) -> Result<u64> {
         let (mut rows, mut starts, mut ends) = (Vec::new(), Vec::new(), Vec::new());
         let mut late = 0;
@@ -419,13 +429,26 @@ impl WindowAggregate {
                     starts.push(t);
                     ends.push(t + size_ms);
                 }
-                WindowKind::Hopping { slide_ms, size_ms } => {
-                    let mut start = t.div_euclid(slide_ms) * slide_ms;
+                WindowKind::Hopping { slide_ms, size_ms, offset_ms } => {
+                    let mut start = window_start(t, slide_ms, offset_ms);
                     while start + size_ms > t && start + size_ms > self.watermark {
                         rows.push(row as u32);
                         starts.push(start);
                         ends.push(start + size_ms);
                         start -= slide_ms;
+                    }
+                }
+                WindowKind::Cumulating { step_ms, size_ms, offset_ms } => {
+                    let start = window_start(t, size_ms, offset_ms);
+                    // The first end after t, then every step to the period's end.
+                    let mut end = window_start(t, step_ms, offset_ms) + step_ms;
+                    while end <= start + size_ms {
+                        if end > self.watermark {
+                            rows.push(row as u32);
+                            starts.push(start);
+                            ends.push(end);
+                        }
+                        end += step_ms;
                     }
                 }
                 _ => {}
@@ -645,7 +668,8 @@ mod tests {
     async fn late_rows_and_rows_without_a_time_are_counted() {
         let kinds = [
             WindowKind::Tumbling { size_ms: 10 },
-            WindowKind::Hopping { slide_ms: 5, size_ms: 10 },
+            WindowKind::Hopping { slide_ms: 5, size_ms: 10, offset_ms: 0 },
+            WindowKind::Cumulating { step_ms: 5, size_ms: 10, offset_ms: 0 },
             WindowKind::Session { gap_ms: 10 },
         ];
         for kind in kinds {
@@ -656,11 +680,56 @@ mod tests {
             window.process_batch(0, rows(&[Some(120), Some(200)]), &mut out).await.unwrap();
             window.process_watermark(105, &mut out).await.unwrap();
             // 50 (every window of it ends by 60, or 65 for a hop from 55) is late; 100 is still
-            // in an open window (it ends at 110); one row has no time.
+            // in an open window (it ends at 110; the cumulating window ending at 105 is closed);
+            // one row has no time.
             window.process_batch(0, rows(&[Some(50), None, Some(100), Some(51)]), &mut out).await.unwrap();
             let late = info.metrics.late_records_dropped.load(std::sync::atomic::Ordering::Relaxed);
             let null_time = info.metrics.null_time_records.load(std::sync::atomic::Ordering::Relaxed);
             assert_eq!((late, null_time), (2, 1), "{kind:?}");
         }
+    }
+
+    /// The counts of each window a kind gives rows at `times`, as (start, end, count), in the
+    /// order the windows close.
+    async fn counts(kind: WindowKind, times: &[i64]) -> Vec<(i64, i64, i64)> {
+        let info = SubtaskInfo::new("window", 0, 1);
+        let mut window = count_per_window(kind);
+        window.output = Arc::new(Schema::new(vec![
+            Field::new(START, DataType::Timestamp(TimeUnit::Millisecond, None), false),
+            Field::new("n", DataType::Int64, true),
+            Field::new(END, DataType::Timestamp(TimeUnit::Millisecond, None), false),
+        ]));
+        window.window_ends = vec![1];
+        window.open(&info, RestoredState::default()).await.unwrap();
+        let mut out = Collector::default();
+        let times: Vec<Option<i64>> = times.iter().copied().map(Some).collect();
+        window.process_batch(0, rows(&times), &mut out).await.unwrap();
+        window.process_watermark(i64::MAX, &mut out).await.unwrap();
+        let mut counts = Vec::new();
+        for batch in out.batches {
+            let millis = |i: usize| cast(batch.column(i), &DataType::Int64).unwrap();
+            let (starts, n, ends) = (millis(0), millis(1), millis(2));
+            let as_i64 = |a: &ArrayRef, row: usize| a.as_any().downcast_ref::<Int64Array>().unwrap().value(row);
+            for row in 0..batch.num_rows() {
+                counts.push((as_i64(&starts, row), as_i64(&ends, row), as_i64(&n, row)));
+            }
+        }
+        counts.sort();
+        counts
+    }
+
+    /// Cumulating windows count from their period's start to every step's end after the row;
+    /// an offset moves both hopping and cumulating windows off the epoch's grid.
+    #[tokio::test]
+    async fn cumulating_and_offset_windows_hold_the_rows_flink_puts_in_them() {
+        let cumulating = WindowKind::Cumulating { step_ms: 5, size_ms: 10, offset_ms: 0 };
+        assert_eq!(counts(cumulating, &[1, 6, 12]).await, vec![(0, 5, 1), (0, 10, 2), (10, 15, 1), (10, 20, 1)]);
+        let shifted = WindowKind::Cumulating { step_ms: 5, size_ms: 10, offset_ms: 2 };
+        assert_eq!(
+            counts(shifted, &[1, 6, 12]).await,
+            vec![(-8, 2, 1), (2, 7, 1), (2, 12, 1), (12, 17, 1), (12, 22, 1)]
+        );
+        let hopping = WindowKind::Hopping { slide_ms: 5, size_ms: 10, offset_ms: 2 };
+        assert_eq!(counts(hopping, &[1, 6]).await, vec![(-8, 2, 1), (-3, 7, 2), (2, 12, 1)]);
     }
 }
