@@ -25,6 +25,7 @@ pub struct AggregateCall {
 }
 
 /// One aggregate's arguments over a batch, and which rows its FILTER lets in.
+#[derive(Clone)]
 pub(crate) struct Arguments {
     values: Vec<ArrayRef>,
     filter: Option<BooleanArray>,
@@ -44,14 +45,6 @@ impl Arguments {
     /// Whether the aggregate has a FILTER.
     pub(crate) fn filtered(&self) -> bool {
         self.filter.is_some()
-    }
-
-    /// Rows `offset..offset + len` of these arguments (no copy).
-    pub(crate) fn slice(&self, offset: usize, len: usize) -> Arguments {
-        Arguments {
-            values: self.values.iter().map(|v| v.slice(offset, len)).collect(),
-            filter: self.filter.as_ref().map(|f| f.slice(offset, len)),
-        }
     }
 }
 
@@ -99,17 +92,27 @@ pub(crate) fn feed(
     indices: &[u32],
     retract: bool,
 ) -> Result<()> {
+    // A run of consecutive rows (an OVER aggregate's row and its peers) is a slice, no copy.
+    let consecutive = indices.windows(2).all(|pair| pair[0].checked_add(1) == Some(pair[1]));
+    let run = indices.first().filter(|_| consecutive).map(|&first| first as usize);
     for (accumulator, args) in accumulators.iter_mut().zip(arguments) {
-        let indices = match &args.filter {
-            None => UInt32Array::from(indices.to_vec()),
-            Some(mask) => {
-                indices.iter().copied().filter(|&i| mask.is_valid(i as usize) && mask.value(i as usize)).collect()
+        let taken = match (&args.filter, run) {
+            (None, Some(first)) => args.values.iter().map(|a| a.slice(first, indices.len())).collect(),
+            (filter, _) => {
+                let indices: UInt32Array = match filter {
+                    None => UInt32Array::from(indices.to_vec()),
+                    Some(mask) => indices
+                        .iter()
+                        .copied()
+                        .filter(|&i| mask.is_valid(i as usize) && mask.value(i as usize))
+                        .collect(),
+                };
+                if indices.is_empty() {
+                    continue;
+                }
+                args.values.iter().map(|a| take(a, &indices, None)).collect::<std::result::Result<Vec<_>, _>>()?
             }
         };
-        if indices.is_empty() {
-            continue;
-        }
-        let taken = args.values.iter().map(|a| take(a, &indices, None)).collect::<std::result::Result<Vec<_>, _>>()?;
         if retract { accumulator.retract_batch(&taken)? } else { accumulator.update_batch(&taken)? }
     }
     Ok(())

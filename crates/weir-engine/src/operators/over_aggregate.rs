@@ -31,7 +31,8 @@ use datafusion::logical_expr::Accumulator;
 use crate::error::{Error, Result};
 use crate::metrics::OperatorMetrics;
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
-use crate::operators::accumulators::{self, AggregateCall, Arguments};
+use crate::operators::accumulators::{self, AggregateCall};
+use crate::operators::frame_rows::{FrameRow, FrameRows};
 use crate::partition::key_hashes;
 use crate::state_table::KeyedTable;
 
@@ -57,15 +58,6 @@ impl Frame {
     }
 }
 
-/// A row in a partition's bounded frame.
-struct FrameRow {
-    time: i64,
-    /// The row itself (input columns), for the snapshot.
-    row: RecordBatch,
-    /// Its aggregates' arguments, to take it back when it leaves the frame.
-    arguments: Vec<Arguments>,
-}
-
 struct Partition {
     accumulators: Vec<Box<dyn Accumulator>>,
     /// The rows in the frame, oldest first (bounded frames only).
@@ -86,6 +78,8 @@ pub struct OverAggregate {
     /// Rows waiting for the watermark to pass their time.
     pending: Vec<RecordBatch>,
     partitions: HashMap<OwnedRow, Partition>,
+    /// The rows in the partitions' bounded frames.
+    frame_rows: FrameRows,
     converter: Option<RowConverter>,
     watermark: i64,
     /// The subtask's counters: late rows and rows without a time are counted there.
@@ -134,6 +128,7 @@ impl OverAggregate {
             output,
             pending: Vec::new(),
             partitions: HashMap::new(),
+            frame_rows: FrameRows::default(),
             converter: None,
             watermark: i64::MIN,
             metrics: Arc::default(),
@@ -167,7 +162,7 @@ impl OverAggregate {
     }
 
     /// Takes out of a bounded frame the rows that the row at `time` leaves behind.
-    fn shrink(frame: Frame, partition: &mut Partition, time: i64) -> Result<()> {
+    fn shrink(frame: Frame, partition: &mut Partition, time: i64, rows: &mut FrameRows) -> Result<()> {
         loop {
             let leaves = match (frame, partition.frame.front()) {
                 (Frame::Rows { preceding: Some(n) }, Some(_)) => partition.frame.len() > n + 1,
@@ -175,7 +170,7 @@ impl OverAggregate {
                 _ => false,
             };
             let Some(left) = leaves.then(|| partition.frame.pop_front()).flatten() else { return Ok(()) };
-            accumulators::feed(&mut partition.accumulators, &left.arguments, &[0], true)?;
+            rows.take_back(left, &mut partition.accumulators)?;
         }
     }
 
@@ -198,41 +193,56 @@ impl OverAggregate {
         let keys = self.keys(&ready)?;
         let arguments = accumulators::arguments(&self.aggregates, &ready)?;
         let (frame, bounded) = (self.frame, self.frame.bounded());
+        // Every row enters its partition's frame, if the frame is bounded.
+        let frame_rows = match bounded {
+            true => self.frame_rows.add(ready.clone(), arguments.clone(), times.values()),
+            false => Vec::new(),
+        };
         let mut values: Vec<Vec<ScalarValue>> = Vec::with_capacity(rows);
-        let mut start = 0;
-        while start < rows {
-            // The current row, with its peers in a RANGE frame (same partition and time).
-            let mut end = start + 1;
-            if matches!(frame, Frame::Range { .. }) {
-                while end < rows && keys.row(end) == keys.row(start) && times.value(end) == times.value(start) {
-                    end += 1;
-                }
+        let mut run = 0;
+        while run < rows {
+            // A partition's rows (the batch is sorted by partition): its accumulators found once.
+            let mut run_end = run + 1;
+            while run_end < rows && keys.row(run_end) == keys.row(run) {
+                run_end += 1;
             }
-            let key = keys.row(start).owned();
+            let key = keys.row(run).owned();
             if !self.partitions.contains_key(&key) {
                 let accumulators = self.accumulators()?;
                 self.partitions.insert(key.clone(), Partition { accumulators, frame: VecDeque::new() });
             }
             let partition =
                 self.partitions.get_mut(&key).ok_or_else(|| Error::Graph("OVER partition vanished".into()))?;
-            let indices: Vec<u32> = (start as u32..end as u32).collect();
-            accumulators::feed(&mut partition.accumulators, &arguments, &indices, false)?;
-            if bounded {
-                for row in start..end {
-                    partition.frame.push_back(FrameRow {
-                        time: times.value(row),
-                        row: ready.slice(row, 1),
-                        arguments: arguments.iter().map(|a| a.slice(row, 1)).collect(),
-                    });
+            let mut start = run;
+            while start < run_end {
+                // The current row, with its peers in a RANGE frame (same time).
+                let mut end = start + 1;
+                if matches!(frame, Frame::Range { .. }) {
+                    while end < run_end && times.value(end) == times.value(start) {
+                        end += 1;
+                    }
                 }
-                Self::shrink(frame, partition, times.value(start))?;
+                let indices: Vec<u32> = (start as u32..end as u32).collect();
+                accumulators::feed(&mut partition.accumulators, &arguments, &indices, false)?;
+                if bounded {
+                    partition.frame.extend(&frame_rows[start..end]);
+                    Self::shrink(frame, partition, times.value(start), &mut self.frame_rows)?;
+                }
+                let current: Vec<ScalarValue> = partition
+                    .accumulators
+                    .iter_mut()
+                    .map(|a| a.evaluate())
+                    .collect::<datafusion::error::Result<_>>()?;
+                for _ in start..end {
+                    values.push(current.clone());
+                }
+                start = end;
             }
-            let current: Vec<ScalarValue> =
-                partition.accumulators.iter_mut().map(|a| a.evaluate()).collect::<datafusion::error::Result<_>>()?;
-            for _ in start..end {
-                values.push(current.clone());
-            }
-            start = end;
+            run = run_end;
+        }
+        if self.frame_rows.needs_compaction() {
+            let frames = self.partitions.values_mut().flat_map(|p| p.frame.iter_mut());
+            self.frame_rows.compact(&self.input, &self.aggregates, frames)?;
         }
         let width = self.output.fields().len() - self.aggregates.len();
         let mut columns: Vec<ArrayRef> = ready.columns()[..width].to_vec();
@@ -301,7 +311,8 @@ impl Operator for OverAggregate {
             let keys = self.keys(&rows)?;
             let times = millis(rows.column(self.time_column))?;
             let arguments = accumulators::arguments(&self.aggregates, &rows)?;
-            for row in 0..rows.num_rows() {
+            let frame_rows = self.frame_rows.add(rows.clone(), arguments.clone(), times.values());
+            for (row, frame_row) in frame_rows.into_iter().enumerate() {
                 let key = keys.row(row).owned();
                 if !self.partitions.contains_key(&key) {
                     let accumulators = self.accumulators()?;
@@ -309,11 +320,7 @@ impl Operator for OverAggregate {
                 }
                 let Some(partition) = self.partitions.get_mut(&key) else { continue };
                 accumulators::feed(&mut partition.accumulators, &arguments, &[row as u32], false)?;
-                partition.frame.push_back(FrameRow {
-                    time: times.value(row),
-                    row: rows.slice(row, 1),
-                    arguments: arguments.iter().map(|a| a.slice(row, 1)).collect(),
-                });
+                partition.frame.push_back(frame_row);
             }
         }
         let (table, widths) = self.accumulators_table()?;
@@ -374,20 +381,13 @@ impl Operator for OverAggregate {
         let mut tables = vec![StateTable { name: PENDING.into(), schema, batches: pending }];
         if self.frame.bounded() {
             let schema = self.rows_table(true).schema().clone();
-            let mut rows = Vec::new();
-            let mut positions = Vec::new();
-            for partition in self.partitions.values() {
-                for (position, row) in partition.frame.iter().enumerate() {
-                    rows.push(row.row.clone());
-                    positions.push(position as i64);
-                }
-            }
-            let batch = match rows.is_empty() {
-                true => RecordBatch::new_empty(schema.clone()),
-                false => {
-                    let rows = concat_batches(&self.input, &rows)?;
-                    self.keyed(&schema, &rows, vec![Arc::new(Int64Array::from(positions))])?
-                }
+            let frames = || self.partitions.values().flat_map(|p| p.frame.iter());
+            let positions: Int64Array =
+                self.partitions.values().flat_map(|p| (0..p.frame.len() as i64).map(Some)).collect();
+            let rows = self.frame_rows.gather(&self.input, frames())?;
+            let batch = match rows.num_rows() {
+                0 => RecordBatch::new_empty(schema.clone()),
+                _ => self.keyed(&schema, &rows, vec![Arc::new(positions)])?,
             };
             tables.push(StateTable { name: FRAMES.into(), schema, batches: vec![batch] });
         } else {
@@ -424,5 +424,104 @@ impl Operator for OverAggregate {
         let pending = concat_batches(&self.input, &self.pending)?;
         self.pending.clear();
         self.compute(pending, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::TimestampMillisecondArray;
+    use datafusion::functions_aggregate::sum::sum_udaf;
+    use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+    use datafusion::physical_expr::expressions::col;
+
+    use super::*;
+    use crate::SubtaskInfo;
+
+    fn input() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+            Field::new("k", DataType::Int64, true),
+        ]))
+    }
+
+    /// `sum(ts) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)`.
+    fn sum_of_two() -> OverAggregate {
+        let input = input();
+        let ts =
+            datafusion::physical_expr::expressions::CastExpr::new(col("ts", &input).unwrap(), DataType::Int64, None);
+        let sum =
+            AggregateExprBuilder::new(sum_udaf(), vec![Arc::new(ts)]).schema(input.clone()).alias("s").build().unwrap();
+        let output =
+            Schema::new(vec![input.field(0).clone(), input.field(1).clone(), Field::new("s", DataType::Int64, true)]);
+        let call = AggregateCall { function: Arc::new(sum), filter: None };
+        OverAggregate::new(vec!["k".into()], 0, Frame::Rows { preceding: Some(1) }, vec![call], input, Arc::new(output))
+    }
+
+    /// Feeds rows (time, key), passes the watermark over them, and returns each output row's
+    /// (time, key, sum).
+    async fn feed(over: &mut OverAggregate, rows: &[(i64, i64)]) -> Vec<(i64, i64, i64)> {
+        let times: TimestampMillisecondArray = rows.iter().map(|r| Some(r.0)).collect();
+        let keys: Int64Array = rows.iter().map(|r| Some(r.1)).collect();
+        let batch = RecordBatch::try_new(input(), vec![Arc::new(times), Arc::new(keys)]).unwrap();
+        let mut out = Collector::default();
+        over.process_batch(0, batch, &mut out).await.unwrap();
+        let last = rows.iter().map(|r| r.0).max().unwrap_or(0);
+        over.process_watermark(last, &mut out).await.unwrap();
+        let mut result = Vec::new();
+        for batch in out.batches {
+            let times = millis(batch.column(0)).unwrap();
+            let int = |i: usize| batch.column(i).as_any().downcast_ref::<Int64Array>().unwrap().clone();
+            let (keys, sums) = (int(1), int(2));
+            for row in 0..batch.num_rows() {
+                result.push((times.value(row), keys.value(row), sums.value(row)));
+            }
+        }
+        result
+    }
+
+    /// Quiet partitions keep their last rows, and with them the batches those came in; once
+    /// the batches are mostly rows no frame holds, the held ones are gathered into one batch.
+    /// Frames still take back the right rows after that, and a restore gets every frame.
+    #[tokio::test]
+    async fn frames_survive_compaction_and_a_restore() {
+        let mut over = sum_of_two();
+        over.open(&SubtaskInfo::new("over", 0, 1), RestoredState::default()).await.unwrap();
+        // Each batch: 999 rows of the busy key 0, and the only row of a new quiet key.
+        let mut time = 0;
+        for quiet in 1..=100i64 {
+            let mut rows = Vec::new();
+            for _ in 0..999 {
+                time += 1;
+                rows.push((time, 0));
+            }
+            time += 1;
+            rows.push((time, quiet));
+            let out = feed(&mut over, &rows).await;
+            // The busy key's sum is its row's time and the one before; a quiet key's its own.
+            for (t, k, s) in out {
+                let expected = match k {
+                    0 if t == 1 => 1,
+                    0 if (t - 1) % 1000 == 0 => t + t - 2,
+                    0 => t + t - 1,
+                    _ => t,
+                };
+                assert_eq!(s, expected, "time {t} key {k}");
+            }
+        }
+        // 100 quiet rows and the busy key's last two are in frames; 100,000 rows came in.
+        assert_eq!(over.frame_rows.live, 102);
+        assert!(over.frame_rows.stored < 70_000, "compacted: {} rows stored", over.frame_rows.stored);
+        let tables = over.snapshot(1).await.unwrap();
+        let frames = tables.iter().find(|t| t.name == FRAMES).unwrap();
+        assert_eq!(frames.batches.iter().map(RecordBatch::num_rows).sum::<usize>(), 102);
+        let mut restored = sum_of_two();
+        let state =
+            RestoredState { checkpoint_id: Some(1), tables: tables.into_iter().map(|t| (t.name, t.batches)).collect() };
+        restored.open(&SubtaskInfo::new("over", 0, 1), state).await.unwrap();
+        let out = feed(&mut restored, &[(time + 1, 0), (time + 2, 7), (time + 3, 0)]).await;
+        assert_eq!(
+            out,
+            [(time + 1, 0, time + 1 + time - 1), (time + 3, 0, time + 3 + time + 1), (time + 2, 7, time + 2 + 7_000)]
+        );
     }
 }
