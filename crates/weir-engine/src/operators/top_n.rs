@@ -13,7 +13,7 @@
 //! partition columns; after a restore the emitted ranks are the restored top N, since every
 //! batch's changes are emitted before any snapshot.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -21,8 +21,8 @@ use datafusion::arrow::array::{ArrayRef, Int64Array, UInt64Array};
 use datafusion::arrow::compute::{SortOptions, cast};
 use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::arrow::row::{OwnedRow, Row, RowConverter, SortField};
-use datafusion::common::HashMap;
+use datafusion::arrow::row::{Row, RowConverter, SortField};
+use datafusion::common::{HashMap, HashSet};
 use datafusion::physical_expr::PhysicalExpr;
 
 use crate::changelog::{Change, change_array, changes};
@@ -150,12 +150,52 @@ struct Converters {
     rows: RowConverter,
 }
 
+/// A kept row: its ORDER BY key, then the whole row, in Arrow's row format, in one shared
+/// allocation (the emitted ranks hold it too), ordered by the key, then the row.
+#[derive(Clone, PartialEq, Eq)]
+struct RankedRow {
+    bytes: Arc<[u8]>,
+    order_len: usize,
+}
+
+impl RankedRow {
+    fn new(order: Row<'_>, row: Row<'_>) -> Self {
+        let (order, row) = (order.as_ref(), row.as_ref());
+        let mut bytes = Vec::with_capacity(order.len() + row.len());
+        bytes.extend_from_slice(order);
+        bytes.extend_from_slice(row);
+        Self { bytes: bytes.into(), order_len: order.len() }
+    }
+
+    fn order(&self) -> &[u8] {
+        &self.bytes[..self.order_len]
+    }
+
+    fn row(&self) -> &[u8] {
+        &self.bytes[self.order_len..]
+    }
+}
+
+impl Ord for RankedRow {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.order().cmp(other.order()).then_with(|| self.row().cmp(other.row()))
+    }
+}
+
+impl PartialOrd for RankedRow {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 #[derive(Default)]
 struct Ranked {
-    /// (ORDER BY key, whole row) -> copies, in rank order.
-    rows: BTreeMap<(OwnedRow, OwnedRow), usize>,
+    /// Kept rows -> copies, in rank order.
+    rows: BTreeMap<RankedRow, usize>,
+    /// The copies kept in all.
+    count: usize,
     /// The rows last emitted with their numbers, in rank order.
-    emitted: Vec<(OwnedRow, u64)>,
+    emitted: Vec<(RankedRow, u64)>,
 }
 
 impl Ranked {
@@ -165,27 +205,27 @@ impl Ranked {
         &self,
         numbering: Numbering,
         limit: usize,
-        mut visit: impl FnMut(&OwnedRow, u64),
+        mut visit: impl FnMut(&RankedRow, u64),
     ) -> (usize, Option<(u64, u64)>) {
         let mut count = 0;
-        let mut previous: Option<((u64, u64), &OwnedRow)> = None;
-        for ((order, row), copies) in &self.rows {
+        let mut previous: Option<((u64, u64), &[u8])> = None;
+        for (row, copies) in &self.rows {
             for _ in 0..*copies {
-                let tie = previous.is_some_and(|(_, key)| key == order);
+                let tie = previous.is_some_and(|(_, key)| key == row.order());
                 let next = numbering.next(previous.map(|(p, _)| p), tie);
                 if next.1 > limit as u64 {
                     return (count, previous.map(|(p, _)| p));
                 }
                 visit(row, next.1);
                 count += 1;
-                previous = Some((next, order));
+                previous = Some((next, row.order()));
             }
         }
         (count, previous.map(|(p, _)| p))
     }
 
     /// The rows numbered `limit` or less, with their numbers, in rank order.
-    fn top(&self, numbering: Numbering, limit: usize) -> Vec<(OwnedRow, u64)> {
+    fn top(&self, numbering: Numbering, limit: usize) -> Vec<(RankedRow, u64)> {
         let mut top = Vec::new();
         self.walk_top(numbering, limit, |row, number| top.push((row.clone(), number)));
         top
@@ -195,22 +235,45 @@ impl Ranked {
     /// append-only input: it orders after every kept row (no tie) and would be numbered past
     /// the limit.
     fn excludes(&self, order: Row<'_>, numbering: Numbering, limit: usize) -> bool {
-        let Some(((last, _), _)) = self.rows.last_key_value() else { return false };
-        if order <= last.row() {
+        let Some((last, _)) = self.rows.last_key_value() else { return false };
+        if order.as_ref() <= last.order() {
             return false;
+        }
+        if numbering == Numbering::RowNumber {
+            // Every kept row has a number of its own: the next one would be `count + 1`.
+            return self.count >= limit;
         }
         let (_, after) = self.walk_top(numbering, limit, |_, _| {});
         numbering.next(after, false).1 > limit as u64
     }
 
-    /// Drops the rows below the top `limit`.
-    fn trim(&mut self, limit: usize) {
-        let mut kept: usize = self.rows.values().sum();
-        while kept > limit {
+    /// Adds copies of a row (negative: takes them back, as far as it is kept).
+    fn add(&mut self, row: RankedRow, copies: i64) {
+        if copies > 0 {
+            *self.rows.entry(row).or_insert(0) += copies as usize;
+            self.count += copies as usize;
+        } else if let Some(kept) = self.rows.get_mut(&row) {
+            // A row not kept (below an append-only top N, or never seen) takes nothing back.
+            let taken = (*kept).min(copies.unsigned_abs() as usize);
+            *kept -= taken;
+            self.count -= taken;
+            if *kept == 0 {
+                self.rows.remove(&row);
+            }
+        }
+    }
+
+    /// Drops the rows below the top `limit` of an append-only input, which can never rise.
+    fn trim(&mut self, numbering: Numbering, limit: usize) {
+        let keep = match numbering {
+            Numbering::RowNumber => limit,
+            _ => self.walk_top(numbering, limit, |_, _| {}).0,
+        };
+        while self.count > keep {
             let Some(mut last) = self.rows.last_entry() else { break };
-            let excess = (kept - limit).min(*last.get());
+            let excess = (self.count - keep).min(*last.get());
             *last.get_mut() -= excess;
-            kept -= excess;
+            self.count -= excess;
             if *last.get() == 0 {
                 last.remove();
             }
@@ -277,14 +340,14 @@ impl TopN {
 
     /// Adds `copies[r]` of each row r of `batch` (negative: takes them back) and returns the
     /// changed ranks of the partitions it touched: (row, rank, change).
-    fn apply(&mut self, batch: &RecordBatch, copies: &[i64]) -> Result<Vec<(OwnedRow, u64, Change)>> {
+    fn apply(&mut self, batch: &RecordBatch, copies: &[i64]) -> Result<Vec<(RankedRow, u64, Change)>> {
         let (partition, order) = partition_and_order(batch, &self.partition, &self.order)?;
         let converters = self.converters()?;
         let keys = converters.partition.convert_columns(&partition)?;
         let orders = converters.order.convert_columns(&order)?;
         let rows = converters.rows.convert_columns(batch.columns())?;
         let mut touched = Vec::new();
-        let mut seen = HashSet::new();
+        let mut seen: HashSet<&[u8]> = HashSet::default();
         for (row, &n) in copies.iter().enumerate() {
             let key = keys.row(row).data();
             if seen.insert(key) {
@@ -294,20 +357,10 @@ impl TopN {
             if !self.retracting && n > 0 && ranked.excludes(orders.row(row), self.numbering, self.limit) {
                 continue; // below an append-only top N: it can never rise
             }
-            let entry = (orders.row(row).owned(), rows.row(row).owned());
-            if n > 0 {
-                *ranked.rows.entry(entry).or_insert(0) += n as usize;
-            } else if let Some(kept) = ranked.rows.get_mut(&entry) {
-                // A row not kept (below an append-only top N, or never seen) takes nothing back.
-                *kept = kept.saturating_sub(n.unsigned_abs() as usize);
-                if *kept == 0 {
-                    ranked.rows.remove(&entry);
-                }
-            }
+            ranked.add(RankedRow::new(orders.row(row), rows.row(row)), n);
             if !self.retracting {
                 // Rows below the top can never rise: a new row only pushes others down.
-                let (kept, _) = ranked.walk_top(self.numbering, self.limit, |_, _| {});
-                ranked.trim(kept);
+                ranked.trim(self.numbering, self.limit);
             }
         }
         let mut changed = Vec::new();
@@ -333,12 +386,13 @@ impl TopN {
         Ok(changed)
     }
 
-    fn emit(&mut self, changed: Vec<(OwnedRow, u64, Change)>, out: &mut Collector) -> Result<()> {
+    fn emit(&mut self, changed: Vec<(RankedRow, u64, Change)>, out: &mut Collector) -> Result<()> {
         if changed.is_empty() {
             return Ok(());
         }
         let converter = &self.converters()?.rows;
-        let columns = converter.convert_rows(changed.iter().map(|(row, _, _)| row.row()))?;
+        let parser = converter.parser();
+        let columns = converter.convert_rows(changed.iter().map(|(kept, _, _)| parser.parse(kept.row())))?;
         let width = self.output.fields().len() - 2;
         let mut output: Vec<ArrayRef> = columns.into_iter().take(width).collect();
         let numbers: ArrayRef = Arc::new(UInt64Array::from_iter_values(changed.iter().map(|(_, n, _)| *n)));
@@ -376,10 +430,11 @@ impl Operator for TopN {
         let Some(converters) = &self.converters else {
             return Err(Error::Graph("top-N row converters missing".into()));
         };
+        let parser = converters.rows.parser();
         let kept: Vec<(Row<'_>, usize)> = self
             .partitions
             .values()
-            .flat_map(|ranked| ranked.rows.iter().map(|((_, row), copies)| (row.row(), *copies)))
+            .flat_map(|ranked| ranked.rows.iter().map(|(kept, copies)| (parser.parse(kept.row()), *copies)))
             .collect();
         let copies = Int64Array::from_iter_values(kept.iter().map(|(_, n)| *n as i64));
         let columns = converters.rows.convert_rows(kept.into_iter().map(|(row, _)| row))?;
