@@ -94,6 +94,23 @@ QUERIES = [
         "window_start TIMESTAMP(3), auction BIGINT, bids BIGINT, top BIGINT",
     ),
     (
+        "hop_table_function",
+        "HOP window table function, 10 s every 2 s, count and max per auction",
+        "SELECT window_start, window_end, auction, count(*) AS bids, max(price) AS top "
+        "FROM TABLE(HOP(TABLE bids, DESCRIPTOR(date_time), INTERVAL '2' SECOND, INTERVAL '10' SECOND)) "
+        "GROUP BY window_start, window_end, auction",
+        None,
+        "window_start TIMESTAMP(3), window_end TIMESTAMP(3), auction BIGINT, bids BIGINT, top BIGINT",
+    ),
+    (
+        "over_rows",
+        "OVER aggregate: each bid with the max and count of its auction's last 10 bids and itself",
+        "SELECT auction, price, max(price) OVER w AS recent_top, count(*) OVER w AS recent_bids FROM bids "
+        "WINDOW w AS (PARTITION BY auction ORDER BY date_time ROWS BETWEEN 10 PRECEDING AND CURRENT ROW)",
+        None,
+        "auction BIGINT, price BIGINT, recent_top BIGINT, recent_bids BIGINT",
+    ),
+    (
         "group_by_auction",
         "non-windowed GROUP BY auction, count and max (updating)",
         "SELECT auction, count(*) AS bids, max(price) AS top FROM bids GROUP BY auction",
