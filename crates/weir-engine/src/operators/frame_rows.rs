@@ -52,6 +52,9 @@ pub(crate) struct FrameRows {
 impl FrameRows {
     /// Keeps `rows`, all of which enter frames, and returns a frame row for each.
     pub(crate) fn add(&mut self, rows: RecordBatch, arguments: Vec<Arguments>, times: &[i64]) -> Vec<FrameRow> {
+        if rows.num_rows() == 0 {
+            return Vec::new();
+        }
         let batch = self.next;
         self.next = self.next.wrapping_add(1);
         let count = rows.num_rows();
