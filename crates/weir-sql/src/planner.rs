@@ -241,7 +241,7 @@ pub struct Planned {
 }
 
 /// `expr` without aliases.
-fn unaliased(expr: &Expr) -> &Expr {
+pub(crate) fn unaliased(expr: &Expr) -> &Expr {
     match expr {
         Expr::Alias(alias) => unaliased(&alias.expr),
         other => other,
@@ -351,7 +351,7 @@ fn interval_arg(call: &ScalarFunction, index: usize, what: &str) -> Result<i64> 
 }
 
 /// `column + offset` (milliseconds) for an expression of that shape, seeing through casts.
-fn column_plus_offset(expr: &Expr) -> Option<(Column, i64)> {
+pub(crate) fn column_plus_offset(expr: &Expr) -> Option<(Column, i64)> {
     match unaliased(expr) {
         Expr::Column(column) => Some((column.clone(), 0)),
         Expr::Cast(cast) => column_plus_offset(&cast.expr),

@@ -31,6 +31,7 @@ use datafusion::logical_expr::{
     Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
     Signature, TypeSignature, Volatility,
 };
+use weir_engine::operators::window_start;
 
 pub const TUMBLE: &str = "tumble";
 pub const HOP: &str = "hop";
@@ -86,11 +87,6 @@ fn offset_ms(function: &str, value: Option<&ColumnarValue>) -> datafusion::error
 /// too, to refuse them at planning.
 pub fn window_list_fits(function: &str, first: i64, size: i64) -> bool {
     first <= size && (function != CUMULATE_ENDS || size % first == 0)
-}
-
-/// The start of the window of `size` (shifted by `offset`) holding time `t`.
-fn window_start(t: i64, size: i64, offset: i64) -> i64 {
-    (t - offset).div_euclid(size) * size + offset
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]

@@ -23,10 +23,12 @@
 //! (`u` in an aggregate's argument, a filter on it, a computed expression) keeps the general
 //! path, which gives the same answer.
 
+use datafusion::common::Column;
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan, Projection, Unnest};
 use weir_engine::operators::WindowKind;
 
+use crate::planner::{column_plus_offset, unaliased};
 use crate::window_functions::{CUMULATE_ENDS, HOP_STARTS, interval_ms, signed_interval_ms, window_list_fits};
 
 /// Which edge of the operator's window a GROUP BY column holds, moved by milliseconds.
@@ -61,33 +63,6 @@ fn unaliased_plan(plan: &LogicalPlan) -> &LogicalPlan {
     match plan {
         LogicalPlan::SubqueryAlias(alias) => unaliased_plan(&alias.input),
         other => other,
-    }
-}
-
-fn unaliased(expr: &Expr) -> &Expr {
-    match expr {
-        Expr::Alias(alias) => unaliased(&alias.expr),
-        other => other,
-    }
-}
-
-/// A window column (whose shift `shift_of_column` gives), plus or minus interval literals,
-/// seeing through casts: its shift from the window's edge in ms.
-fn shift_of(expr: &Expr, shift_of_column: &dyn Fn(&Expr) -> Option<i64>) -> Option<i64> {
-    match unaliased(expr) {
-        column @ Expr::Column(_) => shift_of_column(column),
-        Expr::Cast(cast) => shift_of(&cast.expr, shift_of_column),
-        Expr::BinaryExpr(binary) => {
-            let base = shift_of(&binary.left, shift_of_column)?;
-            let Expr::Literal(value, _) = unaliased(&binary.right) else { return None };
-            let ms = signed_interval_ms(value)?;
-            match binary.op {
-                datafusion::logical_expr::Operator::Plus => Some(base + ms),
-                datafusion::logical_expr::Operator::Minus => Some(base - ms),
-                _ => None,
-            }
-        }
-        _ => None,
     }
 }
 
@@ -145,15 +120,14 @@ pub fn window_table_grouping(aggregate: &Aggregate) -> Option<WindowTableGroupin
     for projection in &above {
         let input = projection.input.schema();
         let lower = shifts.clone();
-        let shift_of_column = |expr: &Expr| match expr {
-            Expr::Column(column) => input.index_of_column(column).ok().and_then(|i| lower.get(i).copied().flatten()),
-            _ => None,
-        };
+        let shift_of_column =
+            |column: &Column| input.index_of_column(column).ok().and_then(|i| lower.get(i).copied().flatten());
         let mut layer = Vec::with_capacity(projection.expr.len());
         for expr in &projection.expr {
-            let uses_window =
-                expr.column_refs().into_iter().any(|c| shift_of_column(&Expr::Column(c.clone())).is_some());
-            layer.push(match (uses_window, shift_of(expr, &shift_of_column)) {
+            let uses_window = expr.column_refs().into_iter().any(|c| shift_of_column(c).is_some());
+            // A window column plus or minus fixed intervals: its shift from the window's edge.
+            let shift = column_plus_offset(expr).and_then(|(column, offset)| Some(shift_of_column(&column)? + offset));
+            layer.push(match (uses_window, shift) {
                 (false, _) => None,
                 (true, Some(shift)) => Some(shift),
                 (true, None) => return None,
@@ -164,9 +138,8 @@ pub fn window_table_grouping(aggregate: &Aggregate) -> Option<WindowTableGroupin
     }
     // The window's columns, as the aggregate's input names them.
     let input = aggregate.input.schema();
-    let window_column = |column: &datafusion::common::Column| {
-        input.index_of_column(column).ok().and_then(|i| shifts.get(i).copied().flatten())
-    };
+    let window_column =
+        |column: &Column| input.index_of_column(column).ok().and_then(|i| shifts.get(i).copied().flatten());
     let mut edges = Vec::new();
     for (position, expr) in aggregate.group_expr.iter().enumerate() {
         let column_shift = match unaliased(expr) {

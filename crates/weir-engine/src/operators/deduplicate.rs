@@ -7,10 +7,9 @@
 //! broken by the whole row; its state is top-N's `rows` table, so either restores the other's.
 //! What it saves over the general top-N is work per row: the partition is found by its dense
 //! id ([`GroupKeys`]), the kept row is one byte string (its ORDER BY key, then the whole row, in
-//! Arrow's row format) in a vector by id, a batch's rows for one partition are compared before
+//! Arrow's row format: top-N's `RankedRow`) in a vector by id, a batch's rows for one partition are compared before
 //! anything is stored, and the new rows are emitted by `take` from the batch.
 
-use std::cmp::Ordering;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -25,7 +24,7 @@ use crate::changelog::{Change, change_array};
 use crate::error::{Error, Result};
 use crate::group_keys::GroupKeys;
 use crate::operator::{Collector, Operator, RestoredState, StateTable};
-use crate::operators::top_n::{KeptRows, order_fields, partition_and_order, row_converter};
+use crate::operators::top_n::{KeptRows, RankedRow, order_fields, partition_and_order, row_converter};
 
 /// The first row of each partition, kept up to date as a changelog.
 pub struct Deduplicate {
@@ -42,29 +41,13 @@ pub struct Deduplicate {
     kept: Option<Kept>,
 }
 
-/// One partition's row: its ORDER BY key then the whole row, in Arrow's row format.
-struct KeptRow {
-    bytes: Box<[u8]>,
-    order_len: usize,
-}
-
-impl KeptRow {
-    fn order(&self) -> &[u8] {
-        &self.bytes[..self.order_len]
-    }
-
-    fn row(&self) -> &[u8] {
-        &self.bytes[self.order_len..]
-    }
-}
-
 /// The partitions' ids and their rows.
 struct Kept {
     partitions: GroupKeys,
     order: RowConverter,
     rows: RowConverter,
     /// By partition id.
-    first: Vec<Option<KeptRow>>,
+    first: Vec<Option<RankedRow>>,
 }
 
 /// A batch's candidate rows, encoded once.
@@ -81,21 +64,12 @@ impl Candidates {
     }
 
     /// Whether row `a` of the batch comes before a kept row.
-    fn before_kept(&self, a: usize, kept: &KeptRow) -> bool {
-        match self.orders.row(a).as_ref().cmp(kept.order()) {
-            Ordering::Less => true,
-            Ordering::Greater => false,
-            Ordering::Equal => self.rows.row(a).as_ref() < kept.row(),
-        }
+    fn before_kept(&self, a: usize, kept: &RankedRow) -> bool {
+        (self.orders.row(a).as_ref(), self.rows.row(a).as_ref()) < (kept.order(), kept.row())
     }
 
-    fn kept(&self, row: usize) -> KeptRow {
-        let (order, whole) = (self.orders.row(row), self.rows.row(row));
-        let order_len = order.as_ref().len();
-        let mut bytes = Vec::with_capacity(order_len + whole.as_ref().len());
-        bytes.extend_from_slice(order.as_ref());
-        bytes.extend_from_slice(whole.as_ref());
-        KeptRow { bytes: bytes.into_boxed_slice(), order_len }
+    fn kept(&self, row: usize) -> RankedRow {
+        RankedRow::new(self.orders.row(row), self.rows.row(row))
     }
 }
 
@@ -103,7 +77,7 @@ impl Candidates {
 /// replaced, if any.
 struct Replaced {
     new: usize,
-    old: Option<KeptRow>,
+    old: Option<RankedRow>,
 }
 
 impl Clone for Deduplicate {
@@ -195,7 +169,7 @@ impl Deduplicate {
         let new_rows = UInt32Array::from_iter_values(replaced.iter().map(|r| r.new as u32));
         let new: Vec<ArrayRef> =
             batch.columns()[..width].iter().map(|c| take(c, &new_rows, None)).collect::<std::result::Result<_, _>>()?;
-        let olds: Vec<&KeptRow> = replaced.iter().filter_map(|r| r.old.as_ref()).collect();
+        let olds: Vec<&RankedRow> = replaced.iter().filter_map(|r| r.old.as_ref()).collect();
         let mut columns = if olds.is_empty() {
             new
         } else {
@@ -258,7 +232,7 @@ impl Operator for Deduplicate {
         let (input, partition) = (self.input.clone(), self.partition.clone());
         let kept = self.state()?;
         let parser = kept.rows.parser();
-        let firsts: Vec<&KeptRow> = kept.first.iter().flatten().collect();
+        let firsts: Vec<&RankedRow> = kept.first.iter().flatten().collect();
         let columns = kept.rows.convert_rows(firsts.iter().map(|k| parser.parse(k.row())))?;
         // One copy each.
         let copies = Int64Array::from_value(1, firsts.len());

@@ -28,5 +28,5 @@ pub use stateless::{Stateless, Step};
 pub use top_n::TopN;
 pub use updating_aggregate::UpdatingAggregate;
 pub use watermark::WatermarkAssigner;
-pub use window_aggregate::{ALL_IN_ONE, WindowAggregate, WindowKind};
+pub use window_aggregate::{ALL_IN_ONE, WindowAggregate, WindowKind, window_start};
 pub use window_rank::WindowRank;

@@ -381,10 +381,9 @@ impl Operator for OverAggregate {
         let mut tables = vec![StateTable { name: PENDING.into(), schema, batches: pending }];
         if self.frame.bounded() {
             let schema = self.rows_table(true).schema().clone();
-            let frames = || self.partitions.values().flat_map(|p| p.frame.iter());
             let positions: Int64Array =
                 self.partitions.values().flat_map(|p| (0..p.frame.len() as i64).map(Some)).collect();
-            let rows = self.frame_rows.gather(&self.input, frames())?;
+            let rows = self.frame_rows.gather(&self.input, self.partitions.values().flat_map(|p| p.frame.iter()))?;
             let batch = match rows.num_rows() {
                 0 => RecordBatch::new_empty(schema.clone()),
                 _ => self.keyed(&schema, &rows, vec![Arc::new(positions)])?,

@@ -151,15 +151,16 @@ struct Converters {
 }
 
 /// A kept row: its ORDER BY key, then the whole row, in Arrow's row format, in one shared
-/// allocation (the emitted ranks hold it too), ordered by the key, then the row.
+/// allocation (top-N's emitted ranks hold it too), ordered by the key, then the row. Top-N and
+/// deduplication keep their rows so.
 #[derive(Clone, PartialEq, Eq)]
-struct RankedRow {
+pub(crate) struct RankedRow {
     bytes: Arc<[u8]>,
     order_len: usize,
 }
 
 impl RankedRow {
-    fn new(order: Row<'_>, row: Row<'_>) -> Self {
+    pub(crate) fn new(order: Row<'_>, row: Row<'_>) -> Self {
         let (order, row) = (order.as_ref(), row.as_ref());
         let mut bytes = Vec::with_capacity(order.len() + row.len());
         bytes.extend_from_slice(order);
@@ -167,11 +168,11 @@ impl RankedRow {
         Self { bytes: bytes.into(), order_len: order.len() }
     }
 
-    fn order(&self) -> &[u8] {
+    pub(crate) fn order(&self) -> &[u8] {
         &self.bytes[..self.order_len]
     }
 
-    fn row(&self) -> &[u8] {
+    pub(crate) fn row(&self) -> &[u8] {
         &self.bytes[self.order_len..]
     }
 }

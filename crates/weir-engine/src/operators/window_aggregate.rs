@@ -216,8 +216,9 @@ fn millis_of(batch: &RecordBatch, column: &str) -> Result<Int64Array> {
         .ok_or_else(|| Error::Graph(format!("the window column '{column}' did not cast to milliseconds")))
 }
 
-/// The start of the window of `size` (its grid shifted by `offset`) holding time `t`.
-fn window_start(t: i64, size: i64, offset: i64) -> i64 {
+/// The start of the window of `size` (its grid shifted by `offset`) holding time `t`: the
+/// operator's windows, and the batch functions (`tumble`, `hop_starts`, ...) that must agree.
+pub fn window_start(t: i64, size: i64, offset: i64) -> i64 {
     (t - offset).div_euclid(size) * size + offset
 }
 
