@@ -147,6 +147,20 @@ struct WindowGrouping {
     edges: Vec<(usize, WindowEdge)>,
 }
 
+/// The error for a window over a changelog.
+fn window_of_changelog<T>() -> Result<T> {
+    plan_err!(
+        "a window over an updating (changelog) input is not supported: window the append-only rows before they are aggregated or joined"
+    )
+}
+
+/// The error for a window whose time (the first argument of `function`) is not the event time.
+fn window_without_event_time<T>(function: &str) -> Result<T> {
+    plan_err!(
+        "{function}(...) needs the event time column as its first argument: declare it on the table with WATERMARK FOR column AS column - INTERVAL '...'"
+    )
+}
+
 /// A window kind as the state description names it.
 fn kind_name(kind: WindowKind) -> &'static str {
     match kind {
@@ -1042,9 +1056,7 @@ impl Planner<'_> {
     /// window, the event time for the others).
     fn window_of(&self, aggregate: &Aggregate, input: &Stream, window: usize) -> Result<(WindowKind, Expr)> {
         if input.updating {
-            return plan_err!(
-                "a window over an updating (changelog) input is not supported: window the append-only rows before they are aggregated or joined"
-            );
+            return window_of_changelog();
         }
         let Some(call) = window_call(&aggregate.group_expr[window]) else {
             return plan_err!("GROUP BY lost its window");
@@ -1058,10 +1070,7 @@ impl Planner<'_> {
             None => false,
         };
         if !time_ok {
-            return plan_err!(
-                "{}(...) needs the event time column as its first argument: declare it on the table with WATERMARK FOR column AS column - INTERVAL '...'",
-                call.name()
-            );
+            return window_without_event_time(call.name());
         }
         let (kind, window_expr) = match call.name() {
             TUMBLE => (
@@ -1088,10 +1097,11 @@ impl Planner<'_> {
     fn window_table_aggregate(&mut self, aggregate: &Aggregate, grouping: &WindowTableGrouping) -> Result<Stream> {
         let mut stream = self.plan(grouping.rows)?;
         let rows = grouping.rows.schema();
-        if stream.updating || time_attr_of(grouping.time, rows, &stream.times)? != Some(TimeAttr::EventTime) {
-            return plan_err!(
-                "a window table function needs append-only rows and their event time: DESCRIPTOR(...) must name the column of the table's WATERMARK FOR"
-            );
+        if stream.updating {
+            return window_of_changelog();
+        }
+        if time_attr_of(grouping.time, rows, &stream.times)? != Some(TimeAttr::EventTime) {
+            return window_without_event_time("DESCRIPTOR");
         }
         // The unnest's columns, the row's event time in place of its window.
         let unnested = grouping.unnest.schema.as_arrow();
