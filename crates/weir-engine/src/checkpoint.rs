@@ -32,6 +32,9 @@ pub struct CheckpointConfig {
     pub timeout: Duration,
     /// Completed checkpoints kept; older ones' files are deleted.
     pub retained: usize,
+    /// Keyed tables write what changed since the previous checkpoint on top of a chain of
+    /// files, not all their rows each time (operators that keep a record of changes).
+    pub incremental: bool,
 }
 
 impl Default for CheckpointConfig {
@@ -42,6 +45,7 @@ impl Default for CheckpointConfig {
             max_concurrent: 1,
             timeout: Duration::from_secs(600),
             retained: 3,
+            incremental: true,
         }
     }
 }
@@ -77,7 +81,10 @@ pub struct CheckpointReport {
     pub duration_ms: u64,
     /// The longest any task spent between its first and last barrier.
     pub alignment_ms: u64,
+    /// Bytes of state the checkpoint holds, with files it shares with older ones.
     pub state_bytes: u64,
+    /// Bytes of state the checkpoint wrote (less than `state_bytes` when incremental).
+    pub written_bytes: u64,
     /// Bytes of in-flight data (unaligned) in the snapshot.
     pub inflight_bytes: u64,
     pub inflight_rows: u64,
@@ -91,6 +98,7 @@ pub struct TaskCheckpointReport {
     pub operators: Vec<String>,
     pub subtask: usize,
     pub state_bytes: u64,
+    pub written_bytes: u64,
     pub inflight_bytes: u64,
     pub alignment_ms: u64,
     pub unaligned: bool,

@@ -347,6 +347,7 @@ fn report(checkpoint: &InFlight, status: CheckpointStatus) -> CheckpointReport {
         duration_ms: checkpoint.started.elapsed().as_millis() as u64,
         alignment_ms: tasks.iter().map(|t| t.alignment_ms).max().unwrap_or(0),
         state_bytes: tasks.iter().map(|t| t.state_bytes).sum(),
+        written_bytes: tasks.iter().map(|t| t.written_bytes).sum(),
         inflight_bytes: tasks.iter().map(|t| t.inflight_bytes).sum(),
         inflight_rows,
         status,

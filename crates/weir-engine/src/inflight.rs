@@ -40,6 +40,8 @@ pub(crate) fn is_inflight(table: &str) -> bool {
 /// A snapshot the chain took, with the in-flight data gathered for it until every barrier of
 /// its checkpoint is in.
 pub(crate) struct Capture {
+    /// The task's snapshot number (see [`crate::chains`]).
+    pub seq: u64,
     /// The chain's state tables, by operator.
     pub tables: Vec<(String, StateTable)>,
     /// Per input: data that arrived after the snapshot, before that input's barrier.
@@ -49,8 +51,8 @@ pub(crate) struct Capture {
 }
 
 impl Capture {
-    pub fn new(tables: Vec<(String, StateTable)>, outputs: Vec<(String, Vec<RecordBatch>)>) -> Self {
-        Self { tables, inputs: BTreeMap::new(), outputs }
+    pub fn new(seq: u64, tables: Vec<(String, StateTable)>, outputs: Vec<(String, Vec<RecordBatch>)>) -> Self {
+        Self { seq, tables, inputs: BTreeMap::new(), outputs }
     }
 
     /// Records `batches` as in-flight on `input`.

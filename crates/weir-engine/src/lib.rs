@@ -8,6 +8,7 @@
 //! [`pipeline`] supervisor restores the last completed checkpoint after any failure.
 
 mod alignment;
+mod chains;
 pub mod changelog;
 pub mod channel;
 pub mod checkpoint;
@@ -37,7 +38,9 @@ pub use error::{Error, Result};
 pub use failure::{FailureInjector, FailurePoint, Step};
 pub use graph::{Graph, NodeId, OperatorFactory};
 pub use message::{Barrier, Message};
-pub use operator::{Collector, Operator, RestoredState, Source, SourceEvent, StateTable, SubtaskInfo, state_column};
+pub use operator::{
+    Collector, Delta, Operator, RestoredState, Source, SourceEvent, StateTable, SubtaskInfo, state_column,
+};
 pub use partition::Partitioning;
 #[cfg(feature = "testkit")]
 pub use pipeline::start_with_failures;

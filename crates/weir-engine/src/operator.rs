@@ -19,12 +19,15 @@ pub struct SubtaskInfo {
     pub subtask: usize,
     pub parallelism: usize,
     pub metrics: Arc<OperatorMetrics>,
+    /// Checkpoints are incremental: an operator that implements
+    /// [`Operator::snapshot_changes`] keeps track of what changed between snapshots.
+    pub incremental: bool,
 }
 
 impl SubtaskInfo {
     /// A subtask with counters of its own (the runtime passes the registry's).
     pub fn new(operator: &str, subtask: usize, parallelism: usize) -> Self {
-        Self { operator: operator.to_string(), subtask, parallelism, metrics: Arc::default() }
+        Self { operator: operator.to_string(), subtask, parallelism, metrics: Arc::default(), incremental: false }
     }
 
     /// An [`crate::Error::Operator`] for this subtask.
@@ -49,7 +52,20 @@ impl SubtaskInfo {
 pub struct StateTable {
     pub name: String,
     pub schema: SchemaRef,
+    /// Every row of the table, or with a `delta` the rows whose key changed since the
+    /// previous snapshot.
     pub batches: Vec<RecordBatch>,
+    pub delta: Option<Delta>,
+}
+
+/// What makes a snapshot table a change on top of the previous snapshot's (see
+/// [`Operator::snapshot_changes`]): the columns that identify a row, and the keys removed.
+#[derive(Debug, Clone)]
+pub struct Delta {
+    pub key: Vec<String>,
+    /// The removed keys: the key hash and the `key` columns. A key both removed and changed
+    /// since the previous snapshot is in `batches` (it is back), and may be here too.
+    pub deleted: RecordBatch,
 }
 
 /// The tables an operator subtask gets back on restore, by name. Empty on a fresh start.
@@ -110,6 +126,15 @@ pub trait Operator: Send {
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
         Ok(Vec::new())
+    }
+
+    /// With incremental checkpoints (`SubtaskInfo::incremental`): the snapshot as what changed
+    /// since the previous one, full or not; tables with a [`Delta`] are changes, the others
+    /// are written whole. `None`: the operator keeps no record of changes and `snapshot` is
+    /// taken instead. Both reset the record: the runtime asks for a full `snapshot` whenever
+    /// a change could not be written (the chain it belongs to is broken).
+    async fn snapshot_changes(&mut self, _checkpoint_id: u64) -> Result<Option<Vec<StateTable>>> {
+        Ok(None)
     }
 
     async fn checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<()> {

@@ -322,6 +322,7 @@ async fn run_attempt(
                     subtask,
                     parallelism: node.parallelism,
                     metrics: metrics.clone(),
+                    incremental: config.checkpoint.interval.is_some() && config.checkpoint.incremental,
                 };
                 let restored = restorer.operator_state(&node.name, subtask, node.parallelism).await?;
                 match &node.kind {

@@ -1,6 +1,8 @@
 //! What each subtask gets back from a completed checkpoint: its operators' tables (keyed ones
-//! re-split by key range, the others as the union of all subtasks' rows). The in-flight data of
-//! its inputs comes back through [`crate::inflight`], from the same reader.
+//! re-split by key range, the others as the union of all subtasks' rows). An incremental table
+//! is first read back from each old subtask's chain of files, latest wins
+//! (`weir_state::chain`), then re-split like any other. The in-flight data of its inputs comes
+//! back through [`crate::inflight`], from the same reader.
 
 use std::collections::HashMap;
 
@@ -51,10 +53,19 @@ impl<'a> Restorer<'a> {
             .filter(|f| f.operator == operator && !inflight::is_inflight(&f.table))
             .cloned()
             .collect();
+        // Each old subtask's files of each table, in the manifest's (chain) order.
+        let mut chains: Vec<((usize, String), Vec<StateFile>)> = Vec::new();
+        for file in files {
+            let id = (file.subtask, file.table.clone());
+            match chains.iter_mut().find(|(chain, _)| *chain == id) {
+                Some((_, chain)) => chain.push(file),
+                None => chains.push((id, vec![file])),
+            }
+        }
         let mut tables: HashMap<String, Vec<RecordBatch>> = HashMap::new();
-        for file in &files {
-            let rows = tables.entry(file.table.clone()).or_default();
-            for batch in self.read(file).await? {
+        for ((_, table), chain) in chains {
+            let rows = tables.entry(table).or_default();
+            for batch in self.read_chain(&chain).await? {
                 if batch.schema().column_with_name(KEY_HASH_COLUMN).is_some() {
                     let mine = owned_rows(&batch, subtask, parallelism)?;
                     if mine.num_rows() > 0 {
@@ -66,5 +77,22 @@ impl<'a> Restorer<'a> {
             }
         }
         Ok(RestoredState { checkpoint_id: Some(manifest.checkpoint_id), tables })
+    }
+
+    /// One table of one old subtask: its file, or its chain merged (once, however many new
+    /// subtasks need it).
+    async fn read_chain(&mut self, chain: &[StateFile]) -> Result<Vec<RecordBatch>> {
+        match chain {
+            [file] if file.role.is_full() => self.read(file).await,
+            _ => {
+                let id = chain.iter().map(|f| f.path.as_str()).collect::<Vec<_>>().join("+");
+                if let Some(batches) = self.cache.get(&id) {
+                    return Ok(batches.clone());
+                }
+                let batches = self.store.read_chain(chain).await?;
+                self.cache.insert(id, batches.clone());
+                Ok(batches)
+            }
+        }
     }
 }

@@ -16,11 +16,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::record_batch::RecordBatch;
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
-use weir_state::{StateFile, StateStore};
+use weir_state::{FileRole, FileTarget, StateFile, StateStore};
 
 use crate::alignment::Alignments;
+use crate::chains::{ChainLine, Written};
 use crate::channel::{Receiver, Sender};
 use crate::checkpoint::TaskCheckpointReport;
 use crate::error::{Error, Result};
@@ -149,11 +150,11 @@ pub(crate) struct Task {
     /// The chain's operators were told all input is in (`finish`).
     finished: bool,
     writes: JoinSet<()>,
-    /// Closed when the latest snapshot write has sent its acknowledgement (or decline), so the
-    /// next one waits for it: a task acknowledges checkpoints in order, and a checkpoint can
-    /// never complete after a later one (the final checkpoint would otherwise shut the
-    /// pipeline down under an earlier one still being written).
-    last_ack: Option<oneshot::Receiver<()>>,
+    /// Each snapshot write waits for the previous one to send its acknowledgement (or
+    /// decline) and hand over its chains of incremental state: a task acknowledges checkpoints
+    /// in order, and a checkpoint can never complete after a later one (the final checkpoint
+    /// would otherwise shut the pipeline down under an earlier one still being written).
+    chain_line: ChainLine,
 }
 
 impl Task {
@@ -179,7 +180,7 @@ impl Task {
             phase: Phase::Running,
             finished: false,
             writes: JoinSet::new(),
-            last_ack: None,
+            chain_line: ChainLine::default(),
         }
     }
 
@@ -380,9 +381,9 @@ impl Task {
         if barrier.is_final {
             self.finish_chain().await?;
         }
-        let tables = self.snapshot_chain(barrier.checkpoint_id).await?;
+        let (seq, tables) = self.snapshot_chain(barrier.checkpoint_id).await?;
         let outputs = self.forward_barrier(barrier, barrier.overtakes());
-        self.write_snapshot(barrier, Capture::new(tables, outputs), Duration::ZERO, barrier.overtakes());
+        self.write_snapshot(barrier, Capture::new(seq, tables, outputs), Duration::ZERO, barrier.overtakes());
         if barrier.is_final {
             self.end_output().await?;
         }
@@ -573,9 +574,9 @@ impl Task {
     /// Unaligned: snapshot the chain now and send the barrier ahead of the queued output.
     async fn take_snapshot_ahead(&mut self, id: u64) -> Result<()> {
         let Some(barrier) = self.alignments.barrier(id) else { return Ok(()) };
-        let tables = self.snapshot_chain(id).await?;
+        let (seq, tables) = self.snapshot_chain(id).await?;
         let outputs = self.forward_barrier(barrier, true);
-        self.captures.insert(id, Capture::new(tables, outputs));
+        self.captures.insert(id, Capture::new(seq, tables, outputs));
         self.alignments.snapshotted(id);
         Ok(())
     }
@@ -592,9 +593,9 @@ impl Task {
                 if barrier.is_final {
                     self.finish_chain().await?;
                 }
-                let tables = self.snapshot_chain(id).await?;
+                let (seq, tables) = self.snapshot_chain(id).await?;
                 let outputs = self.forward_barrier(barrier, false);
-                Capture::new(tables, outputs)
+                Capture::new(seq, tables, outputs)
             }
         };
         self.write_snapshot(barrier, capture, aligned.alignment, aligned.unaligned);
@@ -623,7 +624,10 @@ impl Task {
         Ok(())
     }
 
-    async fn snapshot_chain(&mut self, id: u64) -> Result<Vec<(String, StateTable)>> {
+    /// The chain's snapshot, with its number: operators that keep a record of changes give
+    /// only those when checkpoints are incremental and the previous snapshot is in the chain.
+    async fn snapshot_chain(&mut self, id: u64) -> Result<(u64, Vec<(String, StateTable)>)> {
+        let (seq, may_be_delta) = self.chain_line.take_snapshot();
         let mut tables = Vec::new();
         if let Some(head) = &mut self.source {
             for table in head.source.snapshot(id).await? {
@@ -631,11 +635,17 @@ impl Task {
             }
         }
         for member in &mut self.members {
-            for table in member.operator.snapshot(id).await? {
-                tables.push((member.info.operator.clone(), table));
-            }
+            let changes = match member.info.incremental && may_be_delta {
+                true => member.operator.snapshot_changes(id).await?,
+                false => None,
+            };
+            let snapshot = match changes {
+                Some(changes) => changes,
+                None => member.operator.snapshot(id).await?,
+            };
+            tables.extend(snapshot.into_iter().map(|table| (member.info.operator.clone(), table)));
         }
-        Ok(tables)
+        Ok((seq, tables))
     }
 
     /// Sends `barrier` on every output channel: after the queued data, or `ahead` of it
@@ -684,42 +694,46 @@ impl Task {
             .chain(self.members.iter().map(|m| m.info.operator.clone()))
             .collect();
         let alignment_ms = alignment.as_millis() as u64;
-        let (acked, acked_signal) = oneshot::channel::<()>();
-        let previous = self.last_ack.replace(acked_signal);
+        let mut link = self.chain_line.link(capture.seq);
         self.writes.spawn(async move {
             let written = write_tables(&store, id, &head, &tail, capture, injector.as_deref()).await;
-            if let Some(previous) = previous {
-                // Closed (not sent) when the previous write is done or gone.
-                let _ = previous.await;
-            }
-            // Dropped when this write is done or gone, which releases the next one.
-            let _acked = acked;
-            let event = match written {
-                Ok((files, inflight_bytes)) => {
-                    let state_bytes = files.iter().filter(|f| !inflight::is_inflight(&f.table)).map(|f| f.bytes).sum();
-                    fail::fail_point!("weir::after_snapshot_before_ack", |_| {
-                        eprintln!("failpoint weir::after_snapshot_before_ack: aborting the process at checkpoint {id}");
-                        std::process::abort()
-                    });
-                    if let Some(Err(error)) =
-                        injector.as_ref().map(|i| i.on_step(Step::AfterSnapshotBeforeAck, id, Some(&head.operator)))
-                    {
-                        let _ = events.send(TaskEvent::Failed(error));
-                        return;
-                    }
-                    let report = TaskCheckpointReport {
-                        operators,
-                        subtask: head.subtask,
-                        state_bytes,
-                        inflight_bytes,
-                        alignment_ms,
-                        unaligned,
-                    };
-                    TaskEvent::Ack { task, checkpoint_id: id, files, report }
-                }
-                Err(error) => TaskEvent::Decline { task, checkpoint_id: id, reason: error.to_string() },
+            let (tables, inflight_files) = match written {
+                Ok((tables, inflight_files)) => (Ok(tables), inflight_files),
+                Err(error) => (Err(error), Vec::new()),
             };
-            let _ = events.send(event);
+            let written_bytes = tables
+                .as_ref()
+                .map_or(0, |tables| tables.iter().flat_map(|t| &t.files).chain(&inflight_files).map(|f| f.bytes).sum());
+            let (files, chains) = match link.join(tables).await {
+                Ok(joined) => joined,
+                Err(error) => {
+                    let _ = events.send(TaskEvent::Decline { task, checkpoint_id: id, reason: error.to_string() });
+                    return;
+                }
+            };
+            fail::fail_point!("weir::after_snapshot_before_ack", |_| {
+                eprintln!("failpoint weir::after_snapshot_before_ack: aborting the process at checkpoint {id}");
+                std::process::abort()
+            });
+            if let Some(Err(error)) =
+                injector.as_ref().map(|i| i.on_step(Step::AfterSnapshotBeforeAck, id, Some(&head.operator)))
+            {
+                let _ = events.send(TaskEvent::Failed(error));
+                return;
+            }
+            let inflight_bytes = inflight_files.iter().map(|f| f.bytes).sum();
+            let report = TaskCheckpointReport {
+                operators,
+                subtask: head.subtask,
+                state_bytes: files.iter().map(|f| f.bytes).sum(),
+                written_bytes,
+                inflight_bytes,
+                alignment_ms,
+                unaligned,
+            };
+            let files = files.into_iter().chain(inflight_files).collect();
+            let _ = events.send(TaskEvent::Ack { task, checkpoint_id: id, files, report });
+            link.hand_over(chains, &store, id);
         });
     }
 
@@ -763,6 +777,8 @@ impl Task {
 }
 
 /// Writes one snapshot's tables; returns the files and the bytes of in-flight data.
+/// Writes a snapshot's files: each table (whole, or its deletes and upserts) and the in-flight
+/// data.
 async fn write_tables(
     store: &StateStore,
     id: u64,
@@ -770,15 +786,40 @@ async fn write_tables(
     tail: &SubtaskInfo,
     capture: Capture,
     injector: Option<&FailureInjector>,
-) -> Result<(Vec<StateFile>, u64)> {
+) -> Result<(Vec<Written>, Vec<StateFile>)> {
     if let Some(injector) = injector {
         injector.on_step(Step::SnapshotWrite, id, Some(&head.operator))?;
     }
-    let mut files = Vec::new();
+    let mut tables = Vec::new();
     for (operator, table) in capture.tables {
-        files.push(store.write_table(id, &operator, head.subtask, &table.name, table.schema, table.batches).await?);
+        let files = match &table.delta {
+            None => {
+                vec![store.write_table(id, &operator, head.subtask, &table.name, table.schema, table.batches).await?]
+            }
+            Some(delta) => {
+                let target = |role| FileTarget {
+                    checkpoint_id: id,
+                    operator: &operator,
+                    subtask: head.subtask,
+                    table: &table.name,
+                    role,
+                    key: &delta.key,
+                };
+                let mut files = Vec::new();
+                if delta.deleted.num_rows() > 0 {
+                    let deleted = vec![delta.deleted.clone()];
+                    files.push(store.write_change(target(FileRole::Deletes), delta.deleted.schema(), deleted).await?);
+                }
+                if table.batches.iter().any(|b| b.num_rows() > 0) {
+                    let upserts = table.batches.clone();
+                    files.push(store.write_change(target(FileRole::Upserts), table.schema.clone(), upserts).await?);
+                }
+                files
+            }
+        };
+        tables.push(Written { operator, table: table.name, files, delta: table.delta.is_some() });
     }
-    let mut inflight_bytes = 0;
+    let mut inflight_files = Vec::new();
     let inflight = capture
         .inputs
         .into_iter()
@@ -786,9 +827,7 @@ async fn write_tables(
         .chain(capture.outputs.into_iter().map(|(table, batches)| (tail, table, batches)));
     for (writer, table, batches) in inflight {
         let Some(schema) = batches.first().map(RecordBatch::schema) else { continue };
-        let file = store.write_table(id, &writer.operator, writer.subtask, &table, schema, batches).await?;
-        inflight_bytes += file.bytes;
-        files.push(file);
+        inflight_files.push(store.write_table(id, &writer.operator, writer.subtask, &table, schema, batches).await?);
     }
-    Ok((files, inflight_bytes))
+    Ok((tables, inflight_files))
 }

@@ -133,7 +133,8 @@ impl<C: TwoPhaseCommitter> TwoPhaseCommit<C> {
         let items: Vec<&C::Committable> = rows.iter().map(|(_, item)| *item).collect();
         columns.extend(C::Committable::to_columns(&items)?);
         let batch = RecordBatch::try_new(schema.clone(), columns)?;
-        let mut tables = vec![StateTable { name: C::Committable::TABLE.into(), schema, batches: vec![batch] }];
+        let mut tables =
+            vec![StateTable { name: C::Committable::TABLE.into(), schema, batches: vec![batch], delta: None }];
         tables.extend(self.committer.state(info)?);
         Ok(tables)
     }

@@ -134,6 +134,12 @@ pub fn prometheus_text(live: &[LivePipeline]) -> String {
         "State bytes of the latest completed checkpoint.",
         pipelines(|s| last(s).map_or(0.0, |c| c.state_bytes as f64)),
     );
+    family(
+        "weir_last_checkpoint_written_bytes",
+        "gauge",
+        "Bytes the latest completed checkpoint wrote (less than its state when incremental).",
+        pipelines(|s| last(s).map_or(0.0, |c| c.written_bytes as f64)),
+    );
     out
 }
 

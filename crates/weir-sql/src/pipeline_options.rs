@@ -18,6 +18,7 @@ pub const PIPELINE_OPTIONS: &[(&str, &str)] = &[
     ("checkpoint.max_concurrent", "an integer from 1 to 16"),
     ("checkpoint.timeout", "a duration such as '2 min' (a checkpoint not complete by then is aborted)"),
     ("checkpoint.retained", "an integer from 1 to 1000"),
+    ("checkpoint.incremental", "'true' (the default: keyed state writes what changed) or 'false' (full snapshots)"),
     ("parallelism", "an integer from 1 to 256"),
     ("state.ttl", "a duration such as '1 hour', or 'off' (updating aggregates and regular joins)"),
     ("pipeline.name", "a name of letters, digits, '-' and '_' (names the pipelines' Kafka transactional ids)"),
@@ -52,6 +53,7 @@ pub struct PipelineOptions {
     pub max_concurrent_checkpoints: Option<usize>,
     pub checkpoint_timeout: Option<Duration>,
     pub retained_checkpoints: Option<usize>,
+    pub incremental_checkpoints: Option<bool>,
     pub parallelism: Option<usize>,
     pub state_ttl: Option<Every>,
     pub pipeline_name: Option<String>,
@@ -92,6 +94,7 @@ impl PipelineOptions {
             "checkpoint.max_concurrent" => self.max_concurrent_checkpoints = Some(count(1, 16)?),
             "checkpoint.timeout" => self.checkpoint_timeout = Some(positive()?),
             "checkpoint.retained" => self.retained_checkpoints = Some(count(1, 1000)?),
+            "checkpoint.incremental" => self.incremental_checkpoints = Some(boolean()?),
             "parallelism" => self.parallelism = Some(count(1, 256)?),
             "state.ttl" => self.state_ttl = Some(every()?),
             _ => {
@@ -125,6 +128,9 @@ impl PipelineOptions {
         }
         if let Some(n) = self.retained_checkpoints {
             checkpoint.retained = n;
+        }
+        if let Some(incremental) = self.incremental_checkpoints {
+            checkpoint.incremental = incremental;
         }
         config
     }
@@ -160,7 +166,7 @@ impl PipelineOptions {
             Every::Every(d) => duration(d),
         };
         let mode = |exactly_once: &bool| if *exactly_once { "exactly_once" } else { "at_least_once" }.to_string();
-        let settings: [(&str, Option<String>); 10] = [
+        let settings: [(&str, Option<String>); 11] = [
             ("checkpoint.mode", self.exactly_once.as_ref().map(mode)),
             ("checkpoint.unaligned", self.unaligned.map(|b| b.to_string())),
             ("checkpoint.aligned_timeout", self.aligned_timeout.as_ref().map(duration)),
@@ -168,6 +174,7 @@ impl PipelineOptions {
             ("checkpoint.max_concurrent", self.max_concurrent_checkpoints.map(|n| n.to_string())),
             ("checkpoint.timeout", self.checkpoint_timeout.as_ref().map(duration)),
             ("checkpoint.retained", self.retained_checkpoints.map(|n| n.to_string())),
+            ("checkpoint.incremental", self.incremental_checkpoints.map(|b| b.to_string())),
             ("parallelism", self.parallelism.map(|n| n.to_string())),
             ("state.ttl", self.state_ttl.as_ref().map(every)),
             ("pipeline.name", self.pipeline_name.clone()),

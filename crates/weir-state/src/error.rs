@@ -19,6 +19,10 @@ pub enum Error {
     ManifestExists(u64),
     #[error("keyed state table has no '{column}' UInt64 column", column = crate::KEY_HASH_COLUMN)]
     MissingKeyHash,
+    #[error("incremental state file has no key column '{0}' to merge by")]
+    MissingKeyColumn(String),
+    #[error("an incremental table's chain has no files")]
+    EmptyChain,
     #[error("state directory {path}: {source}")]
     Directory {
         path: String,

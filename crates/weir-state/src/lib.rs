@@ -6,8 +6,11 @@
 //! naming the files: the manifest's existence *is* the checkpoint's completion. Restores read
 //! the files back, re-splitting keyed state by key range when the parallelism changed, and
 //! retention keeps the last k completed checkpoints, deleting every file no retained manifest
-//! names.
+//! names. With incremental checkpoints a table is a chain of files shared by several
+//! checkpoints ([`chain`]): a base and the changes after it, compacted into a new base off the
+//! processing path.
 
+pub mod chain;
 pub mod dir_lock;
 pub mod error;
 pub mod key_range;
@@ -18,5 +21,5 @@ pub mod store;
 pub use dir_lock::DataDirLock;
 pub use error::{Error, Result};
 pub use key_range::{KEY_HASH_COLUMN, keyed_schema, owner_of};
-pub use manifest::{Manifest, StateFile};
-pub use store::{RetentionReport, StateStore, now_ms};
+pub use manifest::{FileRole, Manifest, StateFile};
+pub use store::{FileTarget, RetentionReport, StateStore, now_ms};

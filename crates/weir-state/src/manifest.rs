@@ -5,7 +5,30 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// One Parquet file of a snapshot: one table of one subtask of one operator.
+/// What a state file holds of its table. An incremental table is a *chain*: a `Full` file (the
+/// base), then per checkpoint since, the keys it removed (`Deletes`) and the rows whose key it
+/// changed (`Upserts`), in that order (see [`crate::chain`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileRole {
+    /// Every row of the table: a full snapshot, or the base of a chain.
+    #[default]
+    Full,
+    /// Rows that replace those of the same key in the files before (or are new).
+    Upserts,
+    /// Keys (the key hash and key columns only) whose rows are gone.
+    Deletes,
+}
+
+impl FileRole {
+    pub fn is_full(&self) -> bool {
+        *self == FileRole::Full
+    }
+}
+
+/// One Parquet file of a snapshot: one table of one subtask of one operator. With incremental
+/// checkpoints a file is shared by every checkpoint whose chain holds it, so its path names
+/// the checkpoint that wrote it, not necessarily the manifest's.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateFile {
     pub operator: String,
@@ -15,6 +38,19 @@ pub struct StateFile {
     pub path: String,
     pub bytes: u64,
     pub rows: u64,
+    #[serde(default, skip_serializing_if = "FileRole::is_full")]
+    pub role: FileRole,
+    /// The columns that identify a row, for a chain's latest-wins merge (empty for a table
+    /// that is always written in full).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key: Vec<String>,
+}
+
+impl StateFile {
+    /// The checkpoint whose snapshot wrote the file (from its path).
+    pub fn written_by(&self) -> Option<u64> {
+        crate::store::checkpoint_of_path(&self.path)
+    }
 }
 
 /// The commit record of one checkpoint.
@@ -34,8 +70,13 @@ impl Manifest {
         self.files.iter().filter(move |f| f.operator == operator && f.table == table)
     }
 
-    /// Total bytes of state the checkpoint holds.
+    /// Total bytes of state the checkpoint holds (files shared with older checkpoints too).
     pub fn state_bytes(&self) -> u64 {
         self.files.iter().map(|f| f.bytes).sum()
+    }
+
+    /// Bytes this checkpoint wrote itself: its files that no older checkpoint holds.
+    pub fn written_bytes(&self) -> u64 {
+        self.files.iter().filter(|f| f.written_by() == Some(self.checkpoint_id)).map(|f| f.bytes).sum()
     }
 }

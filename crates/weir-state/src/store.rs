@@ -2,9 +2,13 @@
 //!
 //! ```text
 //! <root>/checkpoints/<checkpoint id, 20 digits>/<operator>/<subtask>/<table>.parquet
+//!                                                                    <table>.deletes.parquet
+//!                                                                    <table>.base.parquet
 //! <root>/manifests/<checkpoint id, 20 digits>.json
 //! ```
-//! Zero-padded ids make listings sort by checkpoint.
+//! Zero-padded ids make listings sort by checkpoint. A table's `.parquet` is its full snapshot
+//! or its upserts, `.deletes.parquet` its removed keys, and `.base.parquet` a compaction of its
+//! chain up to that checkpoint, written after the checkpoint's own files.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -17,9 +21,10 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
+use crate::chain::{self, Link};
 use crate::error::{Error, Result};
 use crate::key_range::owned_rows;
-use crate::manifest::{Manifest, StateFile};
+use crate::manifest::{FileRole, Manifest, StateFile};
 use crate::parquet_codec;
 
 const CHECKPOINTS: &str = "checkpoints";
@@ -68,26 +73,77 @@ impl StateStore {
         schema: SchemaRef,
         batches: Vec<RecordBatch>,
     ) -> Result<StateFile> {
+        let target = FileTarget { checkpoint_id, operator, subtask, table, role: FileRole::Full, key: &[] };
+        self.write(target, FULL_SUFFIX, schema, batches).await
+    }
+
+    /// Writes one file of an incremental table: its base, upserts or deletes at a checkpoint.
+    pub async fn write_change(
+        &self,
+        target: FileTarget<'_>,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    ) -> Result<StateFile> {
+        let suffix = if target.role == FileRole::Deletes { DELETES_SUFFIX } else { FULL_SUFFIX };
+        self.write(target, suffix, schema, batches).await
+    }
+
+    /// Merges the chain `files` (one table of one subtask, oldest first) into one base file in
+    /// the directory of checkpoint `checkpoint_id`, the chain's newest: a chain that stands for
+    /// the same rows, one file long. Unnamed by any manifest until a later checkpoint adopts it;
+    /// retention spares it meanwhile (see [`Self::retain_last`]).
+    pub async fn compact(&self, files: &[StateFile], checkpoint_id: u64) -> Result<StateFile> {
+        let Some(last) = files.last() else { return Err(Error::EmptyChain) };
+        let merged = self.read_chain(files).await?;
+        let Some(schema) = merged.first().map(RecordBatch::schema) else {
+            // Every row removed: an empty base of the base's layout.
+            let first = self.read_file(&files[0]).await?;
+            let schema = first.first().map(RecordBatch::schema).ok_or(Error::EmptyChain)?;
+            let target = FileTarget::base(last, checkpoint_id);
+            return self.write(target, BASE_SUFFIX, schema, Vec::new()).await;
+        };
+        self.write(FileTarget::base(last, checkpoint_id), BASE_SUFFIX, schema, merged).await
+    }
+
+    async fn write(
+        &self,
+        target: FileTarget<'_>,
+        suffix: &str,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    ) -> Result<StateFile> {
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
         let encoded = tokio::task::spawn_blocking(move || parquet_codec::encode(schema, &batches)).await??;
         let relative = Path::from_iter([
             CHECKPOINTS.to_string(),
-            checkpoint_dir(checkpoint_id),
-            operator.to_string(),
-            subtask.to_string(),
-            format!("{table}.parquet"),
+            checkpoint_dir(target.checkpoint_id),
+            target.operator.to_string(),
+            target.subtask.to_string(),
+            format!("{}{suffix}", target.table),
         ]);
         let bytes = encoded.len() as u64;
         self.store.put(&self.absolute(&relative), PutPayload::from(encoded)).await?;
         self.sync(&relative).await?;
         Ok(StateFile {
-            operator: operator.to_string(),
-            subtask,
-            table: table.to_string(),
+            operator: target.operator.to_string(),
+            subtask: target.subtask,
+            table: target.table.to_string(),
             path: relative.to_string(),
             bytes,
             rows,
+            role: target.role,
+            key: target.key.to_vec(),
         })
+    }
+
+    /// The rows one table's chain (oldest first) stands for, latest wins.
+    pub async fn read_chain(&self, files: &[StateFile]) -> Result<Vec<RecordBatch>> {
+        let mut links = Vec::with_capacity(files.len());
+        for file in files {
+            links.push(Link { role: file.role, batches: self.read_file(file).await? });
+        }
+        let key = files.iter().find(|f| !f.key.is_empty()).map_or(&[][..], |f| f.key.as_slice()).to_vec();
+        tokio::task::spawn_blocking(move || chain::merge(links, &key)).await?
     }
 
     /// The batches of one state file.
@@ -106,7 +162,8 @@ impl StateStore {
     }
 
     /// The rows of a keyed table that subtask `subtask` of `parallelism` owns, whatever the
-    /// parallelism the snapshot was taken at.
+    /// parallelism the snapshot was taken at. (Tables written in full only; a restore of
+    /// incremental ones merges each subtask's chain first.)
     pub async fn read_key_range(
         &self,
         manifest: &Manifest,
@@ -192,8 +249,11 @@ impl StateStore {
 
     /// Keeps the newest `keep` completed checkpoints (at least one) and deletes the other
     /// manifests, then every state file that no retained manifest names, except the files of
-    /// checkpoints newer than the newest manifest (they may still be in progress). Manifests go
-    /// first: a crash half-way leaves unreferenced files, never a manifest without its files.
+    /// checkpoints newer than the newest manifest (they may still be in progress) and the
+    /// compacted bases a later checkpoint may still adopt: one whose table's chain in the newest
+    /// manifest still holds a file of its checkpoint or older. A file shared by several
+    /// checkpoints' chains stays while any retained one names it. Manifests go first: a crash
+    /// half-way leaves unreferenced files, never a manifest without its files.
     pub async fn retain_last(&self, keep: usize) -> Result<RetentionReport> {
         let completed = self.completed_checkpoints().await?;
         let Some(&newest) = completed.last() else {
@@ -202,9 +262,32 @@ impl StateStore {
         let split = completed.len().saturating_sub(keep.max(1));
         let (expired, retained) = completed.split_at(split);
         let mut named = std::collections::HashSet::new();
+        // Per (operator, subtask, table), the oldest checkpoint the newest chain reaches back to.
+        let mut chain_starts: std::collections::HashMap<(String, usize, String), u64> = Default::default();
         for &id in retained {
-            named.extend(self.manifest(id).await?.files.into_iter().map(|f| f.path));
+            let manifest = self.manifest(id).await?;
+            if id == newest {
+                for file in &manifest.files {
+                    let written_by = file.written_by().unwrap_or(id);
+                    let start = chain_starts.entry((file.operator.clone(), file.subtask, file.table.clone()));
+                    let start = start.or_insert(written_by);
+                    *start = (*start).min(written_by);
+                }
+            }
+            named.extend(manifest.files.into_iter().map(|f| f.path));
         }
+        let adoptable = |relative: &str, checkpoint: u64| {
+            let Some(rest) = relative.strip_suffix(BASE_SUFFIX) else { return false };
+            let mut parts = rest.rsplitn(3, '/');
+            let (Some(table), Some(subtask), Some(prefix)) = (parts.next(), parts.next(), parts.next()) else {
+                return false;
+            };
+            let Some(operator) = prefix.splitn(3, '/').nth(2) else { return false };
+            let Ok(subtask) = subtask.parse::<usize>() else { return false };
+            chain_starts
+                .get(&(operator.to_string(), subtask, table.to_string()))
+                .is_some_and(|&start| start <= checkpoint)
+        };
         for &id in expired {
             self.store.delete(&self.manifest_path(id)).await?;
         }
@@ -213,9 +296,10 @@ impl StateStore {
         let mut deleted_files = 0;
         for meta in files {
             let relative = self.relative(&meta.location);
-            let checkpoint = relative.split('/').nth(1).and_then(|dir| dir.parse::<u64>().ok());
+            let checkpoint = checkpoint_of_path(&relative);
             let in_progress = checkpoint.is_none_or(|id| id > newest);
-            if !in_progress && !named.contains(&relative) {
+            let spared = in_progress || checkpoint.is_some_and(|id| adoptable(&relative, id));
+            if !spared && !named.contains(&relative) {
                 self.store.delete(&meta.location).await?;
                 deleted_files += 1;
             }
@@ -238,6 +322,37 @@ impl StateStore {
 
 fn checkpoint_dir(checkpoint_id: u64) -> String {
     format!("{checkpoint_id:020}")
+}
+
+const FULL_SUFFIX: &str = ".parquet";
+const DELETES_SUFFIX: &str = ".deletes.parquet";
+const BASE_SUFFIX: &str = ".base.parquet";
+
+/// The checkpoint whose directory holds the state file at `relative`.
+pub(crate) fn checkpoint_of_path(relative: &str) -> Option<u64> {
+    let mut parts = relative.split('/');
+    (parts.next() == Some(CHECKPOINTS)).then_some(())?;
+    parts.next()?.parse().ok()
+}
+
+/// Where one file of an incremental table goes and what it holds.
+#[derive(Debug, Clone, Copy)]
+pub struct FileTarget<'a> {
+    pub checkpoint_id: u64,
+    pub operator: &'a str,
+    pub subtask: usize,
+    pub table: &'a str,
+    pub role: FileRole,
+    /// The columns that identify a row.
+    pub key: &'a [String],
+}
+
+impl<'a> FileTarget<'a> {
+    /// The compacted base of `last`'s table, in checkpoint `checkpoint_id`'s directory.
+    fn base(last: &'a StateFile, checkpoint_id: u64) -> Self {
+        let (operator, subtask, table) = (last.operator.as_str(), last.subtask, last.table.as_str());
+        Self { checkpoint_id, operator, subtask, table, role: FileRole::Full, key: &last.key }
+    }
 }
 
 /// Milliseconds since the epoch, for manifests.
@@ -373,6 +488,73 @@ mod tests {
         assert!(!dir.path().join("checkpoints/00000000000000000001").join("count/0/counts.parquet").exists());
         // Idempotent.
         assert_eq!(store.retain_last(2).await.unwrap(), RetentionReport::default());
+    }
+
+    /// Commits checkpoint `id` naming `files`.
+    async fn commit(store: &StateStore, id: u64, files: Vec<StateFile>) {
+        let parallelism = BTreeMap::from([("count".to_string(), 1)]);
+        let manifest = Manifest { checkpoint_id: id, completed_at_ms: now_ms(), parallelism, files };
+        store.commit_manifest(&manifest).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn chains_share_files_and_retention_spares_what_is_named_or_adoptable() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::local(dir.path()).unwrap();
+        let key = vec!["key".to_string()];
+        let target = |id, role| FileTarget {
+            checkpoint_id: id,
+            operator: "count",
+            subtask: 0,
+            table: "counts",
+            role,
+            key: &key,
+        };
+        let base = store.write_change(target(1, FileRole::Full), schema(), vec![keyed_batch(0, 100)]).await.unwrap();
+        commit(&store, 1, vec![base.clone()]).await;
+        let mut chain = vec![base.clone()];
+        for id in 2..=4 {
+            // Each checkpoint removes key-(id) and rewrites key-(10 id) with another count.
+            let gone = keyed_batch(id, id + 1);
+            let gone = gone.project(&[0, 1]).unwrap();
+            let deletes = store.write_change(target(id, FileRole::Deletes), gone.schema(), vec![gone]).await.unwrap();
+            let changed = keyed_batch(10 * id, 10 * id + 1);
+            let upserts = store.write_change(target(id, FileRole::Upserts), schema(), vec![changed]).await.unwrap();
+            chain.extend([deletes, upserts]);
+            commit(&store, id, chain.clone()).await;
+        }
+        let merged = store.read_chain(&chain).await.unwrap();
+        let mut expected: Vec<String> = (0..100).filter(|i| !(2..=4).contains(i)).map(|i| format!("key-{i}")).collect();
+        expected.sort();
+        assert_eq!(keys_of(&merged), expected);
+        assert_eq!(store.manifest(4).await.unwrap().written_bytes(), chain[5].bytes + chain[6].bytes);
+
+        // Checkpoint 1's base is shared by every chain: it outlives checkpoint 1's manifest.
+        let report = store.retain_last(2).await.unwrap();
+        assert_eq!(report.deleted_manifests, vec![1, 2]);
+        assert_eq!(report.deleted_files, 0, "every file is in checkpoint 4's chain");
+        // A compaction of the chain, not adopted yet, survives retention while checkpoint 4's
+        // chain is the newest; it holds the same rows in one file.
+        let compacted = store.compact(&chain, 4).await.unwrap();
+        assert!(compacted.path.ends_with("counts.base.parquet"), "{}", compacted.path);
+        assert_eq!(keys_of(&store.read_file(&compacted).await.unwrap()), expected);
+        assert_eq!(store.retain_last(2).await.unwrap().deleted_files, 0);
+        // Adopted by checkpoint 5 (its chain: the base and 5's own upserts), the old chain goes
+        // once no retained manifest names it.
+        let upserts =
+            store.write_change(target(5, FileRole::Upserts), schema(), vec![keyed_batch(7, 8)]).await.unwrap();
+        commit(&store, 5, vec![compacted.clone(), upserts.clone()]).await;
+        store.retain_last(1).await.unwrap();
+        for file in &chain {
+            assert!(!dir.path().join(&file.path).exists(), "{} deleted", file.path);
+        }
+        assert!(dir.path().join(&compacted.path).exists() && dir.path().join(&upserts.path).exists());
+        // Once the newest chain starts after it (a full snapshot rebased the table), a base is
+        // deleted like any unnamed file.
+        let rebased = store.write_change(target(6, FileRole::Full), schema(), vec![keyed_batch(0, 3)]).await.unwrap();
+        commit(&store, 6, vec![rebased]).await;
+        store.retain_last(1).await.unwrap();
+        assert!(!dir.path().join(&compacted.path).exists());
     }
 
     #[tokio::test]

@@ -147,6 +147,6 @@ impl Source for FileSource {
                 Arc::new(UInt64Array::from_iter_values(self.files.iter().map(|f| f.1))),
             ],
         )?;
-        Ok(vec![StateTable { name: POSITIONS.into(), schema, batches: vec![batch] }])
+        Ok(vec![StateTable { name: POSITIONS.into(), schema, batches: vec![batch], delta: None }])
     }
 }

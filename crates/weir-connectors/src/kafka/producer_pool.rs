@@ -556,7 +556,7 @@ impl KafkaWriter {
                 Arc::new(UInt64Array::from(vec![info.parallelism as u64])),
             ],
         )?;
-        Ok(vec![StateTable { name: POOL_TABLE.into(), schema: pool_schema, batches: vec![pool_batch] }])
+        Ok(vec![StateTable { name: POOL_TABLE.into(), schema: pool_schema, batches: vec![pool_batch], delta: None }])
     }
 
     /// Checkpoint `checkpoint` completed: commits `due` (every transaction pending up to it),

@@ -629,7 +629,7 @@ impl Source for KafkaSource {
                 Arc::new(Int64Array::from_iter_values(self.partitions.iter().map(|p| p.next_offset))),
             ],
         )?;
-        let mut tables = vec![StateTable { name: OFFSETS.into(), schema, batches: vec![batch] }];
+        let mut tables = vec![StateTable { name: OFFSETS.into(), schema, batches: vec![batch], delta: None }];
         if self.config.group_id.is_some() {
             let offsets = self.partitions.iter().map(|p| (p.topic.clone(), p.partition, p.next_offset)).collect();
             self.snapshots.insert(checkpoint_id, offsets);

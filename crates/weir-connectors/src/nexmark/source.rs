@@ -164,7 +164,7 @@ impl Source for NexmarkSource {
         let splits: UInt32Array = self.next.keys().copied().collect();
         let next: UInt64Array = self.next.values().copied().collect();
         let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(splits), Arc::new(next)])?;
-        Ok(vec![StateTable { name: POSITIONS.into(), schema, batches: vec![batch] }])
+        Ok(vec![StateTable { name: POSITIONS.into(), schema, batches: vec![batch], delta: None }])
     }
 }
 

@@ -768,6 +768,7 @@ impl Operator for StreamingJoin {
                     name: format!("side_{side}"),
                     schema: schema.clone(),
                     batches: vec![RecordBatch::new_empty(schema)],
+                    delta: None,
                 });
                 continue;
             }
@@ -785,7 +786,7 @@ impl Operator for StreamingJoin {
                 columns.push(Arc::new(Int64Array::from(values)));
             }
             let batch = RecordBatch::try_new(schema.clone(), columns)?;
-            tables.push(StateTable { name: format!("side_{side}"), schema, batches: vec![batch] });
+            tables.push(StateTable { name: format!("side_{side}"), schema, batches: vec![batch], delta: None });
         }
         Ok(tables)
     }

@@ -378,7 +378,7 @@ impl Operator for OverAggregate {
         if pending.is_empty() {
             pending.push(RecordBatch::new_empty(schema.clone()));
         }
-        let mut tables = vec![StateTable { name: PENDING.into(), schema, batches: pending }];
+        let mut tables = vec![StateTable { name: PENDING.into(), schema, batches: pending, delta: None }];
         if self.frame.bounded() {
             let schema = self.rows_table(true).schema().clone();
             let positions: Int64Array =
@@ -388,7 +388,7 @@ impl Operator for OverAggregate {
                 0 => RecordBatch::new_empty(schema.clone()),
                 _ => self.keyed(&schema, &rows, vec![Arc::new(positions)])?,
             };
-            tables.push(StateTable { name: FRAMES.into(), schema, batches: vec![batch] });
+            tables.push(StateTable { name: FRAMES.into(), schema, batches: vec![batch], delta: None });
         } else {
             let schema = self.accumulators_table()?.0.schema().clone();
             let converter = self.converter.as_ref();
@@ -413,7 +413,7 @@ impl Operator for OverAggregate {
                 }
                 _ => RecordBatch::new_empty(schema.clone()),
             };
-            tables.push(StateTable { name: ACCUMULATORS.into(), schema, batches: vec![batch] });
+            tables.push(StateTable { name: ACCUMULATORS.into(), schema, batches: vec![batch], delta: None });
         }
         Ok(tables)
     }

@@ -114,13 +114,19 @@ impl KeptRows {
                 name: ROWS.into(),
                 schema: schema.clone(),
                 batches: vec![RecordBatch::new_empty(schema)],
+                delta: None,
             });
         }
         let rows = RecordBatch::try_new(self.input.clone(), columns)?;
         let mut all: Vec<ArrayRef> = vec![Arc::new(key_hashes(&rows, partition)?)];
         all.extend(rows.columns().iter().cloned());
         all.push(Arc::new(copies));
-        Ok(StateTable { name: ROWS.into(), schema: schema.clone(), batches: vec![RecordBatch::try_new(schema, all)?] })
+        Ok(StateTable {
+            name: ROWS.into(),
+            schema: schema.clone(),
+            batches: vec![RecordBatch::try_new(schema, all)?],
+            delta: None,
+        })
     }
 }
 

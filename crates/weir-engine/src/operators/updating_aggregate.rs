@@ -23,7 +23,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array};
 use datafusion::arrow::compute::kernels::cmp::distinct;
-use datafusion::arrow::compute::{interleave, or, take};
+use datafusion::arrow::compute::{concat, interleave, or, take};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{ScalarValue, exec_err};
@@ -33,7 +33,7 @@ use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use crate::changelog::{Change, change_array, changes};
 use crate::error::{Error, Result};
 use crate::group_keys::GroupKeys;
-use crate::operator::{Collector, Operator, RestoredState, StateTable};
+use crate::operator::{Collector, Delta, Operator, RestoredState, StateTable};
 use crate::operators::accumulators::{self, AggregateCall, Arguments, cast_to};
 use crate::operators::group_accumulators::{self, GroupAccumulator, group_accumulator, retain_vec};
 use crate::operators::state_ttl::{StateTtl, now_ms};
@@ -41,6 +41,7 @@ use crate::operators::value_counts::{Reported, ValueCounts};
 use crate::operators::window_aggregate::ALL_IN_ONE;
 use crate::partition::key_hashes;
 use crate::state_table::KeyedTable;
+use weir_state::KEY_HASH_COLUMN;
 
 const GROUPS: &str = "groups";
 const ROWS: &str = "__rows";
@@ -97,6 +98,19 @@ struct Groups {
     /// The batch that last touched each group (to list a batch's groups once each).
     touched_by: Vec<u64>,
     batches: u64,
+    /// With incremental checkpoints: what changed since the last snapshot.
+    changes: Option<ChangeRecord>,
+}
+
+/// The groups changed and removed since the last snapshot, for a snapshot of changes.
+#[derive(Default)]
+struct ChangeRecord {
+    /// By group id.
+    changed: Vec<bool>,
+    /// Removed groups whose ids (and keys) are still in the key store.
+    removed: Vec<usize>,
+    /// Keys of removed groups whose ids a compaction reclaimed since.
+    removed_keys: Vec<Vec<ArrayRef>>,
 }
 
 /// What one batch did to one group it touched.
@@ -120,11 +134,17 @@ impl Groups {
         self.last_access_ms.resize(len, 0);
         self.live.resize(len, true);
         self.touched_by.resize(len, 0);
+        if let Some(changes) = &mut self.changes {
+            changes.changed.resize(len, false);
+        }
     }
 
     fn remove(&mut self, id: usize) {
         self.keys.remove(id);
         self.live[id] = false;
+        if let Some(changes) = &mut self.changes {
+            changes.removed.push(id);
+        }
         for accumulator in &mut self.accumulators {
             accumulator.forget(id);
         }
@@ -136,12 +156,20 @@ impl Groups {
     }
 
     /// Reclaims removed groups' ids once they are many.
-    fn compact_if_due(&mut self) {
+    fn compact_if_due(&mut self) -> Result<()> {
         let live = self.keys.len() - self.removed;
         if self.removed < COMPACT_AFTER || self.removed < live {
-            return;
+            return Ok(());
         }
         let keep = self.live.clone();
+        if let Some(changes) = &mut self.changes {
+            // The removed keys leave the store: keep them for the next snapshot's deletes.
+            if !changes.removed.is_empty() {
+                changes.removed_keys.push(self.keys.columns(&changes.removed)?);
+                changes.removed.clear();
+            }
+            retain_vec(&mut changes.changed, &keep);
+        }
         self.keys.compact(&keep);
         for accumulator in &mut self.accumulators {
             accumulator.retain(&keep);
@@ -151,16 +179,17 @@ impl Groups {
         self.live = vec![true; live];
         self.touched_by = vec![0; live];
         self.removed = 0;
+        Ok(())
     }
 
     /// Forgets groups last touched before `oldest`.
-    fn expire(&mut self, oldest: i64) {
+    fn expire(&mut self, oldest: i64) -> Result<()> {
         for id in 0..self.keys.len() {
             if self.live[id] && self.last_access_ms[id] < oldest {
                 self.remove(id);
             }
         }
-        self.compact_if_due();
+        self.compact_if_due()
     }
 
     /// Applies a batch: its key columns, each row's change and each aggregate's arguments. Returns
@@ -216,6 +245,9 @@ impl Groups {
         let (mut olds, mut news) = (0, 0);
         for (id, key_row) in touched {
             self.last_access_ms[id] = now;
+            if let Some(changes) = &mut self.changes {
+                changes.changed[id] = true;
+            }
             let old = (id < before).then(|| {
                 olds += 1;
                 olds - 1
@@ -231,7 +263,7 @@ impl Groups {
         }
         let alive: Vec<usize> = groups.iter().filter(|g| g.new.is_some()).map(|g| g.id).collect();
         let new = self.accumulators.iter_mut().map(|a| a.evaluate(&alive)).collect::<Result<Vec<_>>>()?;
-        self.compact_if_due();
+        self.compact_if_due()?;
         Ok((groups, old, new))
     }
 }
@@ -247,6 +279,8 @@ pub struct UpdatingAggregate {
     retracting: bool,
     /// Made on first use (making accumulators can fail).
     groups: Option<Groups>,
+    /// Checkpoints are incremental: the groups keep a [`ChangeRecord`].
+    incremental: bool,
 }
 
 impl Clone for UpdatingAggregate {
@@ -270,7 +304,15 @@ impl UpdatingAggregate {
         ttl: Option<Duration>,
         retracting: bool,
     ) -> Self {
-        Self { group_columns, aggregates, output, ttl: StateTtl::new(ttl), retracting, groups: None }
+        Self {
+            group_columns,
+            aggregates,
+            output,
+            ttl: StateTtl::new(ttl),
+            retracting,
+            groups: None,
+            incremental: false,
+        }
     }
 
     /// Whether `aggregate` can aggregate a changelog: its retracting accumulator must take
@@ -323,6 +365,7 @@ impl UpdatingAggregate {
                 removed: 0,
                 touched_by: Vec::new(),
                 batches: 0,
+                changes: self.incremental.then(ChangeRecord::default),
             });
         }
         self.groups.as_mut().ok_or_else(|| Error::Graph("the aggregate's groups are missing".into()))
@@ -447,7 +490,8 @@ fn changed(old: &[ArrayRef], new: &[ArrayRef], old_rows: &UInt32Array, new_rows:
 
 #[async_trait]
 impl Operator for UpdatingAggregate {
-    async fn open(&mut self, _info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
+    async fn open(&mut self, info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
+        self.incremental = info.incremental;
         let keys = self.group_columns.len();
         let (table, widths) = self.groups_table()?;
         let fields = table.fields();
@@ -485,7 +529,7 @@ impl Operator for UpdatingAggregate {
     async fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Collector) -> Result<()> {
         let now = now_ms();
         if let Some(oldest) = self.ttl.sweep_due(now) {
-            self.groups()?.expire(oldest);
+            self.groups()?.expire(oldest)?;
         }
         let kinds = changes(&batch)?;
         let key_columns = self.batch_keys(&batch)?;
@@ -503,20 +547,69 @@ impl Operator for UpdatingAggregate {
     }
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
+        let groups = self.groups()?;
+        let live = groups.live_ids();
+        if let Some(changes) = &mut groups.changes {
+            *changes = ChangeRecord { changed: vec![false; groups.keys.len()], ..ChangeRecord::default() };
+        }
+        let (schema, batch) = self.group_rows(&live)?;
+        Ok(vec![StateTable { name: GROUPS.into(), schema, batches: vec![batch], delta: None }])
+    }
+
+    /// The groups changed since the last snapshot (their rows) and removed (their keys).
+    async fn snapshot_changes(&mut self, _checkpoint_id: u64) -> Result<Option<Vec<StateTable>>> {
+        let groups = self.groups()?;
+        let Some(changes) = groups.changes.take() else { return Ok(None) };
+        let changed: Vec<usize> = (0..groups.keys.len()).filter(|&id| groups.live[id] && changes.changed[id]).collect();
+        let mut removed_keys = changes.removed_keys;
+        removed_keys.push(groups.keys.columns(&changes.removed)?);
+        groups.changes = Some(ChangeRecord { changed: vec![false; groups.keys.len()], ..ChangeRecord::default() });
+        let (schema, batch) = self.group_rows(&changed)?;
+        let keys = self.group_columns.len();
+        let key_fields: Vec<Field> = match keys {
+            0 => vec![Field::new(ALL_IN_ONE, DataType::Int64, true)],
+            _ => schema.fields()[1..=keys].iter().map(|f| f.as_ref().clone()).collect(),
+        };
+        let key_columns = (0..key_fields.len())
+            .map(|i| {
+                let parts: Vec<&dyn Array> = removed_keys.iter().map(|columns| columns[i].as_ref()).collect();
+                Ok(concat(&parts)?)
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        let keyed = RecordBatch::try_new(Arc::new(Schema::new(key_fields)), key_columns)?;
+        let hashes = key_hashes(&keyed, &Self::partition_columns(&self.group_columns))?;
+        let mut deleted_fields = vec![schema.field(0).clone()];
+        let mut deleted_columns: Vec<ArrayRef> = vec![Arc::new(hashes)];
+        if keys > 0 {
+            deleted_fields.extend(keyed.schema().fields().iter().map(|f| f.as_ref().clone()));
+            deleted_columns.extend(keyed.columns().iter().cloned());
+        }
+        let deleted = RecordBatch::try_new(Arc::new(Schema::new(deleted_fields)), deleted_columns)?;
+        let key = match keys {
+            0 => vec![KEY_HASH_COLUMN.to_string()],
+            _ => schema.fields()[1..=keys].iter().map(|f| f.name().clone()).collect(),
+        };
+        let delta = Some(Delta { key, deleted });
+        Ok(Some(vec![StateTable { name: GROUPS.into(), schema, batches: vec![batch], delta }]))
+    }
+}
+
+impl UpdatingAggregate {
+    /// The snapshot rows of groups `ids`: key hash, keys, row count, last access, states.
+    fn group_rows(&mut self, ids: &[usize]) -> Result<(SchemaRef, RecordBatch)> {
         let (table, _) = self.groups_table()?;
         let schema = table.schema().clone();
         let keys = self.group_columns.len();
         let groups = self.groups()?;
-        let live = groups.live_ids();
-        let key_columns = groups.keys.columns(&live)?;
+        let key_columns = groups.keys.columns(ids)?;
         let mut columns: Vec<ArrayRef> = Vec::new();
         if keys > 0 {
             columns.extend(key_columns);
         }
-        columns.push(Arc::new(Int64Array::from_iter_values(live.iter().map(|&id| groups.rows[id]))));
-        columns.push(Arc::new(Int64Array::from_iter_values(live.iter().map(|&id| groups.last_access_ms[id]))));
+        columns.push(Arc::new(Int64Array::from_iter_values(ids.iter().map(|&id| groups.rows[id]))));
+        columns.push(Arc::new(Int64Array::from_iter_values(ids.iter().map(|&id| groups.last_access_ms[id]))));
         for accumulator in &mut groups.accumulators {
-            columns.extend(accumulator.state(&live)?);
+            columns.extend(accumulator.state(ids)?);
         }
         let columns: Vec<ArrayRef> = columns
             .into_iter()
@@ -527,7 +620,7 @@ impl Operator for UpdatingAggregate {
         let keyed = match keys {
             0 => RecordBatch::try_new(
                 Arc::new(Schema::new(vec![Field::new(ALL_IN_ONE, DataType::Int64, true)])),
-                vec![Arc::new(Int64Array::from(vec![0; live.len()]))],
+                vec![Arc::new(Int64Array::from(vec![0; ids.len()]))],
             )?,
             _ => RecordBatch::try_new(
                 Arc::new(Schema::new(schema.fields()[1..=keys].to_vec())),
@@ -536,11 +629,7 @@ impl Operator for UpdatingAggregate {
         };
         let mut all: Vec<ArrayRef> = vec![Arc::new(key_hashes(&keyed, &partition)?)];
         all.extend(columns);
-        Ok(vec![StateTable {
-            name: GROUPS.into(),
-            schema: schema.clone(),
-            batches: vec![RecordBatch::try_new(schema, all)?],
-        }])
+        Ok((schema.clone(), RecordBatch::try_new(schema, all)?))
     }
 }
 
@@ -650,6 +739,75 @@ mod tests {
         restored.open(&SubtaskInfo::new("aggregate", 0, 1), state).await.unwrap();
         let after = input(&[("keep", 1), ("k0-5", 7)], None);
         assert_eq!(feed(&mut restored, after).await, ["-U keep 3", "+U keep 4", "+I k0-5 7"]);
+    }
+
+    /// Each row of `batches` as text, sorted: two snapshots hold the same rows iff equal.
+    fn row_lines(batches: &[RecordBatch]) -> Vec<String> {
+        let mut lines: Vec<String> = batches
+            .iter()
+            .flat_map(|batch| {
+                (0..batch.num_rows()).map(move |row| {
+                    let values =
+                        batch.columns().iter().map(|c| ScalarValue::try_from_array(c, row).unwrap().to_string());
+                    values.collect::<Vec<_>>().join(",")
+                })
+            })
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    /// Incremental checkpoints: a full snapshot, then two snapshots of changes (updates,
+    /// deletions by retraction, enough of them that the removed ids are reclaimed in between,
+    /// a deleted key put back), merged as a restore merges them, hold the same rows as a full
+    /// snapshot taken at the end; and the changes are small next to the state.
+    #[tokio::test]
+    async fn a_base_and_its_changes_restore_what_a_full_snapshot_holds() {
+        use weir_state::FileRole;
+        use weir_state::chain::{Link, merge};
+
+        let mut aggregate = sum_by_key(None);
+        let info = SubtaskInfo { incremental: true, ..SubtaskInfo::new("aggregate", 0, 1) };
+        aggregate.open(&info, RestoredState::default()).await.unwrap();
+        let keys: Vec<String> = (0..5000).map(|i| format!("k{i}")).collect();
+        let rows = |range: std::ops::Range<usize>, value: i64| -> Vec<(&str, i64)> {
+            keys[range].iter().map(|k| (k.as_str(), value)).collect()
+        };
+        feed(&mut aggregate, input(&rows(0..5000, 1), None)).await;
+        let base = aggregate.snapshot(1).await.unwrap().remove(0);
+        let mut chain = vec![Link { role: FileRole::Full, batches: base.batches }];
+        let key = vec!["k".to_string()];
+        let changes = |tables: Option<Vec<StateTable>>, chain: &mut Vec<Link>| {
+            let table = tables.unwrap().remove(0);
+            let delta = table.delta.unwrap();
+            assert_eq!(delta.key, ["k"]);
+            let upserts: usize = table.batches.iter().map(RecordBatch::num_rows).sum();
+            chain.push(Link { role: FileRole::Deletes, batches: vec![delta.deleted.clone()] });
+            chain.push(Link { role: FileRole::Upserts, batches: table.batches });
+            (upserts, delta.deleted.num_rows())
+        };
+        // 2: 100 keys updated, 3000 deleted (their ids reclaimed), 10 new.
+        feed(&mut aggregate, input(&rows(0..100, 5), None)).await;
+        let deletes = vec![Change::Delete; 3000];
+        feed(&mut aggregate, input(&rows(2000..5000, 1), Some(&deletes))).await;
+        feed(&mut aggregate, input(&[("new-1", 1), ("new-2", 2)], None)).await;
+        assert!(aggregate.groups.as_ref().unwrap().keys.len() < 5000, "removed ids were reclaimed");
+        let (upserts, deleted) = changes(aggregate.snapshot_changes(2).await.unwrap(), &mut chain);
+        assert_eq!((upserts, deleted), (102, 3000));
+        // 3: a deleted key back, one more deleted, one updated; a key deleted and put back.
+        feed(&mut aggregate, input(&[("k4000", 9), ("k50", 1)], None)).await;
+        feed(&mut aggregate, input(&[("k150", 1), ("k160", 1)], Some(&[Change::Delete, Change::Delete]))).await;
+        feed(&mut aggregate, input(&[("k160", 3)], None)).await;
+        let (upserts, deleted) = changes(aggregate.snapshot_changes(3).await.unwrap(), &mut chain);
+        assert_eq!((upserts, deleted), (3, 2), "k4000, k50, k160 changed; k150 and k160 removed");
+
+        let merged = merge(chain, &key).unwrap();
+        let full = aggregate.snapshot(4).await.unwrap().remove(0);
+        assert_eq!(row_lines(&merged), row_lines(&full.batches));
+        assert_eq!(row_lines(&merged).len(), 2000 - 1 + 2 + 1);
+        // After a full snapshot, nothing is left to write as a change.
+        let (upserts, deleted) = changes(aggregate.snapshot_changes(5).await.unwrap(), &mut Vec::new());
+        assert_eq!((upserts, deleted), (0, 0));
     }
 
     #[tokio::test]

@@ -559,6 +559,7 @@ impl Operator for WindowAggregate {
             name: WINDOWS.into(),
             schema: schema.clone(),
             batches: vec![RecordBatch::try_new(schema, all)?],
+            delta: None,
         }])
     }
 

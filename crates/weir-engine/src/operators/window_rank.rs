@@ -193,7 +193,7 @@ impl Operator for WindowRank {
         if batches.is_empty() {
             batches.push(RecordBatch::new_empty(schema.clone()));
         }
-        Ok(vec![StateTable { name: ROWS.into(), schema, batches }])
+        Ok(vec![StateTable { name: ROWS.into(), schema, batches, delta: None }])
     }
 
     async fn finish(&mut self, out: &mut Collector) -> Result<()> {

@@ -1,8 +1,9 @@
 //! Counts records per key over any number of inputs, emitting (key, count) for every record:
 //! each count of each key appears exactly once in a correct output, so a lost record shows as
-//! a missing row and a duplicate as a repeated one.
+//! a missing row and a duplicate as a repeated one. With incremental checkpoints it writes
+//! only the counts that changed, so every runtime test exercises chains of state files.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -12,7 +13,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use weir_state::{KEY_HASH_COLUMN, keyed_schema};
 
 use crate::error::Result;
-use crate::operator::{Collector, Operator, RestoredState, StateTable, SubtaskInfo, state_column};
+use crate::operator::{Collector, Delta, Operator, RestoredState, StateTable, SubtaskInfo, state_column};
 use crate::partition::key_hashes;
 
 const COUNTS: &str = "counts";
@@ -21,11 +22,13 @@ pub struct KeyedCounter {
     key: String,
     counts: HashMap<String, (u64, i64)>,
     info: Option<SubtaskInfo>,
+    /// Keys counted since the last snapshot, with incremental checkpoints.
+    changed: Option<HashSet<String>>,
 }
 
 impl KeyedCounter {
     pub fn new(key: &str) -> Self {
-        Self { key: key.to_string(), counts: HashMap::new(), info: None }
+        Self { key: key.to_string(), counts: HashMap::new(), info: None, changed: None }
     }
 
     pub fn output_schema() -> SchemaRef {
@@ -51,6 +54,7 @@ impl KeyedCounter {
 impl Operator for KeyedCounter {
     async fn open(&mut self, info: &SubtaskInfo, restored: RestoredState) -> Result<()> {
         self.info = Some(info.clone());
+        self.changed = info.incremental.then(HashSet::new);
         for batch in restored.table(COUNTS) {
             let (Ok(hashes), Ok(keys), Ok(counts)) = (
                 state_column::<UInt64Array>(batch, KEY_HASH_COLUMN, info),
@@ -86,6 +90,9 @@ impl Operator for KeyedCounter {
                     1
                 }
             };
+            if let Some(changed) = &mut self.changed {
+                changed.insert(key.to_string());
+            }
             out_keys.push(key);
             out_counts.push(count);
         }
@@ -96,11 +103,33 @@ impl Operator for KeyedCounter {
     }
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
-        let hashes: UInt64Array = self.counts.values().map(|(h, _)| *h).collect();
-        let keys: StringArray = self.counts.keys().map(Some).collect();
-        let counts: Int64Array = self.counts.values().map(|(_, c)| *c).collect();
+        if let Some(changed) = &mut self.changed {
+            changed.clear();
+        }
+        let keys: Vec<&String> = self.counts.keys().collect();
+        Ok(vec![self.table(&keys, None)?])
+    }
+
+    async fn snapshot_changes(&mut self, _checkpoint_id: u64) -> Result<Option<Vec<StateTable>>> {
+        let Some(changed) = self.changed.take() else { return Ok(None) };
+        let keys: Vec<&String> = changed.iter().collect();
+        let deleted = RecordBatch::new_empty(keyed_schema([Field::new("key", DataType::Utf8, false)]));
+        let table = self.table(&keys, Some(Delta { key: vec!["key".into()], deleted }))?;
+        self.changed = Some(HashSet::new());
+        Ok(Some(vec![table]))
+    }
+}
+
+impl KeyedCounter {
+    /// The state table of the counts of `keys`.
+    fn table(&self, keys: &[&String], delta: Option<Delta>) -> Result<StateTable> {
+        let entries: Vec<(&String, &(u64, i64))> =
+            keys.iter().filter_map(|k| Some((*k, self.counts.get(*k)?))).collect();
+        let hashes: UInt64Array = entries.iter().map(|(_, (h, _))| *h).collect();
+        let names: StringArray = entries.iter().map(|(k, _)| Some(k.as_str())).collect();
+        let counts: Int64Array = entries.iter().map(|(_, (_, c))| *c).collect();
         let schema = Self::state_schema();
-        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(hashes), Arc::new(keys), Arc::new(counts)])?;
-        Ok(vec![StateTable { name: COUNTS.into(), schema, batches: vec![batch] }])
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(hashes), Arc::new(names), Arc::new(counts)])?;
+        Ok(StateTable { name: COUNTS.into(), schema, batches: vec![batch], delta })
     }
 }

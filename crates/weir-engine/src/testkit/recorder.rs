@@ -78,6 +78,6 @@ impl Operator for Recorder {
         let columns: Vec<Arc<dyn Array>> =
             vec![Arc::new(inputs), Arc::new(sources), Arc::new(splits), Arc::new(offsets)];
         let batch = RecordBatch::try_new(schema.clone(), columns)?;
-        Ok(vec![StateTable { name: SEEN.into(), schema, batches: vec![batch] }])
+        Ok(vec![StateTable { name: SEEN.into(), schema, batches: vec![batch], delta: None }])
     }
 }

@@ -130,6 +130,6 @@ impl Source for ReplayableSource {
         let splits: UInt32Array = self.next.keys().copied().collect();
         let offsets: UInt64Array = self.next.values().copied().collect();
         let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(splits), Arc::new(offsets)])?;
-        Ok(vec![StateTable { name: POSITIONS.into(), schema, batches: vec![batch] }])
+        Ok(vec![StateTable { name: POSITIONS.into(), schema, batches: vec![batch], delta: None }])
     }
 }

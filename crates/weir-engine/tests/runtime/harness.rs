@@ -30,6 +30,7 @@ pub fn config(mode: CheckpointMode, interval_ms: u64) -> PipelineConfig {
             max_concurrent: 1,
             timeout: Duration::from_secs(30),
             retained: 3,
+            incremental: true,
         },
         restart: RestartPolicy {
             initial_backoff: Duration::from_millis(5),

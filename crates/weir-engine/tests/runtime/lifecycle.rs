@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::Int64Type;
 use datafusion::arrow::record_batch::RecordBatch;
 
 use weir_engine::testkit::{TxnLog, rows};
@@ -10,7 +12,7 @@ use weir_engine::{
     CheckpointMode, CheckpointStatus, FailureInjector, FailurePoint, Graph, Partitioning, PipelineState, Step, start,
     start_with_failures,
 };
-use weir_state::StateStore;
+use weir_state::{FileRole, StateFile, StateStore};
 
 use crate::harness::{
     await_completed, config, expected_counts, finish, keyed_count_graph, source_node, source_rows, spec,
@@ -50,13 +52,11 @@ async fn a_failing_snapshot_write_aborts_that_checkpoint_and_the_pipeline_goes_o
         checkpoint: Some(2),
         operator: Some("count".into()),
     }]));
-    let handle = start_with_failures(
-        keyed_count_graph(&a, &b, 2, &log),
-        config(CheckpointMode::Aligned, 10),
-        StateStore::local(dir.path()).unwrap(),
-        injector.clone(),
-    )
-    .unwrap();
+    let store = StateStore::local(dir.path()).unwrap();
+    let mut config = config(CheckpointMode::Aligned, 10);
+    config.checkpoint.retained = 1000;
+    let handle =
+        start_with_failures(keyed_count_graph(&a, &b, 2, &log), config, store.clone(), injector.clone()).unwrap();
     let status = finish(handle).await;
     assert!(injector.all_fired());
     assert_eq!(status.restarts, 0, "a declined checkpoint is not a failure");
@@ -68,6 +68,43 @@ async fn a_failing_snapshot_write_aborts_that_checkpoint_and_the_pipeline_goes_o
         expected_counts(&[&a, &b]),
         "the aborted checkpoint's records are committed by the next"
     );
+    // Incremental: the changes checkpoint 2 held were never written, so the subtask that
+    // failed wrote its whole table again after it, and each later chain starts there; the
+    // final checkpoint's chains merge to the final counts.
+    let completed = store.completed_checkpoints().await.unwrap();
+    let after: Vec<u64> = completed.iter().copied().filter(|&id| id > 2).collect();
+    let rebased = store.manifest(after[0]).await.unwrap();
+    let chains: Vec<Vec<StateFile>> = (0..2)
+        .map(|subtask| {
+            rebased.files.iter().filter(|f| f.operator == "count" && f.subtask == subtask).cloned().collect()
+        })
+        .collect();
+    assert!(
+        chains.iter().any(|chain| chain[0].role == FileRole::Full && chain[0].written_by() > Some(2)),
+        "no chain was rebased after the failed write: {chains:?}"
+    );
+    let last = store.manifest(*completed.last().unwrap()).await.unwrap();
+    assert!(last.files.iter().any(|f| f.role == FileRole::Upserts), "the final checkpoint has no changes: {last:?}");
+    let mut finals = std::collections::BTreeMap::new();
+    for line in expected_counts(&[&a, &b]) {
+        let (key, count) = line.split_once(", count=").unwrap();
+        let (key, count) = (key.trim_start_matches("key="), count.parse::<i64>().unwrap());
+        let entry = finals.entry(key.to_string()).or_insert(0);
+        *entry = count.max(*entry);
+    }
+    let mut merged = std::collections::BTreeMap::new();
+    for subtask in 0..2 {
+        let chain: Vec<StateFile> =
+            last.files.iter().filter(|f| f.operator == "count" && f.subtask == subtask).cloned().collect();
+        for batch in store.read_chain(&chain).await.unwrap() {
+            let keys = batch.column_by_name("key").unwrap().as_string::<i32>().clone();
+            let counts = batch.column_by_name("count").unwrap().as_primitive::<Int64Type>().clone();
+            for row in 0..batch.num_rows() {
+                assert!(merged.insert(keys.value(row).to_string(), counts.value(row)).is_none(), "a key twice");
+            }
+        }
+    }
+    assert_eq!(merged, finals);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,24 +148,35 @@ async fn only_the_last_k_checkpoints_are_kept() {
     assert!(completed.len() > 4, "{completed:?}");
     let kept = store.completed_checkpoints().await.unwrap();
     assert_eq!(kept, completed[completed.len() - 2..].to_vec());
-    let dirs: Vec<u64> = std::fs::read_dir(dir.path().join("checkpoints"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().parse().unwrap())
-        .filter(|id: &u64| {
-            std::fs::read_dir(dir.path().join("checkpoints").join(format!("{id:020}")))
-                .map(|d| walk_files(d) > 0)
-                .unwrap_or(false)
-        })
-        .collect();
-    assert!(dirs.iter().all(|id| kept.contains(id)), "files left of {dirs:?}, kept {kept:?}");
+    // Incremental checkpoints: a kept checkpoint's chains reach back into older checkpoints'
+    // directories, and exactly the files the kept manifests name are left (besides compacted
+    // bases a later checkpoint may still adopt).
+    let mut named = std::collections::BTreeSet::new();
+    let mut shared = 0;
+    for &id in &kept {
+        let manifest = store.manifest(id).await.unwrap();
+        shared += manifest.files.iter().filter(|f| f.written_by() < Some(id)).count();
+        named.extend(manifest.files.into_iter().map(|f| f.path));
+    }
+    assert!(shared > 0, "no kept checkpoint shares a file with an older one");
+    let mut left = Vec::new();
+    list_files(&dir.path().join("checkpoints"), "checkpoints", &mut left);
+    let unnamed: Vec<&String> = left.iter().filter(|f| !named.contains(*f) && !f.ends_with(".base.parquet")).collect();
+    assert!(unnamed.is_empty(), "files no kept checkpoint names: {unnamed:?}");
+    assert!(named.iter().all(|f| left.contains(f)), "a named file is gone: {named:?} {left:?}");
 }
 
-fn walk_files(dir: std::fs::ReadDir) -> usize {
-    dir.map(|e| {
-        let e = e.unwrap();
-        if e.file_type().unwrap().is_dir() { walk_files(std::fs::read_dir(e.path()).unwrap()) } else { 1 }
-    })
-    .sum()
+/// The paths (relative to the store, as manifests name them) of the files under `dir`.
+fn list_files(dir: &std::path::Path, relative: &str, into: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let path = format!("{relative}/{}", entry.file_name().to_string_lossy());
+        if entry.file_type().unwrap().is_dir() {
+            list_files(&entry.path(), &path, into);
+        } else {
+            into.push(path);
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -46,8 +46,8 @@ const PIPELINE_COLUMNS: [&str; 10] = [
 ];
 
 /// The columns of `SHOW CHECKPOINTS FOR PIPELINE n`.
-const CHECKPOINT_COLUMNS: [&str; 8] =
-    ["id", "kind", "status", "started", "duration", "state", "alignment", "in-flight"];
+const CHECKPOINT_COLUMNS: [&str; 9] =
+    ["id", "kind", "status", "started", "duration", "state", "written", "alignment", "in-flight"];
 
 impl Manager {
     /// Carries out one pipeline statement.
@@ -191,6 +191,7 @@ fn checkpoint_row(c: &Value, restored_from: Option<u64>) -> Vec<String> {
         started,
         ms("duration_ms"),
         bytes("state_bytes"),
+        bytes("written_bytes"),
         ms("alignment_ms"),
         bytes("inflight_bytes"),
     ]
@@ -233,7 +234,7 @@ mod tests {
     #[test]
     fn a_checkpoint_report_reads_as_a_row() {
         let report = json!({"id": 4, "kind": {"aligned_timeout": {"timed_out": true}}, "started_at_ms": 1_700_000_000_120i64,
-            "duration_ms": 130, "alignment_ms": 7, "state_bytes": 1_500, "inflight_bytes": 0,
+            "duration_ms": 130, "alignment_ms": 7, "state_bytes": 1_500, "written_bytes": 300, "inflight_bytes": 0,
             "status": {"status": "aborted", "reason": "timed out"}});
         assert_eq!(
             checkpoint_row(&report, Some(4)),
@@ -244,6 +245,7 @@ mod tests {
                 "22:13:20.120 UTC",
                 "130 ms",
                 "1.5 kB",
+                "300 B",
                 "7 ms",
                 "0 B"
             ]

@@ -219,7 +219,10 @@ fn pipeline_statements_and_meta_commands() {
         assert!(started.elapsed() < Duration::from_secs(30), "no checkpoint: {} {}", run.stdout, run.stderr);
         std::thread::sleep(Duration::from_millis(200));
     };
-    assert!(checkpoints.starts_with("id,kind,status,started,duration,state,alignment,in-flight\n"), "{checkpoints}");
+    assert!(
+        checkpoints.starts_with("id,kind,status,started,duration,state,written,alignment,in-flight\n"),
+        "{checkpoints}"
+    );
     let first: u64 = checkpoints.lines().nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
     let run = weir_sql(&server, &["-c", "SHOW PIPELINES", "-c", "\\dp", "-c", "\\dp 1"], "");
     assert_eq!(run.status, 0, "{}", run.stderr);
