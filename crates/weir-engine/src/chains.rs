@@ -11,7 +11,7 @@
 //! snapshot is full ([`ChainLine::rebase`]); so is its first after a (re)start, whose restored
 //! state may have been re-split among subtasks.
 //!
-//! A chain whose deltas outweigh its base (or grow many) is compacted off the processing path:
+//! A chain whose deltas weigh half its base (or grow many) is compacted off the processing path:
 //! the files are merged into a new base, which a later write adopts in place of the files it
 //! replaces when they are still the start of its chain.
 
@@ -25,7 +25,7 @@ use weir_state::{FileRole, StateFile, StateStore};
 use crate::error::{Error, Result};
 
 /// Delta files a chain may hold before it is compacted, whatever their size.
-const MAX_DELTA_FILES: usize = 24;
+const MAX_DELTA_FILES: usize = 64;
 
 /// (operator, table)
 type TableId = (String, String);
@@ -179,9 +179,10 @@ impl WriteLink {
     }
 }
 
-/// A chain is compacted when its deltas outweigh its base, or are many.
+/// A chain is compacted when its deltas weigh half its base (a restore then holds at most a
+/// third of the keys in its merge table), or are many files.
 fn compaction_due(chain: &[StateFile]) -> bool {
     let deltas: Vec<&StateFile> = chain.iter().filter(|f| f.role != FileRole::Full).collect();
     let base: u64 = chain.iter().filter(|f| f.role == FileRole::Full).map(|f| f.bytes).sum();
-    deltas.len() >= 2 && (deltas.iter().map(|f| f.bytes).sum::<u64>() > base || deltas.len() > MAX_DELTA_FILES)
+    deltas.len() >= 2 && (2 * deltas.iter().map(|f| f.bytes).sum::<u64>() > base || deltas.len() > MAX_DELTA_FILES)
 }

@@ -303,6 +303,17 @@ async fn run_attempt(
 
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let mut restorer = Restorer::new(store, manifest.as_ref());
+    if let Some(manifest) = &manifest {
+        let started = std::time::Instant::now();
+        restorer.prefetch().await?;
+        let ms = started.elapsed().as_millis() as u64;
+        tracing::info!(
+            checkpoint = manifest.checkpoint_id,
+            ms,
+            bytes = manifest.state_bytes(),
+            "checkpoint state read"
+        );
+    }
     let mut join = JoinSet::new();
     let mut lines = Vec::new();
     let mut inputs = inputs.into_iter();

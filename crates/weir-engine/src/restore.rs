@@ -47,23 +47,8 @@ impl<'a> Restorer<'a> {
         parallelism: usize,
     ) -> Result<RestoredState> {
         let Some(manifest) = self.manifest else { return Ok(RestoredState::default()) };
-        let files: Vec<StateFile> = manifest
-            .files
-            .iter()
-            .filter(|f| f.operator == operator && !inflight::is_inflight(&f.table))
-            .cloned()
-            .collect();
-        // Each old subtask's files of each table, in the manifest's (chain) order.
-        let mut chains: Vec<((usize, String), Vec<StateFile>)> = Vec::new();
-        for file in files {
-            let id = (file.subtask, file.table.clone());
-            match chains.iter_mut().find(|(chain, _)| *chain == id) {
-                Some((_, chain)) => chain.push(file),
-                None => chains.push((id, vec![file])),
-            }
-        }
         let mut tables: HashMap<String, Vec<RecordBatch>> = HashMap::new();
-        for ((_, table), chain) in chains {
+        for ((_, _, table), chain) in chains(manifest, |f| f.operator == operator) {
             let rows = tables.entry(table).or_default();
             for batch in self.read_chain(&chain).await? {
                 if batch.schema().column_with_name(KEY_HASH_COLUMN).is_some() {
@@ -79,20 +64,49 @@ impl<'a> Restorer<'a> {
         Ok(RestoredState { checkpoint_id: Some(manifest.checkpoint_id), tables })
     }
 
+    /// Reads every operator table of the checkpoint at once (each file decoded, each chain
+    /// merged, off the async workers), so a restore of many subtasks takes about as long as
+    /// its largest table rather than the sum of all.
+    pub async fn prefetch(&mut self) -> Result<()> {
+        let Some(manifest) = self.manifest else { return Ok(()) };
+        let chains = chains(manifest, |_| true);
+        let store = self.store;
+        let reads = chains.iter().map(|(_, chain)| async move { store.read_chain(chain).await });
+        let read = futures::future::try_join_all(reads).await?;
+        for ((_, chain), batches) in chains.iter().zip(read) {
+            self.cache.insert(chain_id(chain), batches);
+        }
+        Ok(())
+    }
+
     /// One table of one old subtask: its file, or its chain merged (once, however many new
     /// subtasks need it).
     async fn read_chain(&mut self, chain: &[StateFile]) -> Result<Vec<RecordBatch>> {
-        match chain {
-            [file] if file.role.is_full() => self.read(file).await,
-            _ => {
-                let id = chain.iter().map(|f| f.path.as_str()).collect::<Vec<_>>().join("+");
-                if let Some(batches) = self.cache.get(&id) {
-                    return Ok(batches.clone());
-                }
-                let batches = self.store.read_chain(chain).await?;
-                self.cache.insert(id, batches.clone());
-                Ok(batches)
-            }
+        let id = chain_id(chain);
+        if let Some(batches) = self.cache.get(&id) {
+            return Ok(batches.clone());
+        }
+        let batches = self.store.read_chain(chain).await?;
+        self.cache.insert(id, batches.clone());
+        Ok(batches)
+    }
+}
+
+/// The operator tables of `manifest` (no in-flight data) that `wanted` keeps, as each old
+/// subtask's files of each table in the manifest's (chain) order, by (operator, subtask, table).
+fn chains(manifest: &Manifest, wanted: impl Fn(&StateFile) -> bool) -> Vec<((String, usize, String), Vec<StateFile>)> {
+    let mut chains: Vec<((String, usize, String), Vec<StateFile>)> = Vec::new();
+    for file in manifest.files.iter().filter(|f| !inflight::is_inflight(&f.table) && wanted(f)) {
+        let id = (file.operator.clone(), file.subtask, file.table.clone());
+        match chains.iter_mut().find(|(chain, _)| *chain == id) {
+            Some((_, chain)) => chain.push(file.clone()),
+            None => chains.push((id, vec![file.clone()])),
         }
     }
+    chains
+}
+
+/// A chain's name in the cache: its files' paths (one file: its path, as in-flight reads).
+fn chain_id(chain: &[StateFile]) -> String {
+    chain.iter().map(|f| f.path.as_str()).collect::<Vec<_>>().join("+")
 }

@@ -6,13 +6,13 @@
 //!
 //! Within one file a key appears at most once (the operator writes each changed key once).
 
-use std::collections::HashSet;
-
-use datafusion::arrow::array::{ArrayRef, BooleanArray};
+use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, BooleanBufferBuilder, UInt64Array};
 use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::arrow::row::{RowConverter, Rows, SortField};
+use hashbrown::HashTable;
 
+use crate::KEY_HASH_COLUMN;
 use crate::error::{Error, Result};
 use crate::manifest::FileRole;
 
@@ -24,32 +24,81 @@ pub struct Link {
 }
 
 /// The rows `links` (oldest first) stand for, each key's latest, identified by the `key`
-/// columns.
+/// columns (and found by the key hash every keyed table carries).
 pub fn merge(links: Vec<Link>, key: &[String]) -> Result<Vec<RecordBatch>> {
     if links.iter().all(|link| link.role.is_full()) && links.len() <= 1 {
         return Ok(links.into_iter().flat_map(|link| link.batches).collect());
     }
-    let mut seen: HashSet<Box<[u8]>> = HashSet::new();
-    let mut kept = Vec::new();
-    for link in links.into_iter().rev() {
+    // Newest first, each batch with its keys encoded once; the table of keys seen refers to
+    // them by (part, row), so a key costs no allocation of its own. The base (the oldest
+    // file) is only looked up: a large base under small deltas costs little more than itself.
+    let files = links.len();
+    let mut parts: Vec<Part> = Vec::new();
+    let mut converter: Option<RowConverter> = None;
+    for (newer, link) in links.into_iter().rev().enumerate() {
         for batch in link.batches {
             let columns: Vec<ArrayRef> = key
                 .iter()
                 .map(|name| batch.column_by_name(name).cloned().ok_or_else(|| Error::MissingKeyColumn(name.clone())))
                 .collect::<Result<_>>()?;
-            let converter = RowConverter::new(columns.iter().map(|c| SortField::new(c.data_type().clone())).collect())?;
-            let rows = converter.convert_columns(&columns)?;
-            let newest: BooleanArray = rows.iter().map(|row| Some(seen.insert(row.as_ref().into()))).collect();
-            if link.role != FileRole::Deletes {
-                let latest = filter_record_batch(&batch, &newest)?;
-                if latest.num_rows() > 0 {
-                    kept.push(latest);
-                }
+            if converter.is_none() {
+                let fields = columns.iter().map(|c| SortField::new(c.data_type().clone())).collect();
+                converter = Some(RowConverter::new(fields)?);
+            }
+            let Some(converter) = &converter else { continue };
+            let hashes = batch
+                .column_by_name(KEY_HASH_COLUMN)
+                .and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
+                .cloned()
+                .ok_or(Error::MissingKeyHash)?;
+            let keys = converter.convert_columns(&columns)?;
+            parts.push(Part { batch, role: link.role, oldest: newer + 1 == files, keys, hashes });
+        }
+    }
+    let mut seen: HashTable<(u32, u32)> = HashTable::new();
+    let mut kept = Vec::new();
+    for (index, part) in parts.iter().enumerate() {
+        if part.oldest && seen.is_empty() {
+            kept.push(part.batch.clone());
+            continue;
+        }
+        let mut latest = BooleanBufferBuilder::new(part.batch.num_rows());
+        for row in 0..part.batch.num_rows() {
+            let hash = spread(part.hashes.value(row));
+            let key = part.keys.row(row);
+            let found = seen.find(hash, |&(p, r)| parts[p as usize].keys.row(r as usize) == key).is_some();
+            if !found && !part.oldest {
+                let entry = (index as u32, row as u32);
+                seen.insert_unique(hash, entry, |&(p, r)| spread(parts[p as usize].hashes.value(r as usize)));
+            }
+            latest.append(!found);
+        }
+        if part.role != FileRole::Deletes {
+            let latest = filter_record_batch(&part.batch, &BooleanArray::new(latest.finish(), None))?;
+            if latest.num_rows() > 0 {
+                kept.push(latest);
             }
         }
     }
     kept.reverse();
     Ok(kept)
+}
+
+/// One batch of a chain's file, with its keys encoded.
+struct Part {
+    batch: RecordBatch,
+    role: FileRole,
+    /// Of the chain's first file (its base).
+    oldest: bool,
+    keys: Rows,
+    hashes: UInt64Array,
+}
+
+/// The key hash with its bits spread: the rows of one subtask share the hash's top bits (the
+/// key range that picked the subtask), which the table uses to tell entries apart.
+fn spread(hash: u64) -> u64 {
+    let mixed = (hash ^ (hash >> 31)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    mixed ^ (mixed >> 29)
 }
 
 #[cfg(test)]
@@ -61,19 +110,29 @@ mod tests {
 
     use super::*;
 
+    /// A key's hash: here one value for all, so every lookup meets every key.
+    fn hashes(n: usize) -> ArrayRef {
+        Arc::new(UInt64Array::from(vec![7; n]))
+    }
+
     fn rows(pairs: &[(&str, i64)]) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![
             Field::new("k", DataType::Utf8, false),
             Field::new("v", DataType::Int64, false),
+            Field::new(KEY_HASH_COLUMN, DataType::UInt64, false),
         ]));
         let keys = StringArray::from_iter_values(pairs.iter().map(|p| p.0));
         let values = Int64Array::from_iter_values(pairs.iter().map(|p| p.1));
-        RecordBatch::try_new(schema, vec![Arc::new(keys), Arc::new(values)]).unwrap()
+        RecordBatch::try_new(schema, vec![Arc::new(keys), Arc::new(values), hashes(pairs.len())]).unwrap()
     }
 
     fn keys(names: &[&str]) -> RecordBatch {
-        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Utf8, false)]));
-        RecordBatch::try_new(schema, vec![Arc::new(StringArray::from_iter_values(names.iter().copied()))]).unwrap()
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, false),
+            Field::new(KEY_HASH_COLUMN, DataType::UInt64, false),
+        ]));
+        let keys = StringArray::from_iter_values(names.iter().copied());
+        RecordBatch::try_new(schema, vec![Arc::new(keys), hashes(names.len())]).unwrap()
     }
 
     fn link(role: FileRole, batch: RecordBatch) -> Link {

@@ -138,10 +138,11 @@ impl StateStore {
 
     /// The rows one table's chain (oldest first) stands for, latest wins.
     pub async fn read_chain(&self, files: &[StateFile]) -> Result<Vec<RecordBatch>> {
-        let mut links = Vec::with_capacity(files.len());
-        for file in files {
-            links.push(Link { role: file.role, batches: self.read_file(file).await? });
-        }
+        // The files are read and decoded at once (each decodes off the async workers).
+        let reads = files
+            .iter()
+            .map(|file| async move { Ok::<_, Error>(Link { role: file.role, batches: self.read_file(file).await? }) });
+        let links: Vec<Link> = futures::future::try_join_all(reads).await?;
         let key = files.iter().find(|f| !f.key.is_empty()).map_or(&[][..], |f| f.key.as_slice()).to_vec();
         tokio::task::spawn_blocking(move || chain::merge(links, &key)).await?
     }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{Array, ArrayRef, Int64Array, UInt32Array};
-use datafusion::arrow::compute::{cast, take};
+use datafusion::arrow::compute::{cast, concat, take};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
@@ -29,7 +29,7 @@ use datafusion::logical_expr::Accumulator;
 use crate::error::{Error, Result};
 use crate::group_keys::GroupKeys;
 use crate::metrics::OperatorMetrics;
-use crate::operator::{Collector, Operator, RestoredState, StateTable};
+use crate::operator::{Collector, Delta, Operator, RestoredState, StateTable};
 use crate::operators::accumulators::{self, AggregateCall, Arguments, cast_to};
 use crate::operators::group_accumulators::{self, GroupAccumulator, group_accumulator};
 use crate::partition::key_hashes;
@@ -80,6 +80,17 @@ struct WindowGroups {
     open: Vec<bool>,
     /// Ids of closed windows since the last compaction.
     closed: usize,
+    /// With incremental checkpoints: what changed since the last snapshot.
+    changes: Option<WindowChanges>,
+}
+
+/// The groups fed and the groups closed since the last snapshot, for a snapshot of changes.
+#[derive(Default)]
+struct WindowChanges {
+    /// By group id.
+    fed: Vec<bool>,
+    /// The key columns (start, end, group keys) of the groups closed.
+    closed: Vec<Vec<ArrayRef>>,
 }
 
 /// Closed windows' ids are reclaimed once they are this many and outnumber the open ones.
@@ -101,6 +112,12 @@ impl WindowGroups {
         }
         for accumulator in &mut self.accumulators {
             accumulator.resize(self.keys.len());
+        }
+        if let Some(changes) = &mut self.changes {
+            changes.fed.resize(self.keys.len(), false);
+            for &id in &ids {
+                changes.fed[id] = true;
+            }
         }
         Ok(ids)
     }
@@ -128,6 +145,9 @@ impl WindowGroups {
             }
         }
         self.closed += ids.len();
+        if let Some(changes) = &mut self.changes {
+            changes.closed.push(keys.clone());
+        }
         self.compact_if_due();
         Ok(Some((keys, values)))
     }
@@ -148,15 +168,30 @@ impl WindowGroups {
         for accumulator in &mut self.accumulators {
             accumulator.retain(&keep);
         }
+        if let Some(changes) = &mut self.changes {
+            group_accumulators::retain_vec(&mut changes.fed, &keep);
+        }
         for ids in self.windows.values_mut() {
             ids.iter_mut().for_each(|id| *id = renumbered[*id]);
         }
         self.closed = 0;
     }
 
-    /// The open groups' key columns (start, end, keys) and each aggregate's state columns.
-    fn snapshot(&mut self) -> Result<(Vec<ArrayRef>, Vec<ArrayRef>)> {
-        let ids: Vec<usize> = self.windows.values().flatten().copied().collect();
+    /// The open groups' key columns (start, end, keys) and each aggregate's state columns:
+    /// all of them, or (`changed_only`) those fed since the last snapshot. Either starts a new
+    /// record of changes.
+    fn snapshot(&mut self, changed_only: bool) -> Result<(Vec<ArrayRef>, Vec<ArrayRef>)> {
+        let fed = self.changes.as_mut().map(|changes| {
+            changes.closed.clear();
+            std::mem::replace(&mut changes.fed, vec![false; self.open.len()])
+        });
+        let ids: Vec<usize> = self
+            .windows
+            .values()
+            .flatten()
+            .copied()
+            .filter(|&id| !changed_only || fed.as_ref().is_some_and(|fed| fed.get(id).copied().unwrap_or(false)))
+            .collect();
         let keys = self.keys.columns(&ids)?;
         let mut states = Vec::new();
         for accumulator in &mut self.accumulators {
@@ -186,6 +221,8 @@ pub struct WindowAggregate {
     watermark: i64,
     /// The subtask's counters: late rows and rows without a time are counted there.
     metrics: Arc<OperatorMetrics>,
+    /// Checkpoints are incremental: the window groups keep a [`WindowChanges`].
+    incremental: bool,
 }
 
 impl Clone for WindowAggregate {
@@ -255,6 +292,7 @@ impl WindowAggregate {
             sessions: HashMap::new(),
             watermark: i64::MIN,
             metrics: Arc::default(),
+            incremental: false,
         }
     }
 
@@ -284,6 +322,7 @@ impl WindowAggregate {
                 windows: BTreeMap::new(),
                 open: Vec::new(),
                 closed: 0,
+                changes: self.incremental.then(WindowChanges::default),
             });
         }
         self.groups.as_mut().ok_or_else(|| Error::Graph("the window groups are missing".into()))
@@ -479,6 +518,7 @@ impl WindowAggregate {
 impl Operator for WindowAggregate {
     async fn open(&mut self, info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
         self.metrics = info.metrics.clone();
+        self.incremental = info.incremental;
         let keys = self.group_columns.len() - 1;
         let (table, widths) = self.windows_table()?;
         let fields = table.fields();
@@ -542,25 +582,55 @@ impl Operator for WindowAggregate {
         let columns = match self.kind {
             WindowKind::Session { .. } => self.session_columns(&schema)?,
             _ => {
-                let (keys, states) = self.groups()?.snapshot()?;
+                let (keys, states) = self.groups()?.snapshot(false)?;
                 keys.into_iter().chain(states).collect()
             }
         };
-        let columns: Vec<ArrayRef> = columns
-            .into_iter()
-            .zip(&schema.fields()[1..])
-            .map(|(column, field)| cast_to(column, field.data_type()))
-            .collect::<Result<_>>()?;
-        let rows = columns.first().map_or(0, |c| c.len());
-        let hashes = key_hashes(&self.partition_batch(&columns, rows)?, &self.partition)?;
-        let mut all: Vec<ArrayRef> = vec![Arc::new(hashes)];
-        all.extend(columns);
-        Ok(vec![StateTable {
+        let batch = self.keyed_batch(&schema, columns)?;
+        Ok(vec![StateTable { name: WINDOWS.into(), schema, batches: vec![batch], delta: None }])
+    }
+
+    /// The groups fed since the last snapshot, and the keys of those closed. (Sessions, which
+    /// merge, are written whole.)
+    async fn snapshot_changes(&mut self, _checkpoint_id: u64) -> Result<Option<Vec<StateTable>>> {
+        if matches!(self.kind, WindowKind::Session { .. }) {
+            return Ok(None);
+        }
+        let Some(closed) = self.groups()?.changes.as_mut().map(|changes| std::mem::take(&mut changes.closed)) else {
+            return Ok(None);
+        };
+        let (table, _) = self.windows_table()?;
+        let schema = table.schema().clone();
+        let (keys, states) = self.groups()?.snapshot(true)?;
+        let batch = self.keyed_batch(&schema, keys.into_iter().chain(states).collect())?;
+        // The closed groups' keys: start, end and group columns, under the table's names.
+        let key_fields: Vec<Field> =
+            schema.fields()[1..self.group_columns.len() + 2].iter().map(|f| f.as_ref().clone()).collect();
+        let key_columns = (0..key_fields.len())
+            .map(|i| {
+                let parts: Vec<&dyn Array> = closed.iter().map(|columns| columns[i].as_ref()).collect();
+                match parts.is_empty() {
+                    true => Ok(datafusion::arrow::array::new_empty_array(key_fields[i].data_type())),
+                    false => cast_to(concat(&parts)?, key_fields[i].data_type()),
+                }
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        let key_schema = Arc::new(Schema::new(
+            std::iter::once(schema.field(0).clone()).chain(key_fields.iter().cloned()).collect::<Vec<_>>(),
+        ));
+        let rows = key_columns.first().map_or(0, |c| c.len());
+        let hashes = key_hashes(&self.partition_batch(&key_columns, rows)?, &self.partition)?;
+        let deleted = RecordBatch::try_new(
+            key_schema,
+            std::iter::once(Arc::new(hashes) as ArrayRef).chain(key_columns).collect(),
+        )?;
+        let key = key_fields.iter().map(|f| f.name().clone()).collect();
+        Ok(Some(vec![StateTable {
             name: WINDOWS.into(),
-            schema: schema.clone(),
-            batches: vec![RecordBatch::try_new(schema, all)?],
-            delta: None,
-        }])
+            schema,
+            batches: vec![batch],
+            delta: Some(Delta { key, deleted }),
+        }]))
     }
 
     /// The input ended: every open window is complete.
@@ -570,6 +640,21 @@ impl Operator for WindowAggregate {
 }
 
 impl WindowAggregate {
+    /// Snapshot rows: the key hash (of the partition columns among `columns`) and `columns`
+    /// (start, end, keys, states) as the table's types.
+    fn keyed_batch(&self, schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
+        let columns: Vec<ArrayRef> = columns
+            .into_iter()
+            .zip(&schema.fields()[1..])
+            .map(|(column, field)| cast_to(column, field.data_type()))
+            .collect::<Result<_>>()?;
+        let rows = columns.first().map_or(0, |c| c.len());
+        let hashes = key_hashes(&self.partition_batch(&columns, rows)?, &self.partition)?;
+        let mut all: Vec<ArrayRef> = vec![Arc::new(hashes)];
+        all.extend(columns);
+        Ok(RecordBatch::try_new(schema.clone(), all)?)
+    }
+
     /// The open sessions as the windows table's columns (after the key hash).
     fn session_columns(&mut self, schema: &SchemaRef) -> Result<Vec<ArrayRef>> {
         let groups = self.sessions.values().map(Vec::len).sum::<usize>();
@@ -718,6 +803,59 @@ mod tests {
         }
         counts.sort();
         counts
+    }
+
+    /// Incremental checkpoints: a full snapshot, then snapshots of what changed (windows fed,
+    /// windows closed by the watermark), merged as a restore merges them, hold the rows of a
+    /// full snapshot taken at the end.
+    #[tokio::test]
+    async fn a_base_and_its_changes_restore_the_open_windows_a_full_snapshot_holds() {
+        use weir_state::FileRole;
+        use weir_state::chain::{Link, merge};
+
+        let mut window = count_per_window(WindowKind::Hopping { slide_ms: 5, size_ms: 10, offset_ms: 0 });
+        window.partition = vec![ALL_IN_ONE.into()];
+        let info = SubtaskInfo { incremental: true, ..SubtaskInfo::new("window", 0, 1) };
+        window.open(&info, RestoredState::default()).await.unwrap();
+        let mut out = Collector::default();
+        let times = |t: &[i64]| rows(&t.iter().copied().map(Some).collect::<Vec<_>>());
+        window.process_batch(0, times(&[1, 6, 12]), &mut out).await.unwrap();
+        let base = window.snapshot(1).await.unwrap().remove(0);
+        assert_eq!(base.batches[0].num_rows(), 4, "windows [-5,5) [0,10) [5,15) [10,20)");
+        let mut chain = vec![Link { role: FileRole::Full, batches: base.batches }];
+        let mut sizes = Vec::new();
+        for (batch, watermark) in [(&[13, 7][..], 10), (&[21][..], 20)] {
+            window.process_batch(0, times(batch), &mut out).await.unwrap();
+            window.process_watermark(watermark, &mut out).await.unwrap();
+            let table = window.snapshot_changes(2).await.unwrap().unwrap().remove(0);
+            let delta = table.delta.unwrap();
+            assert_eq!(delta.key, [START, END]);
+            sizes.push((table.batches[0].num_rows(), delta.deleted.num_rows()));
+            chain.push(Link { role: FileRole::Deletes, batches: vec![delta.deleted] });
+            chain.push(Link { role: FileRole::Upserts, batches: table.batches });
+        }
+        // 13 and 7 feed [5,15) [10,20) and [0,10) [5,15); the watermark 10 closes [-5,5)
+        // (and [0,10), fed and closed since the snapshot). 21 feeds [15,25) [20,30); the
+        // watermark 20 closes [5,15) and [10,20).
+        assert_eq!(sizes, [(2, 2), (2, 2)]);
+        let merged = merge(chain, &[START.to_string(), END.to_string()]).unwrap();
+        let full = window.snapshot(4).await.unwrap().remove(0);
+        let lines = |batches: &[RecordBatch]| {
+            let mut lines: Vec<String> = batches
+                .iter()
+                .flat_map(|b| {
+                    (0..b.num_rows()).map(move |row| {
+                        let values =
+                            b.columns().iter().map(|c| ScalarValue::try_from_array(c, row).unwrap().to_string());
+                        values.collect::<Vec<_>>().join(",")
+                    })
+                })
+                .collect();
+            lines.sort();
+            lines
+        };
+        assert_eq!(lines(&merged), lines(&full.batches));
+        assert_eq!(lines(&merged).len(), 2, "[15,25) and [20,30) are open");
     }
 
     /// Cumulating windows count from their period's start to every step's end after the row;

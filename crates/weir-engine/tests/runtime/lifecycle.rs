@@ -83,6 +83,13 @@ async fn a_failing_snapshot_write_aborts_that_checkpoint_and_the_pipeline_goes_o
         chains.iter().any(|chain| chain[0].role == FileRole::Full && chain[0].written_by() > Some(2)),
         "no chain was rebased after the failed write: {chains:?}"
     );
+    // Chains whose changes outgrew their base were compacted, and the bases adopted.
+    let mut adopted = 0;
+    for &id in &after {
+        let manifest = store.manifest(id).await.unwrap();
+        adopted += manifest.files.iter().filter(|f| f.path.ends_with(".base.parquet")).count();
+    }
+    assert!(adopted > 0, "no compacted base was adopted in {} checkpoints", after.len());
     let last = store.manifest(*completed.last().unwrap()).await.unwrap();
     assert!(last.files.iter().any(|f| f.role == FileRole::Upserts), "the final checkpoint has no changes: {last:?}");
     let mut finals = std::collections::BTreeMap::new();

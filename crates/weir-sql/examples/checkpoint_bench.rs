@@ -1,0 +1,181 @@
+//! What a checkpoint costs against the state's size, full snapshots against incremental ones
+//! (a benchmark, not a test: it prints its numbers).
+//!
+//! ```text
+//! cargo build --profile bench-fast -p weir-sql --example checkpoint_bench
+//! target/bench-fast/examples/checkpoint_bench [seconds per run] [fill events]
+//! ```
+//! 1. Throughput: the updating aggregate `GROUP BY bid.bidder, bid.auction` (count, max price)
+//!    over the Nexmark generator at full speed, parallelism 2, for the given seconds: without
+//!    checkpoints, with full checkpoints every second, with incremental ones every second.
+//! 2. A large state with few changes: the same aggregate over `fill events` generated as fast
+//!    as possible, together with the same events again (same seed, so each updates a key the
+//!    fill made) at 1% of the filled state's keys per second. Once filled, every checkpoint's
+//!    duration, state and bytes written, full against incremental; then what a restore reads:
+//!    the latest checkpoint's files, chains merged.
+//!
+//! Prints numbers, asserts nothing; a setup that fails stops it with a message.
+
+#![allow(clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use weir_engine::{CheckpointReport, CheckpointStatus, PipelineHandle};
+use weir_sql::{Output, Session};
+use weir_state::StateStore;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const AGGREGATE: &str = "SELECT bid.bidder, bid.auction, count(*) AS bids, max(bid.price) AS top FROM nx \
+     WHERE event_type = 2 GROUP BY bid.bidder, bid.auction";
+
+#[tokio::main]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let seconds: u64 = args.next().map_or(30, |a| a.parse().expect("seconds: a number"));
+    let fill: u64 = args.next().map_or(20_000_000, |a| a.parse().expect("fill events: a number"));
+    throughput(seconds).await;
+    large_state(seconds, fill).await;
+}
+
+async fn throughput(seconds: u64) {
+    println!("1. {AGGREGATE}");
+    println!("   Nexmark at full speed, parallelism 2, {seconds} s each:");
+    let table = "CREATE TABLE nx WITH (connector = 'nexmark', as_fast_as_possible = 'true', splits = '2');";
+    for (name, options) in [
+        ("no checkpoints", "SET checkpoint.interval = 'off';"),
+        ("full, every 1 s", "SET checkpoint.interval = '1 s'; SET checkpoint.incremental = 'false';"),
+        ("incremental, every 1 s", "SET checkpoint.interval = '1 s'; SET checkpoint.incremental = 'true';"),
+    ] {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let sql = format!("{table} SET parallelism = 2; {options} {AGGREGATE};");
+        let handle = start(&sql, dir.path()).await;
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+        let events = source_records(&handle, "nx");
+        let checkpoints = completed(&handle);
+        handle.kill().await;
+        let rate = events as f64 / seconds as f64;
+        print!("   {name:<24} {rate:>10.0} events/s");
+        if let Some(last) = checkpoints.last() {
+            let mean = checkpoints.iter().map(|c| c.duration_ms).sum::<u64>() / checkpoints.len() as u64;
+            let written: u64 = checkpoints.iter().map(|c| c.written_bytes).sum::<u64>() / checkpoints.len() as u64;
+            print!(
+                "   {} checkpoints, mean {mean} ms, mean written {}, last state {}",
+                checkpoints.len(),
+                mb(written),
+                mb(last.state_bytes)
+            );
+        }
+        println!();
+    }
+}
+
+async fn large_state(seconds: u64, fill: u64) {
+    println!("2. The same aggregate over {fill} events, then the same keys again at 1% of them per second");
+    // About 0.7 groups per bid: the trickle's rate follows the fill's size.
+    let keys = fill * 92 / 100 * 7 / 10;
+    let rate = (keys / 100).max(1);
+    for incremental in [false, true] {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let sql = format!(
+            "CREATE TABLE fill WITH (connector = 'nexmark', events = '{fill}', as_fast_as_possible = 'true', splits = '2');
+             CREATE TABLE trickle WITH (connector = 'nexmark', rate = '{rate}', splits = '2');
+             CREATE VIEW nx AS SELECT * FROM fill UNION ALL SELECT * FROM trickle;
+             SET parallelism = 2; SET checkpoint.interval = '1 s'; SET checkpoint.incremental = '{incremental}';
+             {AGGREGATE};"
+        );
+        let handle = start(&sql, dir.path()).await;
+        let started = Instant::now();
+        while source_records(&handle, "fill") < fill {
+            if handle.is_finished() {
+                println!("   the pipeline ended while filling: {:?}", handle.status().errors);
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let filled = completed(&handle).len();
+        println!(
+            "   {}: filled in {:.1} s; then {rate} updates/s for {seconds} s:",
+            if incremental { "incremental" } else { "full" },
+            started.elapsed().as_secs_f64()
+        );
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+        let checkpoints = completed(&handle);
+        handle.kill().await;
+        let after: Vec<&CheckpointReport> = checkpoints.iter().skip(filled + 1).collect();
+        for c in &after {
+            println!(
+                "     checkpoint {:>3}: {:>6} ms, state {:>10}, written {:>10} ({:.1}%)",
+                c.id,
+                c.duration_ms,
+                mb(c.state_bytes),
+                mb(c.written_bytes),
+                100.0 * c.written_bytes as f64 / c.state_bytes.max(1) as f64
+            );
+        }
+        let store = StateStore::local(dir.path()).expect("the checkpoint directory");
+        let manifest = store.latest_manifest().await.expect("readable checkpoints").expect("a checkpoint");
+        let mut chains: Vec<Vec<weir_state::StateFile>> = Vec::new();
+        for file in manifest.files {
+            match chains.last_mut() {
+                Some(chain)
+                    if (&chain[0].operator, chain[0].subtask, &chain[0].table)
+                        == (&file.operator, file.subtask, &file.table) =>
+                {
+                    chain.push(file)
+                }
+                _ => chains.push(vec![file]),
+            }
+        }
+        let (base, deltas): (Vec<&weir_state::StateFile>, Vec<&weir_state::StateFile>) =
+            chains.iter().flatten().partition(|f| f.role.is_full());
+        // As a restore reads them: every chain at once, each merged latest-wins.
+        let read = Instant::now();
+        let merged = futures::future::try_join_all(chains.iter().map(|chain| store.read_chain(chain)))
+            .await
+            .expect("readable chains");
+        let rows: usize = merged.iter().flatten().map(|b| b.num_rows()).sum();
+        println!(
+            "     restore reads checkpoint {} ({} MB in {} files, of which {} MB in {} changes; {rows} rows) in {:.2} s",
+            manifest.checkpoint_id,
+            base.iter().chain(&deltas).map(|f| f.bytes).sum::<u64>() / 1_000_000,
+            base.len() + deltas.len(),
+            deltas.iter().map(|f| f.bytes).sum::<u64>() / 1_000_000,
+            deltas.len(),
+            read.elapsed().as_secs_f64()
+        );
+    }
+}
+
+/// Plans `sql` (its last statement a query) and starts its pipeline with checkpoints in `dir`.
+async fn start(sql: &str, dir: &std::path::Path) -> PipelineHandle {
+    let mut session = Session::new();
+    session.preview_rows = 1_000;
+    let pipeline = session
+        .execute(sql)
+        .await
+        .expect("the benchmark's SQL plans")
+        .into_iter()
+        .find_map(|o| match o {
+            Output::Pipeline(p) => Some(*p),
+            _ => None,
+        })
+        .expect("a pipeline");
+    let store = StateStore::local(dir).expect("a checkpoint directory");
+    weir_engine::start(pipeline.graph, pipeline.config, store).expect("the pipeline starts")
+}
+
+/// Records the source of table `table` has emitted so far.
+fn source_records(handle: &PipelineHandle, table: &str) -> u64 {
+    let operators = handle.metrics().operators();
+    operators.iter().filter(|o| o.operator == table).map(|o| o.records_out).sum()
+}
+
+fn completed(handle: &PipelineHandle) -> Vec<CheckpointReport> {
+    handle.status().checkpoints.into_iter().filter(|c| c.status == CheckpointStatus::Completed).collect()
+}
+
+fn mb(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / 1e6)
+}
