@@ -164,6 +164,12 @@ impl WriteLink {
                 compactions.running.remove(&id);
                 match compacted {
                     Ok(base) => {
+                        fail::fail_point!("weir::mid_compaction", |_| {
+                            eprintln!(
+                                "failpoint weir::mid_compaction: aborting the process at checkpoint {checkpoint_id}"
+                            );
+                            std::process::abort()
+                        });
                         tracing::debug!(operator = id.0, table = id.1, files = chain.len(), "state chain compacted");
                         let replaced = chain.into_iter().map(|f| f.path).collect();
                         compactions.done.insert(id, (replaced, base));
