@@ -25,7 +25,7 @@ use weir_state::{FileRole, StateFile, StateStore};
 use crate::error::{Error, Result};
 
 /// Delta files a chain may hold before it is compacted, whatever their size.
-const MAX_DELTA_FILES: usize = 64;
+const MAX_DELTA_FILES: usize = 200;
 
 /// (operator, table)
 type TableId = (String, String);

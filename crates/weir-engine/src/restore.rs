@@ -48,8 +48,8 @@ impl<'a> Restorer<'a> {
     ) -> Result<RestoredState> {
         let Some(manifest) = self.manifest else { return Ok(RestoredState::default()) };
         let mut tables: HashMap<String, Vec<RecordBatch>> = HashMap::new();
-        for ((_, _, table), chain) in chains(manifest, |f| f.operator == operator) {
-            let rows = tables.entry(table).or_default();
+        for chain in chains(manifest, |f| f.operator == operator) {
+            let rows = tables.entry(chain[0].table.clone()).or_default();
             for batch in self.read_chain(&chain).await? {
                 if batch.schema().column_with_name(KEY_HASH_COLUMN).is_some() {
                     let mine = owned_rows(&batch, subtask, parallelism)?;
@@ -71,9 +71,9 @@ impl<'a> Restorer<'a> {
         let Some(manifest) = self.manifest else { return Ok(()) };
         let chains = chains(manifest, |_| true);
         let store = self.store;
-        let reads = chains.iter().map(|(_, chain)| async move { store.read_chain(chain).await });
+        let reads = chains.iter().map(|chain| async move { store.read_chain(chain).await });
         let read = futures::future::try_join_all(reads).await?;
-        for ((_, chain), batches) in chains.iter().zip(read) {
+        for (chain, batches) in chains.iter().zip(read) {
             self.cache.insert(chain_id(chain), batches);
         }
         Ok(())
@@ -93,17 +93,9 @@ impl<'a> Restorer<'a> {
 }
 
 /// The operator tables of `manifest` (no in-flight data) that `wanted` keeps, as each old
-/// subtask's files of each table in the manifest's (chain) order, by (operator, subtask, table).
-fn chains(manifest: &Manifest, wanted: impl Fn(&StateFile) -> bool) -> Vec<((String, usize, String), Vec<StateFile>)> {
-    let mut chains: Vec<((String, usize, String), Vec<StateFile>)> = Vec::new();
-    for file in manifest.files.iter().filter(|f| !inflight::is_inflight(&f.table) && wanted(f)) {
-        let id = (file.operator.clone(), file.subtask, file.table.clone());
-        match chains.iter_mut().find(|(chain, _)| *chain == id) {
-            Some((_, chain)) => chain.push(file.clone()),
-            None => chains.push((id, vec![file.clone()])),
-        }
-    }
-    chains
+/// subtask's chain of files of each table.
+fn chains(manifest: &Manifest, wanted: impl Fn(&StateFile) -> bool) -> Vec<Vec<StateFile>> {
+    manifest.chains().into_iter().filter(|chain| !inflight::is_inflight(&chain[0].table) && wanted(&chain[0])).collect()
 }
 
 /// A chain's name in the cache: its files' paths (one file: its path, as in-flight reads).

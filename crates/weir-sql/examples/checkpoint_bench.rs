@@ -3,16 +3,17 @@
 //!
 //! ```text
 //! cargo build --profile bench-fast -p weir-sql --example checkpoint_bench
-//! target/bench-fast/examples/checkpoint_bench [seconds per run] [fill events]
+//! target/bench-fast/examples/checkpoint_bench [seconds per run] [fill events] [variant filter]
 //! ```
 //! 1. Throughput: the updating aggregate `GROUP BY bid.bidder, bid.auction` (count, max price)
 //!    over the Nexmark generator at full speed, parallelism 2, for the given seconds: without
 //!    checkpoints, with full checkpoints every second, with incremental ones every second.
 //! 2. A large state with few changes: the same aggregate over `fill events` generated as fast
 //!    as possible, together with the same events again (same seed, so each updates a key the
-//!    fill made) at 1% of the filled state's keys per second. Once filled, every checkpoint's
-//!    duration, state and bytes written, full against incremental; then what a restore reads:
-//!    the latest checkpoint's files, chains merged.
+//!    fill made) at 1% of the filled state's keys per second. Once filled: the CPU the
+//!    updates take without checkpoints, with full ones and with incremental ones every second;
+//!    every checkpoint's duration, state and bytes written; then what a restore reads: the
+//!    latest checkpoint's files, chains merged.
 //!
 //! Prints numbers, asserts nothing; a setup that fails stops it with a message.
 
@@ -20,6 +21,7 @@
 
 use std::time::{Duration, Instant};
 
+use weir_engine::testkit::cpu_seconds;
 use weir_engine::{CheckpointReport, CheckpointStatus, PipelineHandle};
 use weir_sql::{Output, Session};
 use weir_state::StateStore;
@@ -35,11 +37,13 @@ async fn main() {
     let mut args = std::env::args().skip(1);
     let seconds: u64 = args.next().map_or(30, |a| a.parse().expect("seconds: a number"));
     let fill: u64 = args.next().map_or(20_000_000, |a| a.parse().expect("fill events: a number"));
-    throughput(seconds).await;
-    large_state(seconds, fill).await;
+    // Runs only the variants whose name holds this ("incremental", "full", "no checkpoints").
+    let only = args.next().unwrap_or_default();
+    throughput(seconds, &only).await;
+    large_state(seconds, fill, &only).await;
 }
 
-async fn throughput(seconds: u64) {
+async fn throughput(seconds: u64, only: &str) {
     println!("1. {AGGREGATE}");
     println!("   Nexmark at full speed, parallelism 2, {seconds} s each:");
     let table = "CREATE TABLE nx WITH (connector = 'nexmark', as_fast_as_possible = 'true', splits = '2');";
@@ -48,6 +52,9 @@ async fn throughput(seconds: u64) {
         ("full, every 1 s", "SET checkpoint.interval = '1 s'; SET checkpoint.incremental = 'false';"),
         ("incremental, every 1 s", "SET checkpoint.interval = '1 s'; SET checkpoint.incremental = 'true';"),
     ] {
+        if !name.contains(only) {
+            continue;
+        }
         let dir = tempfile::tempdir().expect("a temporary directory");
         let sql = format!("{table} SET parallelism = 2; {options} {AGGREGATE};");
         let handle = start(&sql, dir.path()).await;
@@ -71,18 +78,25 @@ async fn throughput(seconds: u64) {
     }
 }
 
-async fn large_state(seconds: u64, fill: u64) {
+async fn large_state(seconds: u64, fill: u64, only: &str) {
     println!("2. The same aggregate over {fill} events, then the same keys again at 1% of them per second");
     // About 0.7 groups per bid: the trickle's rate follows the fill's size.
     let keys = fill * 92 / 100 * 7 / 10;
     let rate = (keys / 100).max(1);
-    for incremental in [false, true] {
+    for (name, checkpoints) in [
+        ("no checkpoints", "SET checkpoint.interval = 'off';"),
+        ("full", "SET checkpoint.interval = '1 s'; SET checkpoint.incremental = 'false';"),
+        ("incremental", "SET checkpoint.interval = '1 s'; SET checkpoint.incremental = 'true';"),
+    ] {
+        if !name.contains(only) {
+            continue;
+        }
         let dir = tempfile::tempdir().expect("a temporary directory");
         let sql = format!(
             "CREATE TABLE fill WITH (connector = 'nexmark', events = '{fill}', as_fast_as_possible = 'true', splits = '2');
              CREATE TABLE trickle WITH (connector = 'nexmark', rate = '{rate}', splits = '2');
              CREATE VIEW nx AS SELECT * FROM fill UNION ALL SELECT * FROM trickle;
-             SET parallelism = 2; SET checkpoint.interval = '1 s'; SET checkpoint.incremental = '{incremental}';
+             SET parallelism = 2; {checkpoints}
              {AGGREGATE};"
         );
         let handle = start(&sql, dir.path()).await;
@@ -95,14 +109,19 @@ async fn large_state(seconds: u64, fill: u64) {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let filled = completed(&handle).len();
-        println!(
-            "   {}: filled in {:.1} s; then {rate} updates/s for {seconds} s:",
-            if incremental { "incremental" } else { "full" },
-            started.elapsed().as_secs_f64()
-        );
+        let (updates_before, cpu_before) = (source_records(&handle, "trickle"), cpu_seconds());
         tokio::time::sleep(Duration::from_secs(seconds)).await;
+        let (updates, cpu) = (source_records(&handle, "trickle") - updates_before, cpu_seconds() - cpu_before);
         let checkpoints = completed(&handle);
         handle.kill().await;
+        println!(
+            "   {name}: filled in {:.1} s; then {updates} updates in {seconds} s using {cpu:.1} cpu-s ({:.2} µs each)",
+            started.elapsed().as_secs_f64() - seconds as f64,
+            cpu * 1e6 / updates.max(1) as f64
+        );
+        if checkpoints.is_empty() {
+            continue;
+        }
         let after: Vec<&CheckpointReport> = checkpoints.iter().skip(filled + 1).collect();
         for c in &after {
             println!(
@@ -116,18 +135,7 @@ async fn large_state(seconds: u64, fill: u64) {
         }
         let store = StateStore::local(dir.path()).expect("the checkpoint directory");
         let manifest = store.latest_manifest().await.expect("readable checkpoints").expect("a checkpoint");
-        let mut chains: Vec<Vec<weir_state::StateFile>> = Vec::new();
-        for file in manifest.files {
-            match chains.last_mut() {
-                Some(chain)
-                    if (&chain[0].operator, chain[0].subtask, &chain[0].table)
-                        == (&file.operator, file.subtask, &file.table) =>
-                {
-                    chain.push(file)
-                }
-                _ => chains.push(vec![file]),
-            }
-        }
+        let chains = manifest.chains();
         let (base, deltas): (Vec<&weir_state::StateFile>, Vec<&weir_state::StateFile>) =
             chains.iter().flatten().partition(|f| f.role.is_full());
         // As a restore reads them: every chain at once, each merged latest-wins.

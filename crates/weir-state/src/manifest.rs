@@ -70,6 +70,22 @@ impl Manifest {
         self.files.iter().filter(move |f| f.operator == operator && f.table == table)
     }
 
+    /// Each table's files per (operator, subtask, table), in the manifest's order: a chain,
+    /// oldest first, or one full file.
+    pub fn chains(&self) -> Vec<Vec<StateFile>> {
+        let mut chains: Vec<Vec<StateFile>> = Vec::new();
+        for file in &self.files {
+            let same = |chain: &&mut Vec<StateFile>| {
+                (&chain[0].operator, chain[0].subtask, &chain[0].table) == (&file.operator, file.subtask, &file.table)
+            };
+            match chains.iter_mut().find(|chain| same(chain)) {
+                Some(chain) => chain.push(file.clone()),
+                None => chains.push(vec![file.clone()]),
+            }
+        }
+        chains
+    }
+
     /// Total bytes of state the checkpoint holds (files shared with older checkpoints too).
     pub fn state_bytes(&self) -> u64 {
         self.files.iter().map(|f| f.bytes).sum()

@@ -21,6 +21,11 @@ pub(crate) fn encode(schema: SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u
     Ok(out)
 }
 
+/// The schema a file was written with (a file of no rows decodes to no batches).
+pub(crate) fn schema(bytes: Bytes) -> Result<SchemaRef> {
+    Ok(ParquetRecordBatchReaderBuilder::try_new(bytes)?.schema().clone())
+}
+
 pub(crate) fn decode(bytes: Bytes) -> Result<Vec<RecordBatch>> {
     let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)?.build()?;
     Ok(reader.collect::<Result<Vec<_>, _>>()?)

@@ -93,16 +93,38 @@ impl StateStore {
     /// the same rows, one file long. Unnamed by any manifest until a later checkpoint adopts it;
     /// retention spares it meanwhile (see [`Self::retain_last`]).
     pub async fn compact(&self, files: &[StateFile], checkpoint_id: u64) -> Result<StateFile> {
-        let Some(last) = files.last() else { return Err(Error::EmptyChain) };
+        let (Some(first), Some(last)) = (files.first(), files.last()) else { return Err(Error::EmptyChain) };
         let merged = self.read_chain(files).await?;
-        let Some(schema) = merged.first().map(RecordBatch::schema) else {
-            // Every row removed: an empty base of the base's layout.
-            let first = self.read_file(&files[0]).await?;
-            let schema = first.first().map(RecordBatch::schema).ok_or(Error::EmptyChain)?;
-            let target = FileTarget::base(last, checkpoint_id);
-            return self.write(target, BASE_SUFFIX, schema, Vec::new()).await;
-        };
+        let schema = self.schema_of(first).await?;
         self.write(FileTarget::base(last, checkpoint_id), BASE_SUFFIX, schema, merged).await
+    }
+
+    /// Copies checkpoint `checkpoint_id` into `target` as a self-contained checkpoint of the
+    /// same id: each table's chain merged into one full file, in-flight data copied, and a
+    /// manifest naming only those. For moving a pipeline's state elsewhere: the copy needs none
+    /// of the older checkpoints an incremental chain reaches back to.
+    pub async fn export(&self, checkpoint_id: u64, target: &StateStore) -> Result<Manifest> {
+        let manifest = self.manifest(checkpoint_id).await?;
+        let chains = manifest.chains();
+        let mut files = Vec::with_capacity(chains.len());
+        for chain in &chains {
+            let first = &chain[0];
+            let (batches, schema) = (self.read_chain(chain).await?, self.schema_of(first).await?);
+            files.push(
+                target
+                    .write_table(checkpoint_id, &first.operator, first.subtask, &first.table, schema, batches)
+                    .await?,
+            );
+        }
+        let copy = Manifest { files, ..manifest };
+        target.commit_manifest(&copy).await?;
+        Ok(copy)
+    }
+
+    /// The schema `file` was written with.
+    async fn schema_of(&self, file: &StateFile) -> Result<SchemaRef> {
+        let bytes = self.store.get(&self.absolute(&Path::from(file.path.as_str()))).await?.bytes().await?;
+        tokio::task::spawn_blocking(move || parquet_codec::schema(bytes)).await?
     }
 
     async fn write(
@@ -529,6 +551,14 @@ mod tests {
         expected.sort();
         assert_eq!(keys_of(&merged), expected);
         assert_eq!(store.manifest(4).await.unwrap().written_bytes(), chain[5].bytes + chain[6].bytes);
+        // Exported, checkpoint 4 stands alone: one full file per table, in its own directory.
+        let elsewhere = tempfile::tempdir().unwrap();
+        let moved = StateStore::local(elsewhere.path()).unwrap();
+        let copy = store.export(4, &moved).await.unwrap();
+        assert_eq!(moved.completed_checkpoints().await.unwrap(), vec![4]);
+        assert!(copy.files.len() == 1 && copy.files[0].role.is_full() && copy.files[0].written_by() == Some(4));
+        assert_eq!(copy.written_bytes(), copy.state_bytes());
+        assert_eq!(keys_of(&moved.read_chain(&copy.files).await.unwrap()), expected);
 
         // Checkpoint 1's base is shared by every chain: it outlives checkpoint 1's manifest.
         let report = store.retain_last(2).await.unwrap();

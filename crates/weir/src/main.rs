@@ -76,6 +76,20 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         max_rows: usize,
     },
+    /// Copy a pipeline's checkpoint as a self-contained one: every table written whole, so the
+    /// copy needs none of the older checkpoints an incremental checkpoint's files reach back
+    /// to (for moving a pipeline's state elsewhere; restore it by placing the copy where the
+    /// pipeline keeps its checkpoints).
+    ExportCheckpoint {
+        /// The pipeline's checkpoint directory (the one holding `manifests/` and
+        /// `checkpoints/`, e.g. <data dir>/run/<file>/pipeline/1).
+        from: PathBuf,
+        /// Where the copy goes (created if missing; it must hold no checkpoint of that id).
+        to: PathBuf,
+        /// The checkpoint to copy [default: the newest completed one].
+        #[arg(long)]
+        checkpoint: Option<u64>,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -149,6 +163,31 @@ async fn server_main(command: Command) -> anyhow::Result<()> {
         Command::Run { file, data_dir, resume, max_rows } => {
             run::run_file(&file, &run::RunOptions { data_dir, resume, max_rows }).await
         }
+        Command::ExportCheckpoint { from, to, checkpoint } => export_checkpoint(&from, &to, checkpoint).await,
         Command::Sql(_) => Ok(()),
     }
+}
+
+/// `weir export-checkpoint`: copies one checkpoint of `from` into `to`, whole.
+async fn export_checkpoint(
+    from: &std::path::Path,
+    to: &std::path::Path,
+    checkpoint: Option<u64>,
+) -> anyhow::Result<()> {
+    let source = weir_state::StateStore::local(from)?;
+    let id = match checkpoint {
+        Some(id) => id,
+        None => match source.completed_checkpoints().await?.last() {
+            Some(&id) => id,
+            None => anyhow::bail!("{} holds no completed checkpoint", from.display()),
+        },
+    };
+    let copy = source.export(id, &weir_state::StateStore::local(to)?).await?;
+    println!(
+        "checkpoint {id} copied to {}: {} files, {} bytes, every table whole",
+        to.display(),
+        copy.files.len(),
+        copy.state_bytes()
+    );
+    Ok(())
 }

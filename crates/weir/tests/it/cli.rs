@@ -117,6 +117,63 @@ fn a_process_killed_after_a_manifest_resumes_from_that_checkpoint() {
     assert!(stdout.contains("resumed from checkpoint 2"), "{stdout}");
 }
 
+/// An incremental checkpoint exported whole (`weir export-checkpoint`) resumes in another data
+/// directory that holds nothing else, and the run goes on to the same result as one resumed
+/// where the checkpoint was taken.
+#[test]
+fn an_exported_checkpoint_resumes_elsewhere() {
+    let (dir, elsewhere) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let sql = "CREATE TABLE nexmark WITH (connector = 'nexmark', events = '20000', rate = '20000');
+         SET checkpoint.interval = '100 ms';
+         SELECT bid.auction, count(*) AS bids FROM nexmark WHERE event_type = 2 GROUP BY bid.auction;";
+    let file = dir.path().join("agg.sql");
+    std::fs::write(&file, sql).unwrap();
+    let run = |data: &std::path::Path, resume: bool, failpoints: &str| {
+        let mut command = Command::new(WEIR);
+        command.arg("run").arg(&file).arg("--data-dir").arg(data).env("FAILPOINTS", failpoints);
+        if resume {
+            command.arg("--resume");
+        }
+        command.output().unwrap()
+    };
+    let crashed = run(dir.path(), false, "weir::after_manifest_before_notify=4*off->return");
+    assert!(String::from_utf8_lossy(&crashed.stderr).contains("aborting the process at checkpoint 5"));
+    let checkpoints = dir.path().join("run/agg/1");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(checkpoints.join("manifests/00000000000000000005.json")).unwrap())
+            .unwrap();
+    let files = manifest["files"].as_array().unwrap();
+    assert!(files.iter().any(|f| f["role"] == "upserts"), "checkpoint 5 is not incremental: {manifest}");
+
+    let export = Command::new(WEIR)
+        .arg("export-checkpoint")
+        .arg(&checkpoints)
+        .arg(elsewhere.path().join("run/agg/1"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&export.stdout);
+    assert!(
+        export.status.success() && said.contains("checkpoint 5 copied"),
+        "{said}{}",
+        String::from_utf8_lossy(&export.stderr)
+    );
+    let mut copied = Vec::new();
+    for entry in std::fs::read_dir(elsewhere.path().join("run/agg/1/checkpoints")).unwrap() {
+        copied.push(entry.unwrap().file_name().to_string_lossy().into_owned());
+    }
+    assert_eq!(copied, ["00000000000000000005"], "the copy holds only its own checkpoint");
+
+    let result = |output: std::process::Output| {
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+        assert!(stdout.contains("resumed from checkpoint 5"), "{stdout}");
+        stdout.lines().filter(|line| !line.starts_with("pipeline ")).map(str::to_string).collect::<Vec<_>>()
+    };
+    let moved = result(run(elsewhere.path(), true, ""));
+    let stayed = result(run(dir.path(), true, ""));
+    assert_eq!(moved, stayed);
+}
+
 /// `weir serve` on a free port of `listen` with `extra` flags, stderr piped: the first log line
 /// it writes.
 fn first_log_line(listen: &str, extra: &[&str]) -> String {
