@@ -56,6 +56,26 @@ impl KeyedTable {
     }
 }
 
+/// Every row of snapshot `batches` as text, sorted: two snapshots hold the same rows iff their
+/// lines are equal (how tests compare a restore from base + changes with a full snapshot).
+#[cfg(test)]
+pub(crate) fn row_lines(batches: &[RecordBatch]) -> Vec<String> {
+    let mut lines: Vec<String> = batches
+        .iter()
+        .flat_map(|batch| {
+            (0..batch.num_rows()).map(move |row| {
+                let values = batch.columns().iter().map(|c| {
+                    datafusion::common::ScalarValue::try_from_array(c, row)
+                        .map_or_else(|e| e.to_string(), |v| v.to_string())
+                });
+                values.collect::<Vec<_>>().join(",")
+            })
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

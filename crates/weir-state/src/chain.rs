@@ -55,7 +55,8 @@ pub fn merge(links: Vec<Link>, key: &[String]) -> Result<Vec<RecordBatch>> {
             parts.push(Part { batch, role: link.role, oldest: newer + 1 == files, keys, hashes });
         }
     }
-    let mut seen: HashTable<(u32, u32)> = HashTable::new();
+    let newer_rows: usize = parts.iter().filter(|part| !part.oldest).map(|part| part.batch.num_rows()).sum();
+    let mut seen: HashTable<(u32, u32)> = HashTable::with_capacity(newer_rows);
     let mut kept = Vec::new();
     for (index, part) in parts.iter().enumerate() {
         if part.oldest && seen.is_empty() {

@@ -10,8 +10,13 @@ use datafusion::parquet::file::properties::WriterProperties;
 
 use crate::error::Result;
 
+/// zstd without dictionary pages: state columns are keys and accumulator values, nearly all
+/// distinct, and trying a dictionary for each was a third of what encoding a checkpoint cost.
 pub(crate) fn encode(schema: SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>> {
-    let properties = WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default())).build();
+    let properties = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_dictionary_enabled(false)
+        .build();
     let mut out = Vec::new();
     let mut writer = ArrowWriter::try_new(&mut out, schema, Some(properties))?;
     for batch in batches {

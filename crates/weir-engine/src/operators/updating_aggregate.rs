@@ -741,22 +741,6 @@ mod tests {
         assert_eq!(feed(&mut restored, after).await, ["-U keep 3", "+U keep 4", "+I k0-5 7"]);
     }
 
-    /// Each row of `batches` as text, sorted: two snapshots hold the same rows iff equal.
-    fn row_lines(batches: &[RecordBatch]) -> Vec<String> {
-        let mut lines: Vec<String> = batches
-            .iter()
-            .flat_map(|batch| {
-                (0..batch.num_rows()).map(move |row| {
-                    let values =
-                        batch.columns().iter().map(|c| ScalarValue::try_from_array(c, row).unwrap().to_string());
-                    values.collect::<Vec<_>>().join(",")
-                })
-            })
-            .collect();
-        lines.sort();
-        lines
-    }
-
     /// Incremental checkpoints: a full snapshot, then two snapshots of changes (updates,
     /// deletions by retraction, enough of them that the removed ids are reclaimed in between,
     /// a deleted key put back), merged as a restore merges them, hold the same rows as a full
@@ -765,6 +749,8 @@ mod tests {
     async fn a_base_and_its_changes_restore_what_a_full_snapshot_holds() {
         use weir_state::FileRole;
         use weir_state::chain::{Link, merge};
+
+        use crate::state_table::row_lines;
 
         let mut aggregate = sum_by_key(None);
         let info = SubtaskInfo { incremental: true, ..SubtaskInfo::new("aggregate", 0, 1) };

@@ -813,6 +813,8 @@ mod tests {
         use weir_state::FileRole;
         use weir_state::chain::{Link, merge};
 
+        use crate::state_table::row_lines;
+
         let mut window = count_per_window(WindowKind::Hopping { slide_ms: 5, size_ms: 10, offset_ms: 0 });
         window.partition = vec![ALL_IN_ONE.into()];
         let info = SubtaskInfo { incremental: true, ..SubtaskInfo::new("window", 0, 1) };
@@ -840,22 +842,8 @@ mod tests {
         assert_eq!(sizes, [(2, 2), (2, 2)]);
         let merged = merge(chain, &[START.to_string(), END.to_string()]).unwrap();
         let full = window.snapshot(4).await.unwrap().remove(0);
-        let lines = |batches: &[RecordBatch]| {
-            let mut lines: Vec<String> = batches
-                .iter()
-                .flat_map(|b| {
-                    (0..b.num_rows()).map(move |row| {
-                        let values =
-                            b.columns().iter().map(|c| ScalarValue::try_from_array(c, row).unwrap().to_string());
-                        values.collect::<Vec<_>>().join(",")
-                    })
-                })
-                .collect();
-            lines.sort();
-            lines
-        };
-        assert_eq!(lines(&merged), lines(&full.batches));
-        assert_eq!(lines(&merged).len(), 2, "[15,25) and [20,30) are open");
+        assert_eq!(row_lines(&merged), row_lines(&full.batches));
+        assert_eq!(row_lines(&merged).len(), 2, "[15,25) and [20,30) are open");
     }
 
     /// Cumulating windows count from their period's start to every step's end after the row;
