@@ -8,14 +8,15 @@
 //! What it saves over the general top-N is work per row: the partition is found by its dense
 //! id ([`GroupKeys`]), the kept row is one byte string (its ORDER BY key, then the whole row, in
 //! Arrow's row format: top-N's `RankedRow`) in a vector by id, a batch's rows for one partition are compared before
-//! anything is stored, and the new rows are emitted by `take` from the batch.
+//! anything is stored, and the new rows are emitted by `take` from the batch. With incremental
+//! checkpoints it writes the partitions whose first row changed (a partition is never removed).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, Int64Array, UInt32Array, UInt64Array};
 use datafusion::arrow::compute::{SortOptions, cast, interleave, take};
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{Row, RowConverter, Rows, SortField};
 use datafusion::physical_expr::PhysicalExpr;
@@ -23,7 +24,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use crate::changelog::{Change, change_array};
 use crate::error::{Error, Result};
 use crate::group_keys::GroupKeys;
-use crate::operator::{Collector, Operator, RestoredState, StateTable};
+use crate::operator::{Collector, Delta, Operator, RestoredState, StateTable};
 use crate::operators::top_n::{KeptRows, RankedRow, order_fields, partition_and_order, row_converter};
 
 /// The first row of each partition, kept up to date as a changelog.
@@ -39,6 +40,8 @@ pub struct Deduplicate {
     output: SchemaRef,
     /// Made on the first batch (or restore).
     kept: Option<Kept>,
+    /// Checkpoints are incremental: the partitions changed since the last snapshot are listed.
+    incremental: bool,
 }
 
 /// The partitions' ids and their rows.
@@ -48,6 +51,9 @@ struct Kept {
     rows: RowConverter,
     /// By partition id.
     first: Vec<Option<RankedRow>>,
+    /// With incremental checkpoints, the ids whose first row changed since the last snapshot
+    /// (flagged by id, listed once).
+    changed: Option<(Vec<bool>, Vec<usize>)>,
 }
 
 /// A batch's candidate rows, encoded once.
@@ -90,6 +96,7 @@ impl Clone for Deduplicate {
             input: self.input.clone(),
             output: self.output.clone(),
             kept: None,
+            incremental: false,
         }
     }
 }
@@ -102,7 +109,7 @@ impl Deduplicate {
         output: SchemaRef,
     ) -> Result<Self> {
         let order_fields = order_fields(&order, &input)?;
-        Ok(Self { partition, order, order_fields, input, output, kept: None })
+        Ok(Self { partition, order, order_fields, input, output, kept: None, incremental: false })
     }
 
     fn state(&mut self) -> Result<&mut Kept> {
@@ -117,6 +124,7 @@ impl Deduplicate {
                 order: RowConverter::new(self.order_fields.clone())?,
                 rows: row_converter(&self.input)?,
                 first: Vec::new(),
+                changed: self.incremental.then(Default::default),
             });
         }
         self.kept.as_mut().ok_or_else(|| Error::Graph("deduplication state missing".into()))
@@ -151,6 +159,14 @@ impl Deduplicate {
                         winner_of.insert(id, winners.len());
                         winners.push((id, row));
                     }
+                }
+            }
+        }
+        if let Some((flags, ids)) = &mut kept.changed {
+            flags.resize(kept.first.len(), false);
+            for &(id, _) in &winners {
+                if !std::mem::replace(&mut flags[id], true) {
+                    ids.push(id);
                 }
             }
         }
@@ -207,7 +223,8 @@ impl Deduplicate {
 
 #[async_trait]
 impl Operator for Deduplicate {
-    async fn open(&mut self, _info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
+    async fn open(&mut self, info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
+        self.incremental = info.incremental;
         // A kept row is the first of its partition whatever its copies; the rows restored were
         // emitted before the snapshot.
         for (rows, _) in KeptRows::new(&self.input).restore(&restored)? {
@@ -229,14 +246,40 @@ impl Operator for Deduplicate {
     }
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
+        let kept = self.state()?;
+        if let Some(changed) = &mut kept.changed {
+            *changed = Default::default();
+        }
+        let ids: Vec<usize> = (0..kept.first.len()).collect();
+        Ok(vec![self.kept_rows(&ids)?])
+    }
+
+    /// The partitions whose first row changed since the last snapshot.
+    async fn snapshot_changes(&mut self, _checkpoint_id: u64) -> Result<Option<Vec<StateTable>>> {
+        let Some((_, ids)) = self.state()?.changed.take() else { return Ok(None) };
+        self.state()?.changed = Some(Default::default());
+        let mut table = self.kept_rows(&ids)?;
+        let schema = table.schema.clone();
+        let key_fields: Vec<Field> = std::iter::once(schema.field(0).clone())
+            .chain(self.partition.iter().filter_map(|name| schema.field_with_name(name).ok().cloned()))
+            .collect();
+        let deleted = RecordBatch::new_empty(Arc::new(Schema::new(key_fields)));
+        table.delta = Some(Delta { key: self.partition.clone(), deleted });
+        Ok(Some(vec![table]))
+    }
+}
+
+impl Deduplicate {
+    /// The snapshot table of partitions `ids`' first rows (top-N's `rows` table).
+    fn kept_rows(&mut self, ids: &[usize]) -> Result<StateTable> {
         let (input, partition) = (self.input.clone(), self.partition.clone());
         let kept = self.state()?;
         let parser = kept.rows.parser();
-        let firsts: Vec<&RankedRow> = kept.first.iter().flatten().collect();
+        let firsts: Vec<&RankedRow> = ids.iter().filter_map(|&id| kept.first[id].as_ref()).collect();
         let columns = kept.rows.convert_rows(firsts.iter().map(|k| parser.parse(k.row())))?;
         // One copy each.
         let copies = Int64Array::from_value(1, firsts.len());
-        Ok(vec![KeptRows::new(&input).snapshot(columns, copies, &partition)?])
+        KeptRows::new(&input).snapshot(columns, copies, &partition)
     }
 }
 
@@ -273,6 +316,40 @@ mod tests {
             ["-U #1 id 19 3", "+U #1 id 18 3"],
             "a tie on price goes to the smaller row"
         );
+    }
+
+    /// Incremental checkpoints: a full snapshot, then the partitions whose first row changed,
+    /// merged as a restore merges them, hold the rows of a full snapshot taken at the end.
+    #[tokio::test]
+    async fn a_base_and_its_changes_restore_the_first_rows_a_full_snapshot_holds() {
+        use weir_state::FileRole;
+        use weir_state::chain::{Link, merge};
+
+        use crate::state_table::row_lines;
+
+        let mut dedup = Deduplicate::new(vec!["__partition_0".into()], highest_price(), input(), output()).unwrap();
+        let info = SubtaskInfo { incremental: true, ..SubtaskInfo::new("dedup", 0, 1) };
+        dedup.open(&info, RestoredState::default()).await.unwrap();
+        feed(&mut dedup, &[(1, 10, 5), (2, 20, 3), (3, 30, 9)]).await;
+        let base = dedup.snapshot(1).await.unwrap().remove(0);
+        let mut chain = vec![Link { role: FileRole::Full, batches: base.batches }];
+        let mut upserts = Vec::new();
+        // By the highest price: 1 gets a new first row (7 over 5), 2 does not (2 under 3), 4 is
+        // new; then 1 again (8), and 3 does not (1 under 9).
+        for rows in [&[(1, 11, 7), (2, 21, 2), (4, 40, 1)][..], &[(1, 12, 8), (3, 31, 1)][..]] {
+            feed(&mut dedup, rows).await;
+            let table = dedup.snapshot_changes(2).await.unwrap().unwrap().remove(0);
+            let delta = table.delta.unwrap();
+            assert_eq!(delta.key, ["__partition_0"]);
+            upserts.push(table.batches.iter().map(RecordBatch::num_rows).sum::<usize>());
+            chain.push(Link { role: FileRole::Deletes, batches: vec![delta.deleted] });
+            chain.push(Link { role: FileRole::Upserts, batches: table.batches });
+        }
+        assert_eq!(upserts, [2, 1], "partitions 1 and 4, then 1");
+        let merged = merge(chain, &["__partition_0".to_string()]).unwrap();
+        let full = dedup.snapshot(4).await.unwrap().remove(0);
+        assert_eq!(row_lines(&merged), row_lines(&full.batches));
+        assert_eq!(row_lines(&merged).len(), 4);
     }
 
     #[tokio::test]
