@@ -153,7 +153,8 @@ impl WriteLink {
                 continue;
             }
             let mut compactions = self.compactions.lock().unwrap_or_else(|p| p.into_inner());
-            if !compactions.running.insert(id.clone()) {
+            // Compacting, or compacted and not yet adopted: nothing to gain from another merge.
+            if compactions.done.contains_key(id) || !compactions.running.insert(id.clone()) {
                 continue;
             }
             let (id, chain, store, compactions_line) =

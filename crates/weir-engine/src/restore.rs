@@ -30,13 +30,9 @@ impl<'a> Restorer<'a> {
         self.manifest
     }
 
+    /// One file's batches (in-flight data), read once.
     pub(crate) async fn read(&mut self, file: &StateFile) -> Result<Vec<RecordBatch>> {
-        if let Some(batches) = self.cache.get(&file.path) {
-            return Ok(batches.clone());
-        }
-        let batches = self.store.read_file(file).await?;
-        self.cache.insert(file.path.clone(), batches.clone());
-        Ok(batches)
+        self.read_chain(std::slice::from_ref(file)).await
     }
 
     /// The state of `operator`'s subtask `subtask` of `parallelism`.

@@ -29,7 +29,7 @@ use crate::failure::{FailureInjector, Step};
 use crate::inflight::{self, Capture};
 use crate::message::{Barrier, Message};
 use crate::metrics::OperatorMetrics;
-use crate::operator::{Collector, Operator, RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
+use crate::operator::{Collector, Delta, Operator, RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
 use crate::partition::Router;
 
 /// A task: chain `chain`, subtask `subtask`.
@@ -776,7 +776,6 @@ impl Task {
     }
 }
 
-/// Writes one snapshot's tables; returns the files and the bytes of in-flight data.
 /// Writes a snapshot's files: each table (whole, or its deletes and upserts) and the in-flight
 /// data.
 async fn write_tables(
@@ -791,33 +790,30 @@ async fn write_tables(
         injector.on_step(Step::SnapshotWrite, id, Some(&head.operator))?;
     }
     let mut tables = Vec::new();
-    for (operator, table) in capture.tables {
-        let files = match &table.delta {
-            None => {
-                vec![store.write_table(id, &operator, head.subtask, &table.name, table.schema, table.batches).await?]
-            }
-            Some(delta) => {
+    for (operator, StateTable { name, schema, batches, delta }) in capture.tables {
+        let is_delta = delta.is_some();
+        let files = match delta {
+            None => vec![store.write_table(id, &operator, head.subtask, &name, schema, batches).await?],
+            Some(Delta { key, deleted }) => {
                 let target = |role| FileTarget {
                     checkpoint_id: id,
                     operator: &operator,
                     subtask: head.subtask,
-                    table: &table.name,
+                    table: &name,
                     role,
-                    key: &delta.key,
+                    key: &key,
                 };
                 let mut files = Vec::new();
-                if delta.deleted.num_rows() > 0 {
-                    let deleted = vec![delta.deleted.clone()];
-                    files.push(store.write_change(target(FileRole::Deletes), delta.deleted.schema(), deleted).await?);
+                if deleted.num_rows() > 0 {
+                    files.push(store.write_change(target(FileRole::Deletes), deleted.schema(), vec![deleted]).await?);
                 }
-                if table.batches.iter().any(|b| b.num_rows() > 0) {
-                    let upserts = table.batches.clone();
-                    files.push(store.write_change(target(FileRole::Upserts), table.schema.clone(), upserts).await?);
+                if batches.iter().any(|b| b.num_rows() > 0) {
+                    files.push(store.write_change(target(FileRole::Upserts), schema, batches).await?);
                 }
                 files
             }
         };
-        tables.push(Written { operator, table: table.name, files, delta: table.delta.is_some() });
+        tables.push(Written { operator, table: name, files, delta: is_delta });
     }
     let mut inflight_files = Vec::new();
     let inflight = capture

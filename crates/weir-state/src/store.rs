@@ -93,9 +93,8 @@ impl StateStore {
     /// the same rows, one file long. Unnamed by any manifest until a later checkpoint adopts it;
     /// retention spares it meanwhile (see [`Self::retain_last`]).
     pub async fn compact(&self, files: &[StateFile], checkpoint_id: u64) -> Result<StateFile> {
-        let (Some(first), Some(last)) = (files.first(), files.last()) else { return Err(Error::EmptyChain) };
-        let merged = self.read_chain(files).await?;
-        let schema = self.schema_of(first).await?;
+        let Some(last) = files.last() else { return Err(Error::EmptyChain) };
+        let (schema, merged) = self.read_whole(files).await?;
         self.write(FileTarget::base(last, checkpoint_id), BASE_SUFFIX, schema, merged).await
     }
 
@@ -109,7 +108,7 @@ impl StateStore {
         let mut files = Vec::with_capacity(chains.len());
         for chain in &chains {
             let first = &chain[0];
-            let (batches, schema) = (self.read_chain(chain).await?, self.schema_of(first).await?);
+            let (schema, batches) = self.read_whole(chain).await?;
             files.push(
                 target
                     .write_table(checkpoint_id, &first.operator, first.subtask, &first.table, schema, batches)
@@ -121,10 +120,17 @@ impl StateStore {
         Ok(copy)
     }
 
-    /// The schema `file` was written with.
-    async fn schema_of(&self, file: &StateFile) -> Result<SchemaRef> {
-        let bytes = self.store.get(&self.absolute(&Path::from(file.path.as_str()))).await?.bytes().await?;
-        tokio::task::spawn_blocking(move || parquet_codec::schema(bytes)).await?
+    /// A chain's rows with their schema (an empty table's from its first file, which decodes
+    /// to no batches).
+    async fn read_whole(&self, files: &[StateFile]) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+        let merged = self.read_chain(files).await?;
+        if let Some(batch) = merged.first() {
+            return Ok((batch.schema(), merged));
+        }
+        let Some(first) = files.first() else { return Err(Error::EmptyChain) };
+        let bytes = self.store.get(&self.absolute(&Path::from(first.path.as_str()))).await?.bytes().await?;
+        let schema = tokio::task::spawn_blocking(move || parquet_codec::schema(bytes)).await??;
+        Ok((schema, merged))
     }
 
     async fn write(

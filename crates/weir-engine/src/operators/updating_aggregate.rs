@@ -566,17 +566,13 @@ impl Operator for UpdatingAggregate {
         groups.changes = Some(ChangeRecord { changed: vec![false; groups.keys.len()], ..ChangeRecord::default() });
         let (schema, batch) = self.group_rows(&changed)?;
         let keys = self.group_columns.len();
-        let key_fields: Vec<Field> = match keys {
-            0 => vec![Field::new(ALL_IN_ONE, DataType::Int64, true)],
-            _ => schema.fields()[1..=keys].iter().map(|f| f.as_ref().clone()).collect(),
-        };
-        let key_columns = (0..key_fields.len())
+        let key_columns = (0..removed_keys[0].len())
             .map(|i| {
                 let parts: Vec<&dyn Array> = removed_keys.iter().map(|columns| columns[i].as_ref()).collect();
                 Ok(concat(&parts)?)
             })
             .collect::<Result<Vec<ArrayRef>>>()?;
-        let keyed = RecordBatch::try_new(Arc::new(Schema::new(key_fields)), key_columns)?;
+        let keyed = self.keyed(&schema, key_columns)?;
         let hashes = key_hashes(&keyed, &Self::partition_columns(&self.group_columns))?;
         let mut deleted_fields = vec![schema.field(0).clone()];
         let mut deleted_columns: Vec<ArrayRef> = vec![Arc::new(hashes)];
@@ -604,7 +600,7 @@ impl UpdatingAggregate {
         let key_columns = groups.keys.columns(ids)?;
         let mut columns: Vec<ArrayRef> = Vec::new();
         if keys > 0 {
-            columns.extend(key_columns);
+            columns.extend(key_columns.iter().cloned());
         }
         columns.push(Arc::new(Int64Array::from_iter_values(ids.iter().map(|&id| groups.rows[id]))));
         columns.push(Arc::new(Int64Array::from_iter_values(ids.iter().map(|&id| groups.last_access_ms[id]))));
@@ -616,20 +612,21 @@ impl UpdatingAggregate {
             .zip(&schema.fields()[1..])
             .map(|(column, field)| cast_to(column, field.data_type()))
             .collect::<Result<_>>()?;
-        let partition = Self::partition_columns(&self.group_columns);
-        let keyed = match keys {
-            0 => RecordBatch::try_new(
-                Arc::new(Schema::new(vec![Field::new(ALL_IN_ONE, DataType::Int64, true)])),
-                vec![Arc::new(Int64Array::from(vec![0; ids.len()]))],
-            )?,
-            _ => RecordBatch::try_new(
-                Arc::new(Schema::new(schema.fields()[1..=keys].to_vec())),
-                columns[..keys].to_vec(),
-            )?,
-        };
-        let mut all: Vec<ArrayRef> = vec![Arc::new(key_hashes(&keyed, &partition)?)];
+        let keyed = self.keyed(&schema, key_columns)?;
+        let mut all: Vec<ArrayRef> = vec![Arc::new(key_hashes(&keyed, &Self::partition_columns(&self.group_columns))?)];
         all.extend(columns);
         Ok((schema.clone(), RecordBatch::try_new(schema, all)?))
+    }
+
+    /// Groups' interned keys (`GroupKeys::columns`) as the batch their key hash is taken over:
+    /// under the group columns' names in the groups table `schema`, or as a global
+    /// aggregate's one constant.
+    fn keyed(&self, schema: &SchemaRef, key_columns: Vec<ArrayRef>) -> Result<RecordBatch> {
+        let fields = match self.group_columns.len() {
+            0 => vec![Field::new(ALL_IN_ONE, DataType::Int64, true)],
+            keys => schema.fields()[1..=keys].iter().map(|f| f.as_ref().clone()).collect(),
+        };
+        Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), key_columns)?)
     }
 }
 

@@ -611,19 +611,15 @@ impl Operator for WindowAggregate {
                 let parts: Vec<&dyn Array> = closed.iter().map(|columns| columns[i].as_ref()).collect();
                 match parts.is_empty() {
                     true => Ok(datafusion::arrow::array::new_empty_array(key_fields[i].data_type())),
-                    false => cast_to(concat(&parts)?, key_fields[i].data_type()),
+                    false => Ok(concat(&parts)?),
                 }
             })
             .collect::<Result<Vec<ArrayRef>>>()?;
         let key_schema = Arc::new(Schema::new(
             std::iter::once(schema.field(0).clone()).chain(key_fields.iter().cloned()).collect::<Vec<_>>(),
         ));
-        let rows = key_columns.first().map_or(0, |c| c.len());
-        let hashes = key_hashes(&self.partition_batch(&key_columns, rows)?, &self.partition)?;
-        let deleted = RecordBatch::try_new(
-            key_schema,
-            std::iter::once(Arc::new(hashes) as ArrayRef).chain(key_columns).collect(),
-        )?;
+        // The key columns lead the windows table, so they are written as its rows are.
+        let deleted = self.keyed_batch(&key_schema, key_columns)?;
         let key = key_fields.iter().map(|f| f.name().clone()).collect();
         Ok(Some(vec![StateTable {
             name: WINDOWS.into(),
