@@ -701,9 +701,9 @@ impl Task {
                 Ok((tables, inflight_files)) => (Ok(tables), inflight_files),
                 Err(error) => (Err(error), Vec::new()),
             };
-            let written_bytes = tables
-                .as_ref()
-                .map_or(0, |tables| tables.iter().flat_map(|t| &t.files).chain(&inflight_files).map(|f| f.bytes).sum());
+            // State only, as `state_bytes`: in-flight data is reported on its own.
+            let written_bytes =
+                tables.as_ref().map_or(0, |tables| tables.iter().flat_map(|t| &t.files).map(|f| f.bytes).sum());
             let (files, chains) = match link.join(tables).await {
                 Ok(joined) => joined,
                 Err(error) => {
