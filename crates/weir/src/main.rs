@@ -82,7 +82,7 @@ enum Command {
     /// pipeline keeps its checkpoints).
     ExportCheckpoint {
         /// The pipeline's checkpoint directory (the one holding `manifests/` and
-        /// `checkpoints/`, e.g. <data dir>/run/<file>/pipeline/1).
+        /// `checkpoints/`, e.g. <data dir>/run/<file name>/1 for `weir run`'s first pipeline).
         from: PathBuf,
         /// Where the copy goes (created if missing; it must hold no checkpoint of that id).
         to: PathBuf,
@@ -174,6 +174,9 @@ async fn export_checkpoint(
     to: &std::path::Path,
     checkpoint: Option<u64>,
 ) -> anyhow::Result<()> {
+    if !from.join("manifests").is_dir() {
+        anyhow::bail!("{} is not a pipeline's checkpoint directory (it has no manifests/)", from.display());
+    }
     let source = weir_state::StateStore::local(from)?;
     let id = match checkpoint {
         Some(id) => id,
