@@ -76,6 +76,69 @@ pub(crate) fn row_lines(batches: &[RecordBatch]) -> Vec<String> {
     lines
 }
 
+/// A test's record of an operator's incremental snapshots: each table's chain (a base, then
+/// removed keys and changed rows), merged at the end as a restore merges it.
+#[cfg(test)]
+pub(crate) struct Chains {
+    chains: Vec<(String, Vec<weir_state::chain::Link>, Vec<String>)>,
+}
+
+#[cfg(test)]
+impl Chains {
+    /// Chains starting from a full snapshot.
+    pub(crate) fn new(base: Vec<crate::StateTable>) -> Self {
+        let mut chains = Self { chains: Vec::new() };
+        chains.push(base);
+        chains
+    }
+
+    /// Adds a snapshot's tables: a change goes on its table's chain, a whole table starts it
+    /// again. Returns per table the rows written and the keys removed (`None` when whole).
+    pub(crate) fn push(&mut self, tables: Vec<crate::StateTable>) -> Vec<(usize, Option<usize>)> {
+        use weir_state::FileRole;
+        use weir_state::chain::Link;
+        let mut written = Vec::new();
+        for table in tables {
+            let rows = table.batches.iter().map(RecordBatch::num_rows).sum();
+            let position = self.chains.iter().position(|(name, _, _)| *name == table.name);
+            let (links, removed) = match table.delta {
+                Some(delta) => {
+                    let removed = delta.deleted.num_rows();
+                    let links = vec![
+                        Link { role: FileRole::Deletes, batches: vec![delta.deleted] },
+                        Link { role: FileRole::Upserts, batches: table.batches },
+                    ];
+                    let Some(position) = position else { panic!("a change of {} without a base", table.name) };
+                    self.chains[position].2 = delta.key;
+                    self.chains[position].1.extend(links);
+                    (rows, Some(removed))
+                }
+                None => {
+                    let base = vec![Link { role: FileRole::Full, batches: table.batches }];
+                    match position {
+                        Some(position) => self.chains[position].1 = base,
+                        None => self.chains.push((table.name, base, Vec::new())),
+                    }
+                    (rows, None)
+                }
+            };
+            written.push((links, removed));
+        }
+        written
+    }
+
+    /// Asserts that each chain, merged, holds the rows of `full`'s table of its name.
+    pub(crate) fn assert_match(self, full: Vec<crate::StateTable>) {
+        for (name, links, key) in self.chains {
+            let Some(full) = full.iter().find(|t| t.name == name) else {
+                panic!("no table {name} in the full snapshot")
+            };
+            let merged = weir_state::chain::merge(links, &key).unwrap();
+            assert_eq!(row_lines(&merged), row_lines(&full.batches), "table {name}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

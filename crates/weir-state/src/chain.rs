@@ -4,7 +4,9 @@
 //! stays removed unless a later checkpoint put it back, so the result holds the rows a full
 //! snapshot at the chain's last checkpoint would hold.
 //!
-//! Within one file a key appears at most once (the operator writes each changed key once).
+//! A key is a group of rows: a table may hold several rows of one key (a join's rows of one join
+//! key, a top-N's kept rows of one partition), and a file's rows of a key replace every older
+//! row of that key. An operator writes all the rows of each key it changed.
 
 use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, BooleanBufferBuilder, UInt64Array};
 use datafusion::arrow::compute::filter_record_batch;
@@ -23,8 +25,9 @@ pub struct Link {
     pub batches: Vec<RecordBatch>,
 }
 
-/// The rows `links` (oldest first) stand for, each key's latest, identified by the `key`
-/// columns (and found by the key hash every keyed table carries).
+/// The rows `links` (oldest first) stand for: each key's rows of the latest file that holds
+/// it, a key identified by the `key` columns (and found by the key hash every keyed table
+/// carries).
 pub fn merge(links: Vec<Link>, key: &[String]) -> Result<Vec<RecordBatch>> {
     if links.iter().all(|link| link.role.is_full()) && links.len() <= 1 {
         return Ok(links.into_iter().flat_map(|link| link.batches).collect());
@@ -52,7 +55,7 @@ pub fn merge(links: Vec<Link>, key: &[String]) -> Result<Vec<RecordBatch>> {
                 .cloned()
                 .ok_or(Error::MissingKeyHash)?;
             let keys = converter.convert_columns(&columns)?;
-            parts.push(Part { batch, role: link.role, oldest: newer + 1 == files, keys, hashes });
+            parts.push(Part { batch, role: link.role, file: newer, oldest: newer + 1 == files, keys, hashes });
         }
     }
     let newer_rows: usize = parts.iter().filter(|part| !part.oldest).map(|part| part.batch.num_rows()).sum();
@@ -67,12 +70,14 @@ pub fn merge(links: Vec<Link>, key: &[String]) -> Result<Vec<RecordBatch>> {
         for row in 0..part.batch.num_rows() {
             let hash = spread(part.hashes.value(row));
             let key = part.keys.row(row);
-            let found = seen.find(hash, |&(p, r)| parts[p as usize].keys.row(r as usize) == key).is_some();
-            if !found && !part.oldest {
+            let found = seen.find(hash, |&(p, r)| parts[p as usize].keys.row(r as usize) == key);
+            // A key first seen in this file: its other rows here are kept with it.
+            let superseded = found.is_some_and(|&(p, _)| parts[p as usize].file != part.file);
+            if found.is_none() && !part.oldest {
                 let entry = (index as u32, row as u32);
                 seen.insert_unique(hash, entry, |&(p, r)| spread(parts[p as usize].hashes.value(r as usize)));
             }
-            latest.append(!found);
+            latest.append(!superseded);
         }
         if part.role != FileRole::Deletes {
             let latest = filter_record_batch(&part.batch, &BooleanArray::new(latest.finish(), None))?;
@@ -89,6 +94,8 @@ pub fn merge(links: Vec<Link>, key: &[String]) -> Result<Vec<RecordBatch>> {
 struct Part {
     batch: RecordBatch,
     role: FileRole,
+    /// The file it was read from, numbered newest first.
+    file: usize,
     /// Of the chain's first file (its base).
     oldest: bool,
     keys: Rows,
@@ -165,6 +172,20 @@ mod tests {
         ];
         let merged = merge(chain, &["k".to_string()]).unwrap();
         assert_eq!(pairs(&merged), [("a".into(), 10), ("c".into(), 30)]);
+    }
+
+    /// A file's rows of a key, several or one, replace all older rows of that key.
+    #[test]
+    fn a_key_with_several_rows_is_replaced_as_a_whole() {
+        let chain = vec![
+            link(FileRole::Full, rows(&[("a", 1), ("a", 2), ("b", 3), ("b", 4), ("c", 5)])),
+            link(FileRole::Upserts, rows(&[("a", 10), ("c", 50), ("c", 51)])),
+            link(FileRole::Deletes, keys(&["b", "b"])),
+            link(FileRole::Upserts, rows(&[("c", 52), ("c", 53), ("d", 6), ("d", 6)])),
+        ];
+        let merged = merge(chain, &["k".to_string()]).unwrap();
+        let expected = [("a", 10), ("c", 52), ("c", 53), ("d", 6), ("d", 6)].map(|(k, v)| (k.to_string(), v));
+        assert_eq!(pairs(&merged), expected);
     }
 
     #[test]

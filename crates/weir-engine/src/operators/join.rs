@@ -14,7 +14,10 @@
 //!   an outer side is emitted padded with nulls at once, and retracted (`-D`) when its first
 //!   match arrives.
 //!
-//! The snapshot holds each side's stored rows keyed by the hash of their join key.
+//! The snapshot holds each side's stored rows keyed by the hash of their join key. With
+//! incremental checkpoints a side's change is the rows of every join key whose rows changed
+//! (added, taken back, matched, read, expired or forgotten), all of them, since a key's rows
+//! in a later file replace all its earlier ones; keys left with no rows are written removed.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -31,7 +34,7 @@ use datafusion::physical_expr::PhysicalExpr;
 
 use crate::changelog::{Change, change_array, changes, is_changelog};
 use crate::error::{Error, Result};
-use crate::operator::{Collector, Operator, RestoredState, StateTable};
+use crate::operator::{Collector, Delta, Operator, RestoredState, StateTable};
 use crate::operators::row_arena::{RowArena, RowSlot};
 use crate::operators::state_ttl::{StateTtl, now_ms};
 use crate::partition::key_hashes;
@@ -147,6 +150,24 @@ pub struct StreamingJoin {
     changelog: [bool; 2],
     /// The subtask's counters (late rows dropped).
     metrics: Arc<crate::metrics::OperatorMetrics>,
+    /// With incremental checkpoints: each side's join keys changed since the last snapshot.
+    changes: Option<SideChanges>,
+}
+
+/// Each side's join keys whose stored rows changed since the last snapshot.
+#[derive(Default)]
+struct SideChanges {
+    keys: [hashbrown::HashSet<Key>; 2],
+    /// A side whose rows were all dropped at once (its other input ended): written whole.
+    whole: [bool; 2],
+}
+
+impl SideChanges {
+    fn touch(changes: &mut Option<SideChanges>, side: usize, key: &[u8]) {
+        if let Some(changes) = changes {
+            changes.keys[side].get_or_insert_with(key, <[u8]>::to_vec);
+        }
+    }
 }
 
 /// A batch of one side, split for joining.
@@ -244,6 +265,7 @@ impl StreamingJoin {
             ended: [false; 2],
             changelog: [false; 2],
             metrics: Arc::default(),
+            changes: None,
         }
     }
 
@@ -363,6 +385,7 @@ impl StreamingJoin {
                 }
                 for key in entry.remove() {
                     let Some(rows) = stored.get_mut(&key) else { continue };
+                    SideChanges::touch(&mut self.changes, side, &key);
                     rows.retain(|row| {
                         let expired = row.expires_at <= watermark;
                         if expired {
@@ -436,9 +459,11 @@ impl StreamingJoin {
                 )?;
             }
             for ((row, i), pass) in pairs.iter().zip(&passing) {
-                if *pass && let Some(rows) = self.stored[other].get_mut(key_rows.row(*row as usize).data()) {
+                let key = key_rows.row(*row as usize).data();
+                if *pass && let Some(rows) = self.stored[other].get_mut(key) {
                     rows[*i].matched += 1;
                     rows[*i].last_access_ms = now;
+                    SideChanges::touch(&mut self.changes, other, key);
                 }
             }
         }
@@ -492,6 +517,7 @@ impl StreamingJoin {
             let slot = self.arenas[side].push(value_rows.row(row).as_ref());
             let stored = Stored { row: slot, matched: matched[row], expires_at, last_access_ms: now };
             self.stored[side].entry_ref(key).or_default().push(stored);
+            SideChanges::touch(&mut self.changes, side, key);
         }
         Ok(())
     }
@@ -527,6 +553,7 @@ impl StreamingJoin {
             if stored.is_empty() {
                 self.stored[side].remove(key);
             }
+            SideChanges::touch(&mut self.changes, side, key);
             removed[row] = true;
         }
         let Probe { pairs, passing, joined } =
@@ -544,6 +571,7 @@ impl StreamingJoin {
             for ((row, i), pass) in pairs.iter().zip(&passing) {
                 let key = key_rows.row(*row as usize).data();
                 if let (true, Some(stored)) = (*pass, self.stored[other].get_mut(key).and_then(|r| r.get_mut(*i))) {
+                    SideChanges::touch(&mut self.changes, other, key);
                     stored.matched -= 1;
                     if stored.matched == 0 {
                         lost.push((key, *i));
@@ -627,11 +655,61 @@ impl StreamingJoin {
         self.slots_to_columns(side, &slots)
     }
 
+    /// The snapshot table of `side`'s stored rows, of every key or of `keys`.
+    fn side_snapshot(&mut self, side: usize, keys: Option<&[Key]>) -> Result<StateTable> {
+        let schema = self.side_table(side).schema().clone();
+        self.converters()?;
+        let Some(converters) = &self.converters else {
+            return Err(Error::Graph("join row converters missing".into()));
+        };
+        let (parser, values_parser) = (converters.keys.parser(), converters.values[side].parser());
+        let stored = &self.stored[side];
+        let entries: Vec<(&[u8], &[Stored])> = match keys {
+            Some(keys) => keys.iter().filter_map(|k| stored.get_key_value(k)).map(|(k, r)| (&k[..], &r[..])).collect(),
+            None => stored.iter().map(|(k, r)| (&k[..], &r[..])).collect(),
+        };
+        let count = entries.iter().map(|(_, rows)| rows.len()).sum();
+        if count == 0 {
+            let batches = vec![RecordBatch::new_empty(schema.clone())];
+            return Ok(StateTable { name: format!("side_{side}"), schema, batches, delta: None });
+        }
+        let mut key_rows = Vec::with_capacity(count);
+        let mut value_rows = Vec::with_capacity(count);
+        let (mut matched, mut expires, mut access) =
+            (Vec::with_capacity(count), Vec::with_capacity(count), Vec::with_capacity(count));
+        for (key, rows) in entries {
+            for stored in rows {
+                key_rows.push(parser.parse(key));
+                value_rows.push(values_parser.parse(self.arenas[side].get(stored.row)));
+                matched.push(stored.matched);
+                expires.push(stored.expires_at);
+                access.push(stored.last_access_ms);
+            }
+        }
+        let key_columns = converters.keys.convert_rows(key_rows)?;
+        let mut values = converters.values[side].convert_rows(value_rows)?;
+        values.extend([matched, expires, access].map(|v| Arc::new(Int64Array::from(v)) as ArrayRef));
+        let batch = self.hashed(schema.clone(), key_columns, values)?;
+        Ok(StateTable { name: format!("side_{side}"), schema, batches: vec![batch], delta: None })
+    }
+
+    /// A batch of `schema`: the key hash of `key_columns`, them, then `rest`.
+    fn hashed(&self, schema: SchemaRef, key_columns: Vec<ArrayRef>, rest: Vec<ArrayRef>) -> Result<RecordBatch> {
+        let keys = self.key_types.len();
+        let keyed = RecordBatch::try_new(Arc::new(Schema::new(schema.fields()[1..=keys].to_vec())), key_columns)?;
+        let key_names: Vec<String> = (0..keys).map(join_key_column).collect();
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(key_hashes(&keyed, &key_names)?)];
+        columns.extend(keyed.columns().iter().cloned());
+        columns.extend(rest);
+        Ok(RecordBatch::try_new(schema, columns)?)
+    }
+
     /// Forgets rows idle for longer than the time-to-live (checked every half of it).
     fn sweep(&mut self, now: i64) {
         let Some(oldest) = self.ttl.sweep_due(now) else { return };
-        for (side, arena) in self.stored.iter_mut().zip(&mut self.arenas) {
-            side.retain(|_, rows| {
+        for (side, (stored, arena)) in self.stored.iter_mut().zip(&mut self.arenas).enumerate() {
+            stored.retain(|key, rows| {
+                let before = rows.len();
                 rows.retain(|r| {
                     let kept = r.last_access_ms >= oldest;
                     if !kept {
@@ -639,6 +717,9 @@ impl StreamingJoin {
                     }
                     kept
                 });
+                if rows.len() < before {
+                    SideChanges::touch(&mut self.changes, side, key);
+                }
                 !rows.is_empty()
             });
         }
@@ -650,6 +731,7 @@ impl StreamingJoin {
 impl Operator for StreamingJoin {
     async fn open(&mut self, info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
         self.metrics = info.metrics.clone();
+        self.changes = info.incremental.then(SideChanges::default);
         let keys = self.key_types.len();
         for side in 0..2 {
             let width = self.sides[side].schema.fields().len();
@@ -724,6 +806,10 @@ impl Operator for StreamingJoin {
         if !self.keeps(other) {
             self.stored[other].clear();
             self.arenas[other].clear();
+            if let Some(changes) = &mut self.changes {
+                changes.keys[other].clear();
+                changes.whole[other] = true;
+            }
         }
         Ok(())
     }
@@ -741,54 +827,40 @@ impl Operator for StreamingJoin {
     }
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
+        if let Some(changes) = &mut self.changes {
+            *changes = SideChanges::default();
+        }
+        (0..2).map(|side| self.side_snapshot(side, None)).collect()
+    }
+
+    /// Each side's rows of the join keys changed since the last snapshot, and the changed keys
+    /// left without rows as removed.
+    async fn snapshot_changes(&mut self, _checkpoint_id: u64) -> Result<Option<Vec<StateTable>>> {
+        let Some(changes) = self.changes.replace(SideChanges::default()) else { return Ok(None) };
+        let SideChanges { keys: [left, right], whole } = changes;
         let mut tables = Vec::new();
-        for side in 0..2 {
-            let schema = self.side_table(side).schema().clone();
-            self.converters()?;
-            let Some(converters) = &self.converters else {
-                return Err(Error::Graph("join row converters missing".into()));
-            };
-            let (parser, values_parser) = (converters.keys.parser(), converters.values[side].parser());
-            let count = self.stored[side].values().map(Vec::len).sum();
-            let mut key_rows = Vec::with_capacity(count);
-            let mut value_rows = Vec::with_capacity(count);
-            let (mut matched, mut expires, mut access) =
-                (Vec::with_capacity(count), Vec::with_capacity(count), Vec::with_capacity(count));
-            for (key, rows) in &self.stored[side] {
-                for stored in rows {
-                    key_rows.push(parser.parse(key));
-                    value_rows.push(values_parser.parse(self.arenas[side].get(stored.row)));
-                    matched.push(stored.matched);
-                    expires.push(stored.expires_at);
-                    access.push(stored.last_access_ms);
-                }
-            }
-            if key_rows.is_empty() {
-                tables.push(StateTable {
-                    name: format!("side_{side}"),
-                    schema: schema.clone(),
-                    batches: vec![RecordBatch::new_empty(schema)],
-                    delta: None,
-                });
+        for (side, keys) in [left, right].into_iter().enumerate() {
+            if whole[side] {
+                tables.push(self.side_snapshot(side, None)?);
                 continue;
             }
-            let key_columns = converters.keys.convert_rows(key_rows)?;
-            let value_columns = converters.values[side].convert_rows(value_rows)?;
-            let keyed = RecordBatch::try_new(
-                Arc::new(Schema::new(schema.fields()[1..=self.key_types.len()].to_vec())),
-                key_columns.clone(),
-            )?;
-            let key_names: Vec<String> = (0..self.key_types.len()).map(join_key_column).collect();
-            let mut columns: Vec<ArrayRef> = vec![Arc::new(key_hashes(&keyed, &key_names)?)];
-            columns.extend(key_columns);
-            columns.extend(value_columns);
-            for values in [matched, expires, access] {
-                columns.push(Arc::new(Int64Array::from(values)));
-            }
-            let batch = RecordBatch::try_new(schema.clone(), columns)?;
-            tables.push(StateTable { name: format!("side_{side}"), schema, batches: vec![batch], delta: None });
+            let (kept, removed): (Vec<Key>, Vec<Key>) =
+                keys.into_iter().partition(|key| self.stored[side].contains_key(key));
+            let mut table = self.side_snapshot(side, Some(&kept))?;
+            let key_schema = Arc::new(Schema::new(table.schema.fields()[..=self.key_types.len()].to_vec()));
+            let deleted = match removed.is_empty() {
+                true => RecordBatch::new_empty(key_schema),
+                false => {
+                    let parser = self.converters()?.keys.parser();
+                    let key_columns =
+                        self.converters()?.keys.convert_rows(removed.iter().map(|key| parser.parse(key)))?;
+                    self.hashed(key_schema, key_columns, Vec::new())?
+                }
+            };
+            table.delta = Some(Delta { key: (0..self.key_types.len()).map(join_key_column).collect(), deleted });
+            tables.push(table);
         }
-        Ok(tables)
+        Ok(Some(tables))
     }
 
     /// Both inputs ended: a left join's left rows that never matched come out now.
@@ -1030,6 +1102,115 @@ mod tests {
         let mut ids: Vec<i64> = ids.values().to_vec();
         ids.sort_unstable();
         assert_eq!(ids, (80_000..90_000).collect::<Vec<_>>());
+    }
+
+    /// What a test does to a join between its incremental snapshots.
+    enum Step {
+        Feed(usize, RecordBatch),
+        Watermark(i64),
+        End(usize),
+        Sleep(u64),
+        Snapshot,
+    }
+
+    /// Runs `steps` on `join` with incremental checkpoints (a full snapshot first), and checks
+    /// that each side's base and changes, merged as a restore merges them, hold the rows a full
+    /// snapshot at the end holds. Returns what each change wrote per side: rows, removed keys.
+    async fn base_and_changes_match_a_full_snapshot(
+        mut join: StreamingJoin,
+        steps: Vec<Step>,
+    ) -> Vec<Vec<(usize, Option<usize>)>> {
+        let info = crate::SubtaskInfo { incremental: true, ..crate::SubtaskInfo::new("join", 0, 1) };
+        join.open(&info, RestoredState::default()).await.unwrap();
+        let mut chains = crate::state_table::Chains::new(join.snapshot(1).await.unwrap());
+        let mut written = Vec::new();
+        for step in steps {
+            let mut out = Collector::default();
+            match step {
+                Step::Feed(input, batch) => join.process_batch(input, batch, &mut out).await.unwrap(),
+                Step::Watermark(w) => join.process_watermark(w, &mut out).await.unwrap(),
+                Step::End(input) => join.input_ended(input, &mut out).await.unwrap(),
+                Step::Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                Step::Snapshot => written.push(chains.push(join.snapshot_changes(2).await.unwrap().unwrap())),
+            }
+        }
+        chains.assert_match(join.snapshot(3).await.unwrap());
+        written
+    }
+
+    /// Incremental checkpoints of an interval join: the changed keys' rows (all of a key's
+    /// rows, their match counts included), rows dropped at expiry removed.
+    #[tokio::test]
+    async fn an_interval_joins_base_and_changes_restore_what_a_full_snapshot_holds() {
+        let expiry = [
+            Some(Expiry { column: 1, after_ms: 10, late: LateRows::Match }),
+            Some(Expiry { column: 1, after_ms: 10, late: LateRows::Match }),
+        ];
+        let steps = vec![
+            Step::Feed(0, rows("l", &[(1, 100), (1, 101), (2, 100), (3, 200)])),
+            Step::Snapshot,
+            // Key 1 matched (both its left rows change), key 4 new on the right.
+            Step::Feed(1, rows("r", &[(1, 105), (4, 300)])),
+            Step::Snapshot,
+            // Rows of times 100, 101 and 105 expire: keys 1 and 2 leave the left side, 1 the
+            // right; a new left row matches key 4 of the right.
+            Step::Watermark(116),
+            Step::Feed(0, rows("l", &[(4, 301)])),
+            Step::Snapshot,
+            Step::Snapshot,
+        ];
+        let written = base_and_changes_match_a_full_snapshot(join(JoinKind::Left, expiry), steps).await;
+        assert_eq!(
+            written,
+            [
+                [(4, Some(0)), (0, Some(0))],
+                [(2, Some(0)), (2, Some(0))],
+                [(1, Some(2)), (1, Some(1))],
+                [(0, Some(0)), (0, Some(0))]
+            ]
+        );
+    }
+
+    /// A join of changelogs: rows taken back, keys emptied; a side dropped whole when the
+    /// other input ends (written whole); rows forgotten by the time-to-live.
+    #[tokio::test]
+    async fn a_changelog_joins_base_and_changes_restore_what_a_full_snapshot_holds() {
+        use Change::{Delete, Insert};
+        let steps = vec![
+            Step::Feed(0, changelog("l", &[(Insert, 1, 0), (Insert, 1, 0), (Insert, 2, 0)])),
+            Step::Feed(1, changelog("r", &[(Insert, 1, 0), (Insert, 3, 0)])),
+            Step::Snapshot,
+            // One of the two equal left rows of key 1 leaves (the other stays); key 3 empties.
+            Step::Feed(0, changelog("l", &[(Delete, 1, 0)])),
+            Step::Feed(1, changelog("r", &[(Delete, 3, 0)])),
+            Step::Snapshot,
+        ];
+        let written = base_and_changes_match_a_full_snapshot(updating_join(JoinKind::Left), steps).await;
+        assert_eq!(written, [[(3, Some(0)), (2, Some(0))], [(1, Some(0)), (1, Some(1))]]);
+        // The right side ends: a regular join's left rows need not wait any more.
+        let steps = vec![
+            Step::Feed(0, rows("l", &[(1, 0), (2, 0)])),
+            Step::Feed(1, rows("r", &[(1, 0)])),
+            Step::Snapshot,
+            Step::End(1),
+            Step::Snapshot,
+        ];
+        let written = base_and_changes_match_a_full_snapshot(join(JoinKind::Inner, [None, None]), steps).await;
+        assert_eq!(written, [[(2, Some(0)), (1, Some(0))], [(0, None), (0, Some(0))]]);
+        // Rows idle for longer than the time-to-live are forgotten: their keys removed.
+        let plain = join(JoinKind::Inner, [None, None]);
+        let ttl = Some(Duration::from_millis(40));
+        let join =
+            StreamingJoin::new(plain.kind, plain.sides, plain.key_types, None, plain.combined, plain.output, ttl);
+        let steps = vec![
+            Step::Feed(0, rows("l", &[(1, 0), (2, 0)])),
+            Step::Snapshot,
+            Step::Sleep(100),
+            Step::Feed(1, rows("r", &[(3, 0)])),
+            Step::Snapshot,
+        ];
+        let written = base_and_changes_match_a_full_snapshot(join, steps).await;
+        assert_eq!(written, [[(2, Some(0)), (0, Some(0))], [(0, Some(2)), (1, Some(0))]]);
     }
 
     /// A window join drops a row whose window was joined already, and counts it, where an

@@ -12,9 +12,12 @@
 //!
 //! The snapshot holds the rows still waiting for the watermark, and per partition either the
 //! rows of its bounded frame (fed again on restore) or, for an unbounded frame, its
-//! accumulators' state; all keyed by the hash of the partition columns.
+//! accumulators' state; all keyed by the hash of the partition columns. With incremental
+//! checkpoints the frames and accumulators of the partitions that took rows since the last
+//! snapshot are written (a partition is never removed); the waiting rows, which the watermark
+//! soon lets go, are written whole.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -30,7 +33,7 @@ use datafusion::logical_expr::Accumulator;
 
 use crate::error::{Error, Result};
 use crate::metrics::OperatorMetrics;
-use crate::operator::{Collector, Operator, RestoredState, StateTable};
+use crate::operator::{Collector, Delta, Operator, RestoredState, StateTable};
 use crate::operators::accumulators::{self, AggregateCall};
 use crate::operators::frame_rows::{FrameRow, FrameRows};
 use crate::partition::key_hashes;
@@ -84,6 +87,8 @@ pub struct OverAggregate {
     watermark: i64,
     /// The subtask's counters: late rows and rows without a time are counted there.
     metrics: Arc<OperatorMetrics>,
+    /// With incremental checkpoints: the partitions that took rows since the last snapshot.
+    changed: Option<HashSet<OwnedRow>>,
 }
 
 impl Clone for OverAggregate {
@@ -132,6 +137,7 @@ impl OverAggregate {
             converter: None,
             watermark: i64::MIN,
             metrics: Arc::default(),
+            changed: None,
         }
     }
 
@@ -207,6 +213,9 @@ impl OverAggregate {
                 run_end += 1;
             }
             let key = keys.row(run).owned();
+            if let Some(changed) = &mut self.changed {
+                changed.insert(key.clone());
+            }
             if !self.partitions.contains_key(&key) {
                 let accumulators = self.accumulators()?;
                 self.partitions.insert(key.clone(), Partition { accumulators, frame: VecDeque::new() });
@@ -278,6 +287,56 @@ impl OverAggregate {
         Ok((KeyedTable::new(fields), widths))
     }
 
+    /// The snapshot: the waiting rows, and the frames (bounded) or accumulators (unbounded) of
+    /// the partitions `keys`.
+    fn tables(&mut self, keys: &[OwnedRow]) -> Result<Vec<StateTable>> {
+        let schema = self.rows_table(false).schema().clone();
+        let mut pending = Vec::new();
+        for batch in &self.pending {
+            pending.push(self.keyed(&schema, batch, Vec::new())?);
+        }
+        if pending.is_empty() {
+            pending.push(RecordBatch::new_empty(schema.clone()));
+        }
+        let mut tables = vec![StateTable { name: PENDING.into(), schema, batches: pending, delta: None }];
+        let partitions: Vec<&OwnedRow> = keys.iter().filter(|key| self.partitions.contains_key(*key)).collect();
+        if self.frame.bounded() {
+            let schema = self.rows_table(true).schema().clone();
+            let frames: Vec<&Partition> = partitions.iter().filter_map(|key| self.partitions.get(*key)).collect();
+            let positions: Int64Array = frames.iter().flat_map(|p| (0..p.frame.len() as i64).map(Some)).collect();
+            let rows = self.frame_rows.gather(&self.input, frames.iter().flat_map(|p| p.frame.iter()))?;
+            let batch = match rows.num_rows() {
+                0 => RecordBatch::new_empty(schema.clone()),
+                _ => self.keyed(&schema, &rows, vec![Arc::new(positions)])?,
+            };
+            tables.push(StateTable { name: FRAMES.into(), schema, batches: vec![batch], delta: None });
+            return Ok(tables);
+        }
+        let schema = self.accumulators_table()?.0.schema().clone();
+        let batch = match (&self.converter, partitions.is_empty()) {
+            (Some(converter), false) => {
+                let mut states: Vec<Vec<ScalarValue>> = Vec::new();
+                for key in &partitions {
+                    let fresh = self.accumulators()?;
+                    let Some(partition) = self.partitions.get_mut(*key) else { continue };
+                    states.push(accumulators::snapshot_states(&mut partition.accumulators, fresh)?);
+                }
+                let key_columns = converter.convert_rows(partitions.iter().map(|k| k.row()))?;
+                let keyed = RecordBatch::try_new(
+                    Arc::new(Schema::new(schema.fields()[1..=self.partition.len()].to_vec())),
+                    key_columns.clone(),
+                )?;
+                let mut columns: Vec<ArrayRef> = vec![Arc::new(key_hashes(&keyed, &self.partition)?)];
+                columns.extend(key_columns);
+                columns.extend(accumulators::columns(&states, &schema.fields()[1 + self.partition.len()..])?);
+                RecordBatch::try_new(schema.clone(), columns)?
+            }
+            _ => RecordBatch::new_empty(schema.clone()),
+        };
+        tables.push(StateTable { name: ACCUMULATORS.into(), schema, batches: vec![batch], delta: None });
+        Ok(tables)
+    }
+
     /// The input rows of a restored pending or frames table.
     fn restored_rows(&self, table: &KeyedTable, batch: &RecordBatch) -> Result<RecordBatch> {
         let width = self.input.fields().len();
@@ -337,6 +396,7 @@ impl Operator for OverAggregate {
                 self.partitions.insert(keys.row(row).owned(), Partition { accumulators, frame: VecDeque::new() });
             }
         }
+        self.changed = info.incremental.then(HashSet::new);
         Ok(())
     }
 
@@ -370,52 +430,29 @@ impl Operator for OverAggregate {
     }
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
-        let schema = self.rows_table(false).schema().clone();
-        let mut pending = Vec::new();
-        for batch in &self.pending {
-            pending.push(self.keyed(&schema, batch, Vec::new())?);
+        if let Some(changed) = &mut self.changed {
+            changed.clear();
         }
-        if pending.is_empty() {
-            pending.push(RecordBatch::new_empty(schema.clone()));
+        let keys: Vec<OwnedRow> = self.partitions.keys().cloned().collect();
+        self.tables(&keys)
+    }
+
+    /// The frames or accumulators of the partitions that took rows since the last snapshot.
+    async fn snapshot_changes(&mut self, _checkpoint_id: u64) -> Result<Option<Vec<StateTable>>> {
+        let Some(changed) = self.changed.replace(HashSet::new()) else { return Ok(None) };
+        let keys: Vec<OwnedRow> = changed.into_iter().collect();
+        let mut tables = self.tables(&keys)?;
+        for table in tables.iter_mut().filter(|t| t.name != PENDING) {
+            let key_fields = table.schema.fields()[..1].iter().cloned().chain(
+                self.partition
+                    .iter()
+                    .filter_map(|name| table.schema.field_with_name(name).ok())
+                    .map(|f| Arc::new(f.clone())),
+            );
+            let deleted = RecordBatch::new_empty(Arc::new(Schema::new(key_fields.collect::<Vec<_>>())));
+            table.delta = Some(Delta { key: self.partition.clone(), deleted });
         }
-        let mut tables = vec![StateTable { name: PENDING.into(), schema, batches: pending, delta: None }];
-        if self.frame.bounded() {
-            let schema = self.rows_table(true).schema().clone();
-            let positions: Int64Array =
-                self.partitions.values().flat_map(|p| (0..p.frame.len() as i64).map(Some)).collect();
-            let rows = self.frame_rows.gather(&self.input, self.partitions.values().flat_map(|p| p.frame.iter()))?;
-            let batch = match rows.num_rows() {
-                0 => RecordBatch::new_empty(schema.clone()),
-                _ => self.keyed(&schema, &rows, vec![Arc::new(positions)])?,
-            };
-            tables.push(StateTable { name: FRAMES.into(), schema, batches: vec![batch], delta: None });
-        } else {
-            let schema = self.accumulators_table()?.0.schema().clone();
-            let converter = self.converter.as_ref();
-            let batch = match (converter, self.partitions.is_empty()) {
-                (Some(converter), false) => {
-                    let mut keys = Vec::new();
-                    let mut states: Vec<Vec<ScalarValue>> = Vec::new();
-                    let fresh = (0..self.partitions.len()).map(|_| self.accumulators()).collect::<Result<Vec<_>>>()?;
-                    for ((key, partition), fresh) in self.partitions.iter_mut().zip(fresh) {
-                        keys.push(key.clone());
-                        states.push(accumulators::snapshot_states(&mut partition.accumulators, fresh)?);
-                    }
-                    let key_columns = converter.convert_rows(keys.iter().map(|k| k.row()))?;
-                    let keyed = RecordBatch::try_new(
-                        Arc::new(Schema::new(schema.fields()[1..=self.partition.len()].to_vec())),
-                        key_columns.clone(),
-                    )?;
-                    let mut columns: Vec<ArrayRef> = vec![Arc::new(key_hashes(&keyed, &self.partition)?)];
-                    columns.extend(key_columns);
-                    columns.extend(accumulators::columns(&states, &schema.fields()[1 + self.partition.len()..])?);
-                    RecordBatch::try_new(schema.clone(), columns)?
-                }
-                _ => RecordBatch::new_empty(schema.clone()),
-            };
-            tables.push(StateTable { name: ACCUMULATORS.into(), schema, batches: vec![batch], delta: None });
-        }
-        Ok(tables)
+        Ok(Some(tables))
     }
 
     /// The input ended: every waiting row is complete.
@@ -445,6 +482,11 @@ mod tests {
 
     /// `sum(ts) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)`.
     fn sum_of_two() -> OverAggregate {
+        sum_over(Frame::Rows { preceding: Some(1) })
+    }
+
+    /// `sum(ts) OVER (PARTITION BY k ORDER BY ts <frame>)`.
+    fn sum_over(frame: Frame) -> OverAggregate {
         let input = input();
         let ts =
             datafusion::physical_expr::expressions::CastExpr::new(col("ts", &input).unwrap(), DataType::Int64, None);
@@ -453,7 +495,7 @@ mod tests {
         let output =
             Schema::new(vec![input.field(0).clone(), input.field(1).clone(), Field::new("s", DataType::Int64, true)]);
         let call = AggregateCall { function: Arc::new(sum), filter: None };
-        OverAggregate::new(vec!["k".into()], 0, Frame::Rows { preceding: Some(1) }, vec![call], input, Arc::new(output))
+        OverAggregate::new(vec!["k".into()], 0, frame, vec![call], input, Arc::new(output))
     }
 
     /// Feeds rows (time, key), passes the watermark over them, and returns each output row's
@@ -522,5 +564,35 @@ mod tests {
             out,
             [(time + 1, 0, time + 1 + time - 1), (time + 3, 0, time + 3 + time + 1), (time + 2, 7, time + 2 + 7_000)]
         );
+    }
+
+    /// Incremental checkpoints: the frames (bounded) or accumulators (unbounded) of the
+    /// partitions that took rows, merged on a full snapshot as a restore merges them, hold what
+    /// a full snapshot at the end holds; the rows still waiting are written whole.
+    #[tokio::test]
+    async fn a_base_and_its_changes_restore_what_a_full_snapshot_holds() {
+        for frame in [Frame::Rows { preceding: Some(1) }, Frame::Range { preceding_ms: None }] {
+            let mut over = sum_over(frame);
+            let info = SubtaskInfo { incremental: true, ..SubtaskInfo::new("over", 0, 1) };
+            over.open(&info, RestoredState::default()).await.unwrap();
+            feed(&mut over, &[(1, 1), (2, 2), (3, 3), (4, 1)]).await;
+            let mut chains = crate::state_table::Chains::new(over.snapshot(1).await.unwrap());
+            feed(&mut over, &[(5, 1), (6, 4)]).await;
+            // A row that waits for the watermark.
+            let batch = RecordBatch::try_new(
+                input(),
+                vec![Arc::new(TimestampMillisecondArray::from(vec![100])), Arc::new(Int64Array::from(vec![2]))],
+            )
+            .unwrap();
+            over.process_batch(0, batch, &mut Collector::default()).await.unwrap();
+            let written = chains.push(over.snapshot_changes(2).await.unwrap().unwrap());
+            // Partition 1 keeps its last two rows in a bounded frame; 4 has one; unbounded: one
+            // accumulator row each.
+            let partitions = if frame.bounded() { 3 } else { 2 };
+            assert_eq!(written, [(1, None), (partitions, Some(0))], "{frame:?}");
+            feed(&mut over, &[(7, 3)]).await;
+            chains.push(over.snapshot_changes(3).await.unwrap().unwrap());
+            chains.assert_match(over.snapshot(4).await.unwrap());
+        }
     }
 }

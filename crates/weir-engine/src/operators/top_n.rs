@@ -11,7 +11,9 @@
 //! rise); a changelog keeps every row, since taking back a top row brings the next one up.
 //! The snapshot is the kept rows with their number of copies, keyed by the hash of the
 //! partition columns; after a restore the emitted ranks are the restored top N, since every
-//! batch's changes are emitted before any snapshot.
+//! batch's changes are emitted before any snapshot. With incremental checkpoints a change is
+//! the kept rows of every partition a row reached since the last snapshot (all of them: a later
+//! file's rows of a partition replace its earlier ones), and the partitions left empty.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,7 +21,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, Int64Array, UInt64Array};
 use datafusion::arrow::compute::{SortOptions, cast};
-use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{Row, RowConverter, SortField};
 use datafusion::common::{HashMap, HashSet};
@@ -27,7 +29,7 @@ use datafusion::physical_expr::PhysicalExpr;
 
 use crate::changelog::{Change, change_array, changes};
 use crate::error::{Error, Result};
-use crate::operator::{Collector, Operator, RestoredState, StateTable};
+use crate::operator::{Collector, Delta, Operator, RestoredState, StateTable};
 use crate::operators::numbering::Numbering;
 use crate::partition::key_hashes;
 use crate::state_table::KeyedTable;
@@ -148,6 +150,9 @@ pub struct TopN {
     converters: Option<Converters>,
     /// By partition key in Arrow's row format (found by a batch's key bytes).
     partitions: HashMap<Vec<u8>, Ranked>,
+    /// With incremental checkpoints: the partitions whose kept rows may have changed since
+    /// the last snapshot.
+    changed: Option<HashSet<Vec<u8>>>,
 }
 
 struct Converters {
@@ -302,6 +307,7 @@ impl Clone for TopN {
             output: self.output.clone(),
             converters: None,
             partitions: HashMap::default(),
+            changed: None,
         }
     }
 }
@@ -328,6 +334,7 @@ impl TopN {
             output,
             converters: None,
             partitions: HashMap::default(),
+            changed: None,
         })
     }
 
@@ -365,6 +372,9 @@ impl TopN {
                 continue; // below an append-only top N: it can never rise
             }
             ranked.add(RankedRow::new(orders.row(row), rows.row(row)), n);
+            if let Some(changed) = &mut self.changed {
+                changed.get_or_insert_with(key, <[u8]>::to_vec);
+            }
             if !self.retracting {
                 // Rows below the top can never rise: a new row only pushes others down.
                 ranked.trim(self.numbering, self.limit);
@@ -412,10 +422,11 @@ impl TopN {
 
 #[async_trait]
 impl Operator for TopN {
-    async fn open(&mut self, _info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
+    async fn open(&mut self, info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
         for (rows, copies) in KeptRows::new(&self.input).restore(&restored)? {
             self.apply(&rows, copies.values())?;
         }
+        self.changed = info.incremental.then(HashSet::default);
         Ok(())
     }
 
@@ -433,19 +444,54 @@ impl Operator for TopN {
     }
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
+        if let Some(changed) = &mut self.changed {
+            changed.clear();
+        }
+        Ok(vec![self.kept_rows(None)?])
+    }
+
+    /// The kept rows of the partitions changed since the last snapshot, and the changed
+    /// partitions left empty as removed.
+    async fn snapshot_changes(&mut self, _checkpoint_id: u64) -> Result<Option<Vec<StateTable>>> {
+        let Some(changed) = self.changed.replace(HashSet::default()) else { return Ok(None) };
+        let (kept, removed): (Vec<Vec<u8>>, Vec<Vec<u8>>) =
+            changed.into_iter().partition(|key| self.partitions.contains_key(key));
+        let mut table = self.kept_rows(Some(&kept))?;
+        let converter = &self.converters()?.partition;
+        let parser = converter.parser();
+        let key_columns = converter.convert_rows(removed.iter().map(|key| parser.parse(key)))?;
+        let key_fields: Vec<Field> =
+            self.partition.iter().map(|name| Ok(self.input.field_with_name(name)?.clone())).collect::<Result<_>>()?;
+        let keys = RecordBatch::try_new(Arc::new(Schema::new(key_fields.clone())), key_columns)?;
+        let mut fields = vec![table.schema.field(0).clone()];
+        fields.extend(key_fields);
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(key_hashes(&keys, &self.partition)?)];
+        columns.extend(keys.columns().iter().cloned());
+        let deleted = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
+        table.delta = Some(Delta { key: self.partition.clone(), deleted });
+        Ok(Some(vec![table]))
+    }
+}
+
+impl TopN {
+    /// The snapshot table of the kept rows of every partition, or of the partitions `keys`.
+    fn kept_rows(&mut self, keys: Option<&[Vec<u8>]>) -> Result<StateTable> {
         self.converters()?;
         let Some(converters) = &self.converters else {
             return Err(Error::Graph("top-N row converters missing".into()));
         };
         let parser = converters.rows.parser();
-        let kept: Vec<(Row<'_>, usize)> = self
-            .partitions
-            .values()
+        let partitions: Vec<&Ranked> = match keys {
+            Some(keys) => keys.iter().filter_map(|key| self.partitions.get(key)).collect(),
+            None => self.partitions.values().collect(),
+        };
+        let kept: Vec<(Row<'_>, usize)> = partitions
+            .into_iter()
             .flat_map(|ranked| ranked.rows.iter().map(|(kept, copies)| (parser.parse(kept.row()), *copies)))
             .collect();
         let copies = Int64Array::from_iter_values(kept.iter().map(|(_, n)| *n as i64));
         let columns = converters.rows.convert_rows(kept.into_iter().map(|(row, _)| row))?;
-        Ok(vec![KeptRows::new(&self.input).snapshot(columns, copies, &self.partition)?])
+        KeptRows::new(&self.input).snapshot(columns, copies, &self.partition)
     }
 }
 
@@ -556,6 +602,34 @@ pub(crate) mod tests {
         assert_eq!(feed(&mut dense, batch(&[(1, 12, 5)], None)).await, ["+I #2 id 12 5"], "DENSE_RANK 2");
         assert!(feed(&mut dense, batch(&[(1, 14, 1)], None)).await.is_empty(), "DENSE_RANK 3");
         assert_eq!(feed(&mut dense, batch(&[(1, 15, 5)], None)).await, ["+I #2 id 15 5"], "a tie for second");
+    }
+
+    /// Incremental checkpoints: a full snapshot, then the kept rows of the partitions rows
+    /// reached and the partitions left empty, merged as a restore merges them, hold what a full
+    /// snapshot at the end holds (append-only and changelog input).
+    #[tokio::test]
+    async fn a_base_and_its_changes_restore_what_a_full_snapshot_holds() {
+        use Change::{Delete, Insert};
+        for retracting in [false, true] {
+            let mut top = top_two(retracting);
+            let info = SubtaskInfo { incremental: true, ..SubtaskInfo::new("top", 0, 1) };
+            top.open(&info, RestoredState::default()).await.unwrap();
+            let kinds = |n: usize| retracting.then(|| vec![Insert; n]);
+            feed(&mut top, batch(&[(1, 10, 5), (1, 11, 7), (2, 20, 3), (3, 30, 1)], kinds(4).as_deref())).await;
+            let mut chains = crate::state_table::Chains::new(top.snapshot(1).await.unwrap());
+            // Partition 1 gets a new best (pushing 10 out of an append-only top 2), 4 is new.
+            feed(&mut top, batch(&[(1, 12, 9), (4, 40, 1)], kinds(2).as_deref())).await;
+            let first = chains.push(top.snapshot_changes(2).await.unwrap().unwrap());
+            let kept_of_1 = if retracting { 3 } else { 2 };
+            assert_eq!(first, [(kept_of_1 + 1, Some(0))], "partitions 1 and 4");
+            // A changelog takes partition 3's only row back: the partition is removed.
+            if retracting {
+                feed(&mut top, batch(&[(3, 30, 1), (2, 21, 2)], Some(&[Delete, Insert]))).await;
+                let second = chains.push(top.snapshot_changes(3).await.unwrap().unwrap());
+                assert_eq!(second, [(2, Some(1))], "partition 2's two rows; 3 removed");
+            }
+            chains.assert_match(top.snapshot(4).await.unwrap());
+        }
     }
 
     #[tokio::test]

@@ -13,9 +13,12 @@
 //!
 //! The snapshot holds each open window's accumulator state with the window's start and end,
 //! keyed by the hash of the columns the input is partitioned by, so a restore at another
-//! parallelism re-splits it by key range.
+//! parallelism re-splits it by key range. With incremental checkpoints a change holds the
+//! groups fed since the last snapshot and the keys of the windows closed; for sessions, which
+//! merge, every open session of each key whose sessions changed (a key's rows in a later file
+//! replace all its earlier ones), and the keys left without sessions.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -34,6 +37,7 @@ use crate::operators::accumulators::{self, AggregateCall, Arguments, cast_to};
 use crate::operators::group_accumulators::{self, GroupAccumulator, group_accumulator};
 use crate::partition::key_hashes;
 use crate::state_table::KeyedTable;
+use weir_state::KEY_HASH_COLUMN;
 
 const WINDOWS: &str = "windows";
 const START: &str = "__window_start";
@@ -223,6 +227,8 @@ pub struct WindowAggregate {
     metrics: Arc<OperatorMetrics>,
     /// Checkpoints are incremental: the window groups keep a [`WindowChanges`].
     incremental: bool,
+    /// With incremental checkpoints: the keys whose sessions changed since the last snapshot.
+    session_changes: Option<HashSet<Vec<ScalarValue>>>,
 }
 
 impl Clone for WindowAggregate {
@@ -293,6 +299,7 @@ impl WindowAggregate {
             watermark: i64::MIN,
             metrics: Arc::default(),
             incremental: false,
+            session_changes: None,
         }
     }
 
@@ -387,6 +394,9 @@ impl WindowAggregate {
         if closed.is_empty() {
             return Ok(());
         }
+        if let Some(changed) = &mut self.session_changes {
+            changed.extend(closed.iter().map(|(keys, _)| keys.clone()));
+        }
         closed.sort_by_key(|(_, session)| session.start);
         let rows =
             closed.iter_mut().map(|(keys, session)| self.session_row(keys, session)).collect::<Result<Vec<_>>>()?;
@@ -398,6 +408,9 @@ impl WindowAggregate {
     /// Adds the rows `indices` of a key, all at or after `start` and before `end` - gap, as a
     /// session, merging it with the key's open sessions it overlaps.
     fn add_session(&mut self, keys: &[ScalarValue], start: i64, end: i64, rows: Accumulators) -> Result<()> {
+        if let Some(changed) = &mut self.session_changes {
+            changed.insert(keys.to_vec());
+        }
         let sessions = self.sessions.entry(keys.to_vec()).or_default();
         let mut merged = SessionWindow { start, end, accumulators: rows };
         let mut kept = Vec::with_capacity(sessions.len() + 1);
@@ -549,6 +562,8 @@ impl Operator for WindowAggregate {
         for sessions in self.sessions.values_mut() {
             sessions.sort_by_key(|s| s.start);
         }
+        let sessions = matches!(self.kind, WindowKind::Session { .. });
+        self.session_changes = (sessions && info.incremental).then(HashSet::new);
         Ok(())
     }
 
@@ -580,7 +595,13 @@ impl Operator for WindowAggregate {
         let (table, _) = self.windows_table()?;
         let schema = table.schema().clone();
         let columns = match self.kind {
-            WindowKind::Session { .. } => self.session_columns(&schema)?,
+            WindowKind::Session { .. } => {
+                if let Some(changed) = &mut self.session_changes {
+                    changed.clear();
+                }
+                let keys: Vec<Vec<ScalarValue>> = self.sessions.keys().cloned().collect();
+                self.session_columns(&schema, &keys)?
+            }
             _ => {
                 let (keys, states) = self.groups()?.snapshot(false)?;
                 keys.into_iter().chain(states).collect()
@@ -590,11 +611,11 @@ impl Operator for WindowAggregate {
         Ok(vec![StateTable { name: WINDOWS.into(), schema, batches: vec![batch], delta: None }])
     }
 
-    /// The groups fed since the last snapshot, and the keys of those closed. (Sessions, which
-    /// merge, are written whole.)
+    /// The groups fed since the last snapshot, and the keys of those closed; for sessions the
+    /// open sessions of the keys whose sessions changed, and the keys left without any.
     async fn snapshot_changes(&mut self, _checkpoint_id: u64) -> Result<Option<Vec<StateTable>>> {
         if matches!(self.kind, WindowKind::Session { .. }) {
-            return Ok(None);
+            return self.session_changes();
         }
         let Some(closed) = self.groups()?.changes.as_mut().map(|changes| std::mem::take(&mut changes.closed)) else {
             return Ok(None);
@@ -651,12 +672,49 @@ impl WindowAggregate {
         Ok(RecordBatch::try_new(schema.clone(), all)?)
     }
 
-    /// The open sessions as the windows table's columns (after the key hash).
-    fn session_columns(&mut self, schema: &SchemaRef) -> Result<Vec<ArrayRef>> {
-        let groups = self.sessions.values().map(Vec::len).sum::<usize>();
+    /// The sessions of the keys whose sessions changed since the last snapshot, and the keys
+    /// left without sessions as removed. A session table's key is its group columns (the hash
+    /// alone without any): start and end are not part of it, since sessions merge.
+    fn session_changes(&mut self) -> Result<Option<Vec<StateTable>>> {
+        let Some(changed) = self.session_changes.replace(HashSet::new()) else { return Ok(None) };
+        let (kept, removed): (Vec<_>, Vec<_>) = changed.into_iter().partition(|key| self.sessions.contains_key(key));
+        let (table, _) = self.windows_table()?;
+        let schema = table.schema().clone();
+        let columns = self.session_columns(&schema, &kept)?;
+        let batch = self.keyed_batch(&schema, columns)?;
+        // The removed keys, with a start and end of 0 (not read) for the key hash's sake.
+        let key_fields = &schema.fields()[1..self.group_columns.len() + 2];
+        let rows: Vec<Vec<ScalarValue>> = removed
+            .into_iter()
+            .map(|key| [ScalarValue::Int64(Some(0)), ScalarValue::Int64(Some(0))].into_iter().chain(key).collect())
+            .collect();
+        let key_columns = match rows.is_empty() {
+            true => key_fields.iter().map(|f| datafusion::arrow::array::new_empty_array(f.data_type())).collect(),
+            false => accumulators::columns(&rows, key_fields)?,
+        };
+        let key_schema = Arc::new(Schema::new(
+            std::iter::once(schema.fields()[0].clone()).chain(key_fields.iter().cloned()).collect::<Vec<_>>(),
+        ));
+        let deleted = self.keyed_batch(&key_schema, key_columns)?;
+        let key = match self.group_columns.len() {
+            1 => vec![KEY_HASH_COLUMN.to_string()],
+            _ => key_fields[2..].iter().map(|f| f.name().clone()).collect(),
+        };
+        Ok(Some(vec![StateTable {
+            name: WINDOWS.into(),
+            schema,
+            batches: vec![batch],
+            delta: Some(Delta { key, deleted }),
+        }]))
+    }
+
+    /// The open sessions of `keys` as the windows table's columns (after the key hash).
+    fn session_columns(&mut self, schema: &SchemaRef, keys: &[Vec<ScalarValue>]) -> Result<Vec<ArrayRef>> {
+        let groups = keys.iter().filter_map(|key| self.sessions.get(key)).map(Vec::len).sum::<usize>();
         let mut fresh = (0..groups).map(|_| self.accumulators()).collect::<Result<Vec<_>>>()?.into_iter();
         let mut rows: Vec<Vec<ScalarValue>> = Vec::new();
-        for (key, sessions) in &mut self.sessions {
+        for key in keys {
+            let Some(sessions) = self.sessions.get_mut(key) else { continue };
             for session in sessions.iter_mut() {
                 let mut row = vec![ScalarValue::Int64(Some(session.start)), ScalarValue::Int64(Some(session.end))];
                 row.extend(key.iter().cloned());
@@ -840,6 +898,61 @@ mod tests {
         let full = window.snapshot(4).await.unwrap().remove(0);
         assert_eq!(row_lines(&merged), row_lines(&full.batches));
         assert_eq!(row_lines(&merged).len(), 2, "[15,25) and [20,30) are open");
+    }
+
+    /// Incremental checkpoints of session windows: every open session of each key whose
+    /// sessions changed (merged, extended, closed), and the keys left without sessions, merged
+    /// as a restore merges them, hold what a full snapshot at the end holds.
+    #[tokio::test]
+    async fn a_base_and_its_changes_restore_the_open_sessions_a_full_snapshot_holds() {
+        let input = Arc::new(Schema::new(vec![
+            Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+            Field::new("k", DataType::Int64, true),
+        ]));
+        let count = AggregateExprBuilder::new(count_udaf(), vec![col("ts", &input).unwrap()])
+            .schema(input.clone())
+            .alias("n")
+            .build()
+            .unwrap();
+        let output = Schema::new(vec![
+            Field::new(START, DataType::Timestamp(TimeUnit::Millisecond, None), false),
+            Field::new("k", DataType::Int64, true),
+            Field::new("n", DataType::Int64, true),
+        ]);
+        let count = AggregateCall { function: Arc::new(count), filter: None };
+        let kind = WindowKind::Session { gap_ms: 10 };
+        let mut window = WindowAggregate::new(
+            kind,
+            vec!["ts".into(), "k".into()],
+            vec!["k".into()],
+            vec![count],
+            Vec::new(),
+            Arc::new(output),
+        );
+        let info = SubtaskInfo { incremental: true, ..SubtaskInfo::new("window", 0, 1) };
+        window.open(&info, RestoredState::default()).await.unwrap();
+        let batch = |rows: &[(i64, i64)]| {
+            let times = TimestampMillisecondArray::from_iter_values(rows.iter().map(|r| r.0));
+            let keys = Int64Array::from_iter_values(rows.iter().map(|r| r.1));
+            RecordBatch::try_new(input.clone(), vec![Arc::new(times), Arc::new(keys)]).unwrap()
+        };
+        let mut out = Collector::default();
+        // Key 1: sessions [0,10) and [30,40); key 2: [5,15); key 3: [50,60).
+        window.process_batch(0, batch(&[(0, 1), (30, 1), (5, 2), (50, 3)]), &mut out).await.unwrap();
+        let mut chains = crate::state_table::Chains::new(window.snapshot(1).await.unwrap());
+        // 8, 17 and 26 (a session [8,36)) merge key 1's two into [0,40); the watermark 16
+        // closes key 2's only one.
+        window.process_batch(0, batch(&[(8, 1), (17, 1), (26, 1)]), &mut out).await.unwrap();
+        window.process_watermark(16, &mut out).await.unwrap();
+        let written = chains.push(window.snapshot_changes(2).await.unwrap().unwrap());
+        assert_eq!(written, [(1, Some(1))], "key 1's one session; key 2 removed");
+        // Key 3 gets a second session; key 4 is new.
+        window.process_batch(0, batch(&[(70, 3), (75, 4)]), &mut out).await.unwrap();
+        let written = chains.push(window.snapshot_changes(3).await.unwrap().unwrap());
+        assert_eq!(written, [(3, Some(0))], "key 3's two sessions and key 4's");
+        let full = window.snapshot(4).await.unwrap();
+        assert_eq!(full[0].batches[0].num_rows(), 4);
+        chains.assert_match(full);
     }
 
     /// Cumulating windows count from their period's start to every step's end after the row;
