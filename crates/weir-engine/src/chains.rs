@@ -8,8 +8,10 @@
 //! written: a write that fails, or a snapshot taken and never written (its checkpoint aborted
 //! before the task wrote it), leaves the changes it held out of every later delta. So a delta
 //! whose predecessor is not the snapshot just before it is declined, and the task's next
-//! snapshot is full ([`ChainLine::rebase`]); so is its first after a (re)start, whose restored
-//! state may have been re-split among subtasks.
+//! snapshot is full ([`ChainLine::rebase`]). After a (re)start at the parallelism of the
+//! checkpoint restored, each subtask's restored state is exactly its own chains merged (its key
+//! range is the same), so its first snapshot goes on from them ([`ChainLine::continuing`]);
+//! after a rescale the state was re-split and the first snapshot is full.
 //!
 //! A chain whose deltas weigh half its base (or grow many) is compacted off the processing path:
 //! the files are merged into a new base, which a later write adopts in place of the files it
@@ -28,7 +30,7 @@ use crate::error::{Error, Result};
 const MAX_DELTA_FILES: usize = 200;
 
 /// (operator, table)
-type TableId = (String, String);
+pub(crate) type TableId = (String, String);
 
 /// The files of every table one snapshot write left, with the snapshot's number.
 #[derive(Debug, Default)]
@@ -78,6 +80,15 @@ impl Default for ChainLine {
 }
 
 impl ChainLine {
+    /// A line that goes on from restored `tables` (each table's chain as the checkpoint
+    /// restored names it): the operators' first changes are on top of them.
+    pub fn continuing(tables: HashMap<TableId, Vec<StateFile>>) -> Self {
+        let (sender, receiver) = oneshot::channel();
+        // The receiver is held here: the send cannot fail.
+        let _ = sender.send(Arc::new(Chains { seq: 0, tables }));
+        Self { rebase: Arc::new(AtomicBool::new(false)), taken: 0, last: Some(receiver), compactions: Arc::default() }
+    }
+
     /// A snapshot is being taken: its number, and whether it may be a delta (which clears the
     /// request for a full one).
     pub fn take_snapshot(&mut self) -> (u64, bool) {

@@ -132,7 +132,9 @@ pub trait Operator: Send {
     /// since the previous one, full or not; tables with a [`Delta`] are changes, the others
     /// are written whole. `None`: the operator keeps no record of changes and `snapshot` is
     /// taken instead. Both reset the record: the runtime asks for a full `snapshot` whenever
-    /// a change could not be written (the chain it belongs to is broken).
+    /// a change could not be written (the chain it belongs to is broken). The record starts
+    /// empty after `open`: restored at the same parallelism, a subtask's first change goes on
+    /// the chains it was restored from.
     async fn snapshot_changes(&mut self, _checkpoint_id: u64) -> Result<Option<Vec<StateTable>>> {
         Ok(None)
     }

@@ -13,6 +13,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
 use weir_state::StateStore;
 
+use crate::chains::ChainLine;
 use crate::channel::{ChannelBounds, channel};
 use crate::checkpoint::CheckpointConfig;
 use crate::coordinator::{Coordinator, TaskLine};
@@ -346,6 +347,10 @@ async fn run_attempt(
                 }
             }
             let replay = restorer.replay(graph, chain.head(), subtask, chain.parallelism).await?;
+            let operators: Vec<(&str, usize)> =
+                chain.nodes.iter().map(|id| graph.node(*id)).map(|n| (n.name.as_str(), n.parallelism)).collect();
+            let chain_line =
+                restorer.continued_chains(&operators, subtask).map(ChainLine::continuing).unwrap_or_default();
             let (control_tx, control_rx) = mpsc::unbounded_channel();
             lines.push(TaskLine { control: control_tx, is_source: source.is_some() });
             let ctx = TaskContext {
@@ -363,6 +368,7 @@ async fn run_attempt(
                 chain_inputs.next().unwrap_or_default(),
                 chain_outputs.next().unwrap_or_default(),
                 replay,
+                chain_line,
             );
             join.spawn(task.run());
         }

@@ -10,6 +10,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use weir_state::key_range::owned_rows;
 use weir_state::{KEY_HASH_COLUMN, Manifest, StateFile, StateStore};
 
+use crate::chains::TableId;
 use crate::error::Result;
 use crate::inflight;
 use crate::operator::RestoredState;
@@ -58,6 +59,27 @@ impl<'a> Restorer<'a> {
             }
         }
         Ok(RestoredState { checkpoint_id: Some(manifest.checkpoint_id), tables })
+    }
+
+    /// The chains subtask `subtask` of a task whose operators are `operators` (name and
+    /// parallelism) goes on from: each operator table's chain of that subtask, when every one
+    /// of the operators had the same parallelism at the checkpoint, so the subtask's restored
+    /// state is its own chains' and nothing else. `None` without a checkpoint or after a
+    /// rescale: the first snapshot is full.
+    pub fn continued_chains(
+        &self,
+        operators: &[(&str, usize)],
+        subtask: usize,
+    ) -> Option<HashMap<TableId, Vec<StateFile>>> {
+        let manifest = self.manifest?;
+        if !operators.iter().all(|(name, parallelism)| manifest.parallelism.get(*name) == Some(parallelism)) {
+            return None;
+        }
+        let mine = |f: &StateFile| f.subtask == subtask && operators.iter().any(|(name, _)| f.operator == *name);
+        let tables = chains(manifest, mine)
+            .into_iter()
+            .map(|chain| ((chain[0].operator.clone(), chain[0].table.clone()), chain));
+        Some(tables.collect())
     }
 
     /// Reads every operator table of the checkpoint at once (each file decoded, each chain

@@ -165,6 +165,7 @@ impl Task {
         inputs: Vec<InputChannel>,
         outputs: Vec<OutputEdge>,
         replay: Vec<(usize, RecordBatch)>,
+        chain_line: ChainLine,
     ) -> Self {
         Self {
             ctx,
@@ -180,7 +181,7 @@ impl Task {
             phase: Phase::Running,
             finished: false,
             writes: JoinSet::new(),
-            chain_line: ChainLine::default(),
+            chain_line,
         }
     }
 

@@ -230,6 +230,10 @@ impl Operator for Deduplicate {
         for (rows, _) in KeptRows::new(&self.input).restore(&restored)? {
             self.apply(&rows)?;
         }
+        // Changes count from the restored state, which a continued chain already holds.
+        if let Some(changed) = self.kept.as_mut().and_then(|kept| kept.changed.as_mut()) {
+            *changed = Default::default();
+        }
         Ok(())
     }
 

@@ -562,8 +562,13 @@ impl Operator for WindowAggregate {
         for sessions in self.sessions.values_mut() {
             sessions.sort_by_key(|s| s.start);
         }
+        // Changes count from the restored state, which a continued chain already holds.
         let sessions = matches!(self.kind, WindowKind::Session { .. });
         self.session_changes = (sessions && info.incremental).then(HashSet::new);
+        if let Some(changes) = self.groups.as_mut().and_then(|groups| groups.changes.as_mut()) {
+            changes.fed.fill(false);
+            changes.closed.clear();
+        }
         Ok(())
     }
 

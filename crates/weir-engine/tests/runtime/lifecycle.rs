@@ -249,6 +249,51 @@ async fn every_retained_checkpoint_restores_after_many_compactions() {
     assert_eq!(again, expected);
 }
 
+/// Restarted at the parallelism of its checkpoint, each subtask's state is exactly its own
+/// chains', so its first checkpoint writes changes on top of them rather than the whole state
+/// again (what a large state would pay after every crash); restarted at another parallelism
+/// the state was re-split, and the first checkpoint is full. Both give the exact output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_at_the_same_parallelism_goes_on_from_its_chains() {
+    let mut a = spec("a", 61, 2, 1200, 10);
+    let mut b = spec("b", 62, 2, 1200, 10);
+    a.delay_per_batch = vec![Duration::from_millis(1); 2];
+    b.delay_per_batch = vec![Duration::from_millis(1); 2];
+    let log = TxnLog::new();
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::local(dir.path()).unwrap();
+    let graph = keyed_count_graph(&a, &b, 2, &log);
+    let first_completed = |handle: &weir_engine::PipelineHandle, after: u64| {
+        let status = handle.status();
+        status.checkpoints.into_iter().find(|c| c.status == CheckpointStatus::Completed && c.id > after)
+    };
+    for parallelism in [2, 2, 3] {
+        let handle =
+            start(graph.with_parallelism(parallelism), config(CheckpointMode::Aligned, 10), store.clone()).unwrap();
+        let restored = store.latest_manifest().await.unwrap().map_or(0, |m| m.checkpoint_id);
+        await_completed(&handle, 3, Duration::from_secs(20)).await;
+        let first = first_completed(&handle, restored).unwrap();
+        let manifest = store.manifest(first.id).await.unwrap();
+        let counts: Vec<&StateFile> = manifest.files.iter().filter(|f| f.operator == "count").collect();
+        let inherited = counts.iter().filter(|f| f.written_by().is_some_and(|by| by <= restored)).count();
+        match (restored, parallelism) {
+            (0, _) | (_, 3) => assert_eq!(inherited, 0, "a full first snapshot: {counts:?}"),
+            _ => {
+                assert!(inherited >= 2, "each subtask's chain goes on: {counts:?}");
+                assert!(counts.iter().any(|f| f.role == FileRole::Upserts && f.written_by() == Some(first.id)));
+                assert!(first.written_bytes < first.state_bytes, "{first:?}");
+            }
+        }
+        if parallelism == 3 {
+            finish(handle).await;
+        } else {
+            handle.kill().await;
+        }
+    }
+    assert_eq!(rows(&log.committed()), expected_counts(&[&a, &b]));
+    assert_eq!(log.unresolved(), 0);
+}
+
 /// The paths (relative to the store, as manifests name them) of the files under `dir`.
 fn list_files(dir: &std::path::Path, relative: &str, into: &mut Vec<String>) {
     for entry in std::fs::read_dir(dir).unwrap() {
