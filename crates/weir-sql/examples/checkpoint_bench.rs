@@ -12,8 +12,9 @@
 //!    as possible, together with the same events again (same seed, so each updates a key the
 //!    fill made) at 1% of the filled state's keys per second. Once filled: the CPU the
 //!    updates take without checkpoints, with full ones and with incremental ones every second;
-//!    every checkpoint's duration, state and bytes written; then what a restore reads: the
-//!    latest checkpoint's files, chains merged.
+//!    every checkpoint's duration, state and bytes written; then what a restore reads (the
+//!    latest checkpoint's files, chains merged), and how long the pipeline started again takes
+//!    to restore and complete its first checkpoint.
 //!
 //! Prints numbers, asserts nothing; a setup that fails stops it with a message.
 
@@ -153,6 +154,28 @@ async fn large_state(seconds: u64, fill: u64, only: &str) {
             deltas.len(),
             read.elapsed().as_secs_f64()
         );
+        drop(merged);
+        // The whole restore: the pipeline started again on the same checkpoints, until its first
+        // checkpoint after the restore completes (so every operator has its state back).
+        let restart = Instant::now();
+        let handle = start(&sql, dir.path()).await;
+        let restored = loop {
+            if let Some(first) = completed(&handle).into_iter().find(|c| c.id > manifest.checkpoint_id) {
+                break first;
+            }
+            if handle.is_finished() || restart.elapsed() > Duration::from_secs(300) {
+                println!("     the restored pipeline did not checkpoint: {:?}", handle.status().errors);
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        println!(
+            "     restarted: restored and its first checkpoint ({} ms, written {}) completed {:.2} s after the start",
+            restored.duration_ms,
+            mb(restored.written_bytes),
+            restart.elapsed().as_secs_f64()
+        );
+        handle.kill().await;
     }
 }
 

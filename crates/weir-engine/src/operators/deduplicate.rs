@@ -326,34 +326,22 @@ mod tests {
     /// merged as a restore merges them, hold the rows of a full snapshot taken at the end.
     #[tokio::test]
     async fn a_base_and_its_changes_restore_the_first_rows_a_full_snapshot_holds() {
-        use weir_state::FileRole;
-        use weir_state::chain::{Link, merge};
-
-        use crate::state_table::row_lines;
-
         let mut dedup = Deduplicate::new(vec!["__partition_0".into()], highest_price(), input(), output()).unwrap();
         let info = SubtaskInfo { incremental: true, ..SubtaskInfo::new("dedup", 0, 1) };
         dedup.open(&info, RestoredState::default()).await.unwrap();
         feed(&mut dedup, &[(1, 10, 5), (2, 20, 3), (3, 30, 9)]).await;
-        let base = dedup.snapshot(1).await.unwrap().remove(0);
-        let mut chain = vec![Link { role: FileRole::Full, batches: base.batches }];
-        let mut upserts = Vec::new();
+        let mut chains = crate::state_table::Chains::new(dedup.snapshot(1).await.unwrap());
+        let mut written = Vec::new();
         // By the highest price: 1 gets a new first row (7 over 5), 2 does not (2 under 3), 4 is
         // new; then 1 again (8), and 3 does not (1 under 9).
         for rows in [&[(1, 11, 7), (2, 21, 2), (4, 40, 1)][..], &[(1, 12, 8), (3, 31, 1)][..]] {
             feed(&mut dedup, rows).await;
-            let table = dedup.snapshot_changes(2).await.unwrap().unwrap().remove(0);
-            let delta = table.delta.unwrap();
-            assert_eq!(delta.key, ["__partition_0"]);
-            upserts.push(table.batches.iter().map(RecordBatch::num_rows).sum::<usize>());
-            chain.push(Link { role: FileRole::Deletes, batches: vec![delta.deleted] });
-            chain.push(Link { role: FileRole::Upserts, batches: table.batches });
+            written.extend(chains.push(dedup.snapshot_changes(2).await.unwrap().unwrap()));
         }
-        assert_eq!(upserts, [2, 1], "partitions 1 and 4, then 1");
-        let merged = merge(chain, &["__partition_0".to_string()]).unwrap();
-        let full = dedup.snapshot(4).await.unwrap().remove(0);
-        assert_eq!(row_lines(&merged), row_lines(&full.batches));
-        assert_eq!(row_lines(&merged).len(), 4);
+        assert_eq!(written, [(2, Some(0)), (1, Some(0))], "partitions 1 and 4, then 1");
+        let full = dedup.snapshot(4).await.unwrap();
+        assert_eq!(full[0].batches[0].num_rows(), 4);
+        chains.assert_match(full);
     }
 
     #[tokio::test]

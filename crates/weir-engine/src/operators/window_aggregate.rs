@@ -869,11 +869,6 @@ mod tests {
     /// full snapshot taken at the end.
     #[tokio::test]
     async fn a_base_and_its_changes_restore_the_open_windows_a_full_snapshot_holds() {
-        use weir_state::FileRole;
-        use weir_state::chain::{Link, merge};
-
-        use crate::state_table::row_lines;
-
         let mut window = count_per_window(WindowKind::Hopping { slide_ms: 5, size_ms: 10, offset_ms: 0 });
         window.partition = vec![ALL_IN_ONE.into()];
         let info = SubtaskInfo { incremental: true, ..SubtaskInfo::new("window", 0, 1) };
@@ -881,28 +876,24 @@ mod tests {
         let mut out = Collector::default();
         let times = |t: &[i64]| rows(&t.iter().copied().map(Some).collect::<Vec<_>>());
         window.process_batch(0, times(&[1, 6, 12]), &mut out).await.unwrap();
-        let base = window.snapshot(1).await.unwrap().remove(0);
-        assert_eq!(base.batches[0].num_rows(), 4, "windows [-5,5) [0,10) [5,15) [10,20)");
-        let mut chain = vec![Link { role: FileRole::Full, batches: base.batches }];
-        let mut sizes = Vec::new();
+        let base = window.snapshot(1).await.unwrap();
+        assert_eq!(base[0].batches[0].num_rows(), 4, "windows [-5,5) [0,10) [5,15) [10,20)");
+        let mut chains = crate::state_table::Chains::new(base);
+        let mut written = Vec::new();
         for (batch, watermark) in [(&[13, 7][..], 10), (&[21][..], 20)] {
             window.process_batch(0, times(batch), &mut out).await.unwrap();
             window.process_watermark(watermark, &mut out).await.unwrap();
-            let table = window.snapshot_changes(2).await.unwrap().unwrap().remove(0);
-            let delta = table.delta.unwrap();
-            assert_eq!(delta.key, [START, END]);
-            sizes.push((table.batches[0].num_rows(), delta.deleted.num_rows()));
-            chain.push(Link { role: FileRole::Deletes, batches: vec![delta.deleted] });
-            chain.push(Link { role: FileRole::Upserts, batches: table.batches });
+            let changes = window.snapshot_changes(2).await.unwrap().unwrap();
+            assert_eq!(changes[0].delta.as_ref().unwrap().key, [START, END]);
+            written.extend(chains.push(changes));
         }
         // 13 and 7 feed [5,15) [10,20) and [0,10) [5,15); the watermark 10 closes [-5,5)
         // (and [0,10), fed and closed since the snapshot). 21 feeds [15,25) [20,30); the
         // watermark 20 closes [5,15) and [10,20).
-        assert_eq!(sizes, [(2, 2), (2, 2)]);
-        let merged = merge(chain, &[START.to_string(), END.to_string()]).unwrap();
-        let full = window.snapshot(4).await.unwrap().remove(0);
-        assert_eq!(row_lines(&merged), row_lines(&full.batches));
-        assert_eq!(row_lines(&merged).len(), 2, "[15,25) and [20,30) are open");
+        assert_eq!(written, [(2, Some(2)), (2, Some(2))]);
+        let full = window.snapshot(4).await.unwrap();
+        assert_eq!(full[0].batches[0].num_rows(), 2, "[15,25) and [20,30) are open");
+        chains.assert_match(full);
     }
 
     /// Incremental checkpoints of session windows: every open session of each key whose
