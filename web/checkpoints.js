@@ -49,7 +49,7 @@ export function checkpointChart(list) {
   const yDuration = (ms) => top + plotH - (ms / maxDuration) * plotH;
   const yBytes = (b) => top + plotH - (b / maxBytes) * plotH;
   const bars = shown.map((c, i) => {
-    const title = `checkpoint ${c.id}: ${format.checkpointKind(c.kind)}, ${failed(c) ? `failed (${c.status.reason})` : 'completed'}, ${format.duration(c.duration_ms)}, ${format.bytes(c.state_bytes)}`;
+    const title = `checkpoint ${c.id}: ${format.checkpointKind(c.kind)}, ${failed(c) ? `failed (${c.status.reason})` : 'completed'}, ${format.duration(c.duration_ms)}, ${format.bytes(c.state_bytes)} of state, ${format.bytes(c.written_bytes)} written`;
     if (failed(c)) {
       const cx = x(i);
       const cy = top + plotH - 8;
@@ -86,7 +86,7 @@ export function checkpointChart(list) {
 
 export function checkpointTable(list, restoredFrom, pipelineId, detail) {
   const columns = [['ID', 'num'], ['Kind'], ['Status'], ['Started'], ['Duration', 'num'], ['State size', 'num'],
-    ['Alignment', 'num'], ['In-flight', 'num']];
+    ['Written', 'num'], ['Alignment', 'num'], ['In-flight', 'num']];
   const rows = [...list].reverse().map((c) => {
     const status = failed(c) ? `failed: ${c.status.reason}` : c.status.status.replace('_', ' ');
     const open = async () => {
@@ -94,9 +94,10 @@ export function checkpointTable(list, restoredFrom, pipelineId, detail) {
       try {
         const full = await api.get(`/pipelines/${pipelineId}/checkpoints/${c.id}`);
         detail.replaceChildren(h('h3', {}, `Checkpoint ${c.id} per subtask`), table(
-          [['Operators'], ['Subtask', 'num'], ['State size', 'num'], ['In-flight', 'num'], ['Alignment', 'num'], ['Unaligned']],
-          full.tasks.map((t) => [t.operators.join(' → '), t.subtask, format.bytes(t.state_bytes), format.bytes(t.inflight_bytes),
-            format.duration(t.alignment_ms), t.unaligned ? 'yes' : 'no']),
+          [['Operators'], ['Subtask', 'num'], ['State size', 'num'], ['Written', 'num'], ['In-flight', 'num'], ['Alignment', 'num'],
+            ['Unaligned']],
+          full.tasks.map((t) => [t.operators.join(' → '), t.subtask, format.bytes(t.state_bytes), format.bytes(t.written_bytes),
+            format.bytes(t.inflight_bytes), format.duration(t.alignment_ms), t.unaligned ? 'yes' : 'no']),
           { class: 'checkpoint-tasks' }));
       } catch (error) {
         detail.replaceChildren(h('p', { class: 'error' }, error.message));
@@ -111,6 +112,7 @@ export function checkpointTable(list, restoredFrom, pipelineId, detail) {
       h('td', {}, format.clock(c.started_at_ms)),
       h('td', { class: 'num' }, format.duration(c.duration_ms)),
       h('td', { class: 'num' }, format.bytes(c.state_bytes)),
+      h('td', { class: 'num written' }, format.bytes(c.written_bytes)),
       h('td', { class: 'num' }, format.duration(c.alignment_ms)),
       h('td', { class: 'num' }, format.bytes(c.inflight_bytes)));
   });

@@ -125,8 +125,10 @@ describe('the web page of weir serve', () => {
     assert.ok((await rows.count()) >= 3);
     assert.match(await rows.first().locator('td').nth(1).textContent(), /aligned/);
     assert.match(await page.locator('.stats').textContent(), /Completed\s*[3-9]|Completed\s*\d\d/);
+    assert.match(await rows.first().locator('td.written').textContent(), /^\d+(\.\d)? (B|KiB|MiB)$/);
     await rows.first().locator('button').click();
     await page.locator('table.checkpoint-tasks tbody tr').first().waitFor();
+    assert.match(await page.locator('table.checkpoint-tasks thead').textContent(), /Written/);
     await screenshot(page, '04-checkpoints');
     assert.deepEqual(problems, []);
     await context.close();
@@ -247,7 +249,8 @@ INSERT INTO bids_out SELECT bid.auction, bid.price FROM nexmark WHERE event_type
       const operators = [operator('source', 0, 0.7), operator('source', 1, 0.2), operator('slow', 0, 0.2),
         operator('slow', 1, 0.05), operator('busy', 0, 0), operator('sink', 0, 0)];
       const report = (id, kind, status, duration) => ({ id, kind, status, started_at_ms: now - 1000 * (10 - id),
-        duration_ms: duration, alignment_ms: 0, state_bytes: 1000 * id, inflight_bytes: 0, inflight_rows: 0 });
+        duration_ms: duration, alignment_ms: 0, state_bytes: 1000 * id, written_bytes: 100 * id, inflight_bytes: 0,
+        inflight_rows: 0 });
       const list = [report(1, 'aligned', { status: 'completed' }, 40), report(2, 'unaligned', { status: 'completed' }, 60),
         report(3, { aligned_timeout: { timed_out: true } }, { status: 'completed' }, 90),
         report(4, 'at_least_once', { status: 'completed' }, 20),
@@ -265,6 +268,7 @@ INSERT INTO bids_out SELECT bid.auction, bid.price FROM nexmark WHERE event_type
         bars: [...document.querySelectorAll('rect.bar')].map((b) => b.getAttribute('class')),
         failed: [...document.querySelectorAll('.failed-mark')].map((m) => m.dataset.checkpoint),
         failedRow: document.querySelector('tr.failed-row')?.textContent,
+        written: [...document.querySelectorAll('table.checkpoints td.written')].map((td) => td.textContent),
         restored: document.querySelector('.tag.restored')?.closest('tr').dataset.checkpoint,
         warnings: [...document.querySelectorAll('.warning')].map((w) => w.textContent),
         warnRows: [...document.querySelectorAll('tr.warn-row')].map((r) => r.dataset.subtask),
@@ -277,6 +281,8 @@ INSERT INTO bids_out SELECT bid.auction, bid.price FROM nexmark WHERE event_type
     assert.deepEqual(drawn.bars, ['bar kind-aligned', 'bar kind-unaligned', 'bar kind-timed_out', 'bar kind-at_least_once']);
     assert.deepEqual(drawn.failed, ['5']);
     assert.match(drawn.failedRow, /failed: disk full/);
+    // What each checkpoint wrote itself (incremental: less than its state), newest first.
+    assert.deepEqual(drawn.written, ['500 B', '400 B', '300 B', '200 B', '100 B']);
     assert.equal(drawn.restored, '4');
     assert.equal(drawn.warnings.length, 1);
     assert.match(drawn.warnings[0], /kafka_sink subtask 0: a transaction has been open 50 s, near transaction.timeout.ms \(1 min 0 s\)/);

@@ -8,13 +8,14 @@
 //! key, a top-N's kept rows of one partition), and a file's rows of a key replace every older
 //! row of that key. An operator writes all the rows of each key it changed.
 
-use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, BooleanBufferBuilder, UInt64Array};
+use datafusion::arrow::array::{ArrayRef, BooleanArray, BooleanBufferBuilder};
 use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use hashbrown::HashTable;
 
-use crate::KEY_HASH_COLUMN;
+use datafusion::common::hash_utils::{RandomState, create_hashes};
+
 use crate::error::{Error, Result};
 use crate::manifest::FileRole;
 
@@ -26,8 +27,9 @@ pub struct Link {
 }
 
 /// The rows `links` (oldest first) stand for: each key's rows of the latest file that holds
-/// it, a key identified by the `key` columns (and found by the key hash every keyed table
-/// carries).
+/// it, a key identified by the `key` columns. Keys are found by a hash of those columns, not
+/// by the stored key hash: that one is the hash of the columns a table is routed by, which
+/// many keys may share (a join's rows of one join key, each its own key by its row id).
 pub fn merge(links: Vec<Link>, key: &[String]) -> Result<Vec<RecordBatch>> {
     if links.iter().all(|link| link.role.is_full()) && links.len() <= 1 {
         return Ok(links.into_iter().flat_map(|link| link.batches).collect());
@@ -49,11 +51,9 @@ pub fn merge(links: Vec<Link>, key: &[String]) -> Result<Vec<RecordBatch>> {
                 converter = Some(RowConverter::new(fields)?);
             }
             let Some(converter) = &converter else { continue };
-            let hashes = batch
-                .column_by_name(KEY_HASH_COLUMN)
-                .and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
-                .cloned()
-                .ok_or(Error::MissingKeyHash)?;
+            let mut hashes = vec![0; batch.num_rows()];
+            create_hashes(&columns, &RandomState::default(), &mut hashes)
+                .map_err(|e| Error::KeyHashing(e.to_string()))?;
             let keys = converter.convert_columns(&columns)?;
             parts.push(Part { batch, role: link.role, file: newer, oldest: newer + 1 == files, keys, hashes });
         }
@@ -68,14 +68,14 @@ pub fn merge(links: Vec<Link>, key: &[String]) -> Result<Vec<RecordBatch>> {
         }
         let mut latest = BooleanBufferBuilder::new(part.batch.num_rows());
         for row in 0..part.batch.num_rows() {
-            let hash = spread(part.hashes.value(row));
+            let hash = part.hashes[row];
             let key = part.keys.row(row);
             let found = seen.find(hash, |&(p, r)| parts[p as usize].keys.row(r as usize) == key);
             // A key first seen in this file: its other rows here are kept with it.
             let superseded = found.is_some_and(|&(p, _)| parts[p as usize].file != part.file);
             if found.is_none() && !part.oldest {
                 let entry = (index as u32, row as u32);
-                seen.insert_unique(hash, entry, |&(p, r)| spread(parts[p as usize].hashes.value(r as usize)));
+                seen.insert_unique(hash, entry, |&(p, r)| parts[p as usize].hashes[r as usize]);
             }
             latest.append(!superseded);
         }
@@ -99,26 +99,22 @@ struct Part {
     /// Of the chain's first file (its base).
     oldest: bool,
     keys: Rows,
-    hashes: UInt64Array,
-}
-
-/// The key hash with its bits spread: the rows of one subtask share the hash's top bits (the
-/// key range that picked the subtask), which the table uses to tell entries apart.
-fn spread(hash: u64) -> u64 {
-    let mixed = (hash ^ (hash >> 31)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    mixed ^ (mixed >> 29)
+    /// Each row's hash of its key columns.
+    hashes: Vec<u64>,
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
-    use datafusion::arrow::array::{Int64Array, StringArray};
+    use datafusion::arrow::array::{Int64Array, StringArray, UInt64Array};
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
     use super::*;
+    use crate::KEY_HASH_COLUMN;
 
-    /// A key's hash: here one value for all, so every lookup meets every key.
+    /// The stored key hash: one value for all rows, as in a table whose rows share the column
+    /// they are routed by; the merge does not go by it.
     fn hashes(n: usize) -> ArrayRef {
         Arc::new(UInt64Array::from(vec![7; n]))
     }

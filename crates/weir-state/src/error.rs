@@ -21,6 +21,8 @@ pub enum Error {
     MissingKeyHash,
     #[error("incremental state file has no key column '{0}' to merge by")]
     MissingKeyColumn(String),
+    #[error("hashing the keys of an incremental table: {0}")]
+    KeyHashing(String),
     #[error("an incremental table's chain has no files")]
     EmptyChain,
     #[error("state directory {path}: {source}")]

@@ -14,17 +14,18 @@
 //!   an outer side is emitted padded with nulls at once, and retracted (`-D`) when its first
 //!   match arrives.
 //!
-//! The snapshot holds each side's stored rows keyed by the hash of their join key. With
-//! incremental checkpoints a side's change is the rows of every join key whose rows changed
-//! (added, taken back, matched, read, expired or forgotten), all of them, since a key's rows
-//! in a later file replace all its earlier ones; keys left with no rows are written removed.
+//! The snapshot holds each side's stored rows keyed by the hash of their join key. Each row
+//! has an id of its own on its side, so with incremental checkpoints a side's change is the
+//! rows added or changed (matched, read under a TTL) since the last snapshot, and the rows
+//! removed (taken back, expired, forgotten) by join key and id: a join key shared by many rows
+//! (a price, a category) costs what changed of it, not all its rows again.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, UInt32Array, new_null_array};
+use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, UInt32Array, UInt64Array, new_null_array};
 use datafusion::arrow::compute::{cast, filter_record_batch, take};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
@@ -43,6 +44,8 @@ use crate::state_table::KeyedTable;
 const MATCHED: &str = "__matched";
 const EXPIRES_AT: &str = "__expires_at";
 const LAST_ACCESS: &str = "__last_access_ms";
+/// A stored row's id on its side: with the join key, the row's key in incremental snapshots.
+const ROW_ID: &str = "__row_id";
 
 /// The name of the `i`-th join key column on both inputs.
 pub fn join_key_column(i: usize) -> String {
@@ -121,6 +124,10 @@ struct Stored {
     matched: i64,
     expires_at: i64,
     last_access_ms: i64,
+    /// Unique among its side's rows of its join key (ids are never reused).
+    id: u64,
+    /// Added or changed since the last snapshot.
+    dirty: bool,
 }
 
 /// A two-input equi-join (input 0 is the left side).
@@ -150,22 +157,35 @@ pub struct StreamingJoin {
     changelog: [bool; 2],
     /// The subtask's counters (late rows dropped).
     metrics: Arc<crate::metrics::OperatorMetrics>,
-    /// With incremental checkpoints: each side's join keys changed since the last snapshot.
+    /// Each side's next row id.
+    next_id: [u64; 2],
+    /// With incremental checkpoints: each side's rows changed since the last snapshot.
     changes: Option<SideChanges>,
 }
 
-/// Each side's join keys whose stored rows changed since the last snapshot.
+/// What changed of each side's stored rows since the last snapshot.
 #[derive(Default)]
 struct SideChanges {
+    /// The join keys with rows added or changed (those rows are marked dirty).
     keys: [hashbrown::HashSet<Key>; 2],
+    /// The rows removed: join key and id.
+    removed: [Vec<(Key, u64)>; 2],
     /// A side whose rows were all dropped at once (its other input ended): written whole.
     whole: [bool; 2],
 }
 
 impl SideChanges {
-    fn touch(changes: &mut Option<SideChanges>, side: usize, key: &[u8]) {
+    /// A row of `key` on `side` was added or changed (and marked dirty).
+    fn changed(changes: &mut Option<SideChanges>, side: usize, key: &[u8]) {
         if let Some(changes) = changes {
             changes.keys[side].get_or_insert_with(key, <[u8]>::to_vec);
+        }
+    }
+
+    /// Row `id` of `key` on `side` is gone.
+    fn removed(changes: &mut Option<SideChanges>, side: usize, key: &[u8], id: u64) {
+        if let Some(changes) = changes {
+            changes.removed[side].push((key.to_vec(), id));
         }
     }
 }
@@ -237,6 +257,7 @@ impl StreamingJoin {
         for name in [MATCHED, EXPIRES_AT, LAST_ACCESS] {
             fields.push(Field::new(name, DataType::Int64, false));
         }
+        fields.push(Field::new(ROW_ID, DataType::UInt64, false));
         KeyedTable::new(fields)
     }
 
@@ -265,6 +286,7 @@ impl StreamingJoin {
             ended: [false; 2],
             changelog: [false; 2],
             metrics: Arc::default(),
+            next_id: [0; 2],
             changes: None,
         }
     }
@@ -378,14 +400,13 @@ impl StreamingJoin {
         for side in 0..2 {
             let mut unmatched: Vec<RowSlot> = Vec::new();
             let emits_unmatched = self.kind.emits_unmatched(side);
-            let (stored, arena) = (&mut self.stored[side], &mut self.arenas[side]);
+            let (stored, arena, changes) = (&mut self.stored[side], &mut self.arenas[side], &mut self.changes);
             while let Some(entry) = self.expiring[side].first_entry() {
                 if *entry.key() > watermark {
                     break;
                 }
                 for key in entry.remove() {
                     let Some(rows) = stored.get_mut(&key) else { continue };
-                    SideChanges::touch(&mut self.changes, side, &key);
                     rows.retain(|row| {
                         let expired = row.expires_at <= watermark;
                         if expired {
@@ -393,6 +414,7 @@ impl StreamingJoin {
                                 unmatched.push(row.row);
                             }
                             arena.release(row.row);
+                            SideChanges::removed(changes, side, &key, row.id);
                         }
                         !expired
                     });
@@ -463,7 +485,8 @@ impl StreamingJoin {
                 if *pass && let Some(rows) = self.stored[other].get_mut(key) {
                     rows[*i].matched += 1;
                     rows[*i].last_access_ms = now;
-                    SideChanges::touch(&mut self.changes, other, key);
+                    rows[*i].dirty = true;
+                    SideChanges::changed(&mut self.changes, other, key);
                 }
             }
         }
@@ -515,9 +538,11 @@ impl StreamingJoin {
                 self.expiring[side].entry(expires_at).or_default().push(key.into());
             }
             let slot = self.arenas[side].push(value_rows.row(row).as_ref());
-            let stored = Stored { row: slot, matched: matched[row], expires_at, last_access_ms: now };
+            let id = self.next_id[side];
+            self.next_id[side] += 1;
+            let stored = Stored { row: slot, matched: matched[row], expires_at, last_access_ms: now, id, dirty: true };
             self.stored[side].entry_ref(key).or_default().push(stored);
-            SideChanges::touch(&mut self.changes, side, key);
+            SideChanges::changed(&mut self.changes, side, key);
         }
         Ok(())
     }
@@ -549,11 +574,12 @@ impl StreamingJoin {
             let arena = &mut self.arenas[side];
             let wanted = value_rows.row(row);
             let Some(position) = stored.iter().position(|s| arena.get(s.row) == wanted.as_ref()) else { continue };
-            arena.release(stored.remove(position).row);
+            let gone = stored.remove(position);
+            arena.release(gone.row);
             if stored.is_empty() {
                 self.stored[side].remove(key);
             }
-            SideChanges::touch(&mut self.changes, side, key);
+            SideChanges::removed(&mut self.changes, side, key, gone.id);
             removed[row] = true;
         }
         let Probe { pairs, passing, joined } =
@@ -571,7 +597,8 @@ impl StreamingJoin {
             for ((row, i), pass) in pairs.iter().zip(&passing) {
                 let key = key_rows.row(*row as usize).data();
                 if let (true, Some(stored)) = (*pass, self.stored[other].get_mut(key).and_then(|r| r.get_mut(*i))) {
-                    SideChanges::touch(&mut self.changes, other, key);
+                    SideChanges::changed(&mut self.changes, other, key);
+                    stored.dirty = true;
                     stored.matched -= 1;
                     if stored.matched == 0 {
                         lost.push((key, *i));
@@ -655,7 +682,8 @@ impl StreamingJoin {
         self.slots_to_columns(side, &slots)
     }
 
-    /// The snapshot table of `side`'s stored rows, of every key or of `keys`.
+    /// The snapshot table of `side`'s stored rows: all of them, or the dirty ones of `keys`.
+    /// Either way the rows written are no longer dirty.
     fn side_snapshot(&mut self, side: usize, keys: Option<&[Key]>) -> Result<StateTable> {
         let schema = self.side_table(side).schema().clone();
         self.converters()?;
@@ -668,28 +696,41 @@ impl StreamingJoin {
             Some(keys) => keys.iter().filter_map(|k| stored.get_key_value(k)).map(|(k, r)| (&k[..], &r[..])).collect(),
             None => stored.iter().map(|(k, r)| (&k[..], &r[..])).collect(),
         };
-        let count = entries.iter().map(|(_, rows)| rows.len()).sum();
-        if count == 0 {
-            let batches = vec![RecordBatch::new_empty(schema.clone())];
-            return Ok(StateTable { name: format!("side_{side}"), schema, batches, delta: None });
-        }
-        let mut key_rows = Vec::with_capacity(count);
-        let mut value_rows = Vec::with_capacity(count);
-        let (mut matched, mut expires, mut access) =
-            (Vec::with_capacity(count), Vec::with_capacity(count), Vec::with_capacity(count));
-        for (key, rows) in entries {
-            for stored in rows {
-                key_rows.push(parser.parse(key));
-                value_rows.push(values_parser.parse(self.arenas[side].get(stored.row)));
-                matched.push(stored.matched);
-                expires.push(stored.expires_at);
-                access.push(stored.last_access_ms);
+        let written = |row: &&Stored| keys.is_none() || row.dirty;
+        let count = entries.iter().map(|(_, rows)| rows.iter().filter(written).count()).sum();
+        let batch = match count {
+            0 => RecordBatch::new_empty(schema.clone()),
+            _ => {
+                let mut key_rows = Vec::with_capacity(count);
+                let mut value_rows = Vec::with_capacity(count);
+                let (mut matched, mut expires, mut access, mut ids) =
+                    (Vec::with_capacity(count), Vec::with_capacity(count), Vec::with_capacity(count), Vec::new());
+                for (key, rows) in entries {
+                    for stored in rows.iter().filter(written) {
+                        key_rows.push(parser.parse(key));
+                        value_rows.push(values_parser.parse(self.arenas[side].get(stored.row)));
+                        matched.push(stored.matched);
+                        expires.push(stored.expires_at);
+                        access.push(stored.last_access_ms);
+                        ids.push(stored.id);
+                    }
+                }
+                let key_columns = converters.keys.convert_rows(key_rows)?;
+                let mut values = converters.values[side].convert_rows(value_rows)?;
+                values.extend([matched, expires, access].map(|v| Arc::new(Int64Array::from(v)) as ArrayRef));
+                values.push(Arc::new(UInt64Array::from(ids)));
+                self.hashed(schema.clone(), key_columns, values)?
             }
+        };
+        let stored = &mut self.stored[side];
+        match keys {
+            Some(keys) => {
+                for key in keys {
+                    stored.get_mut(key).into_iter().flatten().for_each(|row| row.dirty = false);
+                }
+            }
+            None => stored.values_mut().flatten().for_each(|row| row.dirty = false),
         }
-        let key_columns = converters.keys.convert_rows(key_rows)?;
-        let mut values = converters.values[side].convert_rows(value_rows)?;
-        values.extend([matched, expires, access].map(|v| Arc::new(Int64Array::from(v)) as ArrayRef));
-        let batch = self.hashed(schema.clone(), key_columns, values)?;
         Ok(StateTable { name: format!("side_{side}"), schema, batches: vec![batch], delta: None })
     }
 
@@ -709,17 +750,14 @@ impl StreamingJoin {
         let Some(oldest) = self.ttl.sweep_due(now) else { return };
         for (side, (stored, arena)) in self.stored.iter_mut().zip(&mut self.arenas).enumerate() {
             stored.retain(|key, rows| {
-                let before = rows.len();
                 rows.retain(|r| {
                     let kept = r.last_access_ms >= oldest;
                     if !kept {
                         arena.release(r.row);
+                        SideChanges::removed(&mut self.changes, side, key, r.id);
                     }
                     kept
                 });
-                if rows.len() < before {
-                    SideChanges::touch(&mut self.changes, side, key);
-                }
                 !rows.is_empty()
             });
         }
@@ -740,17 +778,23 @@ impl Operator for StreamingJoin {
             for batch in restored.table(&format!("side_{side}")) {
                 let (matched, expires, access) =
                     (int_column(batch, MATCHED)?, int_column(batch, EXPIRES_AT)?, int_column(batch, LAST_ACCESS)?);
+                // Snapshots from before row ids had none: each restored row gets a new one.
+                let ids = batch.column_by_name(ROW_ID).and_then(|c| c.as_any().downcast_ref::<UInt64Array>().cloned());
                 let converters = self.converters()?;
                 let key_rows = converters.keys.convert_columns(&table.read(batch, &fields[..keys])?)?;
                 let value_rows =
                     converters.values[side].convert_columns(&table.read(batch, &fields[keys..keys + width])?)?;
                 for row in 0..batch.num_rows() {
                     let key = key_rows.row(row).data();
+                    let id = ids.as_ref().map_or(self.next_id[side], |ids| ids.value(row));
+                    self.next_id[side] = self.next_id[side].max(id + 1);
                     let stored = Stored {
                         row: self.arenas[side].push(value_rows.row(row).as_ref()),
                         matched: matched.value(row),
                         expires_at: expires.value(row),
                         last_access_ms: access.value(row),
+                        id,
+                        dirty: false,
                     };
                     if self.sides[side].expiry.is_some() {
                         self.expiring[side].entry(stored.expires_at).or_default().push(key.into());
@@ -808,6 +852,7 @@ impl Operator for StreamingJoin {
             self.arenas[other].clear();
             if let Some(changes) = &mut self.changes {
                 changes.keys[other].clear();
+                changes.removed[other].clear();
                 changes.whole[other] = true;
             }
         }
@@ -833,31 +878,35 @@ impl Operator for StreamingJoin {
         (0..2).map(|side| self.side_snapshot(side, None)).collect()
     }
 
-    /// Each side's rows of the join keys changed since the last snapshot, and the changed keys
-    /// left without rows as removed.
+    /// Each side's rows added or changed since the last snapshot, and the rows removed (join
+    /// key and id).
     async fn snapshot_changes(&mut self, _checkpoint_id: u64) -> Result<Option<Vec<StateTable>>> {
         let Some(changes) = self.changes.replace(SideChanges::default()) else { return Ok(None) };
-        let SideChanges { keys: [left, right], whole } = changes;
+        let SideChanges { keys: [left, right], removed: [left_removed, right_removed], whole } = changes;
         let mut tables = Vec::new();
-        for (side, keys) in [left, right].into_iter().enumerate() {
+        let sides = [(left, left_removed), (right, right_removed)];
+        for (side, (keys, removed)) in sides.into_iter().enumerate() {
             if whole[side] {
                 tables.push(self.side_snapshot(side, None)?);
                 continue;
             }
-            let (kept, removed): (Vec<Key>, Vec<Key>) =
-                keys.into_iter().partition(|key| self.stored[side].contains_key(key));
-            let mut table = self.side_snapshot(side, Some(&kept))?;
-            let key_schema = Arc::new(Schema::new(table.schema.fields()[..=self.key_types.len()].to_vec()));
+            let keys: Vec<Key> = keys.into_iter().collect();
+            let mut table = self.side_snapshot(side, Some(&keys))?;
+            let fields = table.schema.fields();
+            let key_fields = fields[..=self.key_types.len()].iter().chain(fields.find(ROW_ID).map(|(_, f)| f));
+            let key_schema = Arc::new(Schema::new(key_fields.cloned().collect::<Vec<_>>()));
             let deleted = match removed.is_empty() {
                 true => RecordBatch::new_empty(key_schema),
                 false => {
                     let parser = self.converters()?.keys.parser();
                     let key_columns =
-                        self.converters()?.keys.convert_rows(removed.iter().map(|key| parser.parse(key)))?;
-                    self.hashed(key_schema, key_columns, Vec::new())?
+                        self.converters()?.keys.convert_rows(removed.iter().map(|(key, _)| parser.parse(key)))?;
+                    let ids: ArrayRef = Arc::new(UInt64Array::from_iter_values(removed.iter().map(|(_, id)| *id)));
+                    self.hashed(key_schema, key_columns, vec![ids])?
                 }
             };
-            table.delta = Some(Delta { key: (0..self.key_types.len()).map(join_key_column).collect(), deleted });
+            let key = (0..self.key_types.len()).map(join_key_column).chain([ROW_ID.to_string()]).collect();
+            table.delta = Some(Delta { key, deleted });
             tables.push(table);
         }
         Ok(Some(tables))
@@ -1138,8 +1187,8 @@ mod tests {
         written
     }
 
-    /// Incremental checkpoints of an interval join: the changed keys' rows (all of a key's
-    /// rows, their match counts included), rows dropped at expiry removed.
+    /// Incremental checkpoints of an interval join: the rows added or matched (their match
+    /// counts changed), the rows dropped at expiry removed.
     #[tokio::test]
     async fn an_interval_joins_base_and_changes_restore_what_a_full_snapshot_holds() {
         let expiry = [
@@ -1149,11 +1198,11 @@ mod tests {
         let steps = vec![
             Step::Feed(0, rows("l", &[(1, 100), (1, 101), (2, 100), (3, 200)])),
             Step::Snapshot,
-            // Key 1 matched (both its left rows change), key 4 new on the right.
+            // Both left rows of key 1 matched (their counts change); two new rows on the right.
             Step::Feed(1, rows("r", &[(1, 105), (4, 300)])),
             Step::Snapshot,
-            // Rows of times 100, 101 and 105 expire: keys 1 and 2 leave the left side, 1 the
-            // right; a new left row matches key 4 of the right.
+            // Rows of times 100, 101 and 105 expire: three leave the left side, one the right;
+            // a new left row matches the right row of key 4.
             Step::Watermark(116),
             Step::Feed(0, rows("l", &[(4, 301)])),
             Step::Snapshot,
@@ -1165,7 +1214,7 @@ mod tests {
             [
                 [(4, Some(0)), (0, Some(0))],
                 [(2, Some(0)), (2, Some(0))],
-                [(1, Some(2)), (1, Some(1))],
+                [(1, Some(3)), (1, Some(1))],
                 [(0, Some(0)), (0, Some(0))]
             ]
         );
@@ -1186,7 +1235,19 @@ mod tests {
             Step::Snapshot,
         ];
         let written = base_and_changes_match_a_full_snapshot(updating_join(JoinKind::Left), steps).await;
-        assert_eq!(written, [[(3, Some(0)), (2, Some(0))], [(1, Some(0)), (1, Some(1))]]);
+        // The left row taken back is removed (its equal twin stays as it is); the right row of
+        // key 1 lost a match, and key 3's only row is gone.
+        assert_eq!(written, [[(3, Some(0)), (2, Some(0))], [(0, Some(1)), (1, Some(1))]]);
+        // A join key shared by many rows: a new row of it is written alone.
+        let many: Vec<(i64, i64)> = (0..100).map(|t| (7, t)).collect();
+        let steps = vec![
+            Step::Feed(0, rows("l", &many)),
+            Step::Snapshot,
+            Step::Feed(0, rows("l", &[(7, 100)])),
+            Step::Snapshot,
+        ];
+        let written = base_and_changes_match_a_full_snapshot(join(JoinKind::Inner, [None, None]), steps).await;
+        assert_eq!(written, [[(100, Some(0)), (0, Some(0))], [(1, Some(0)), (0, Some(0))]]);
         // The right side ends: a regular join's left rows need not wait any more.
         let steps = vec![
             Step::Feed(0, rows("l", &[(1, 0), (2, 0)])),
