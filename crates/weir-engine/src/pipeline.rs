@@ -240,6 +240,8 @@ async fn run_attempt(
     shared: &Arc<SharedStatus>,
     next_id: &Arc<AtomicU64>,
 ) -> Result<()> {
+    // A manifest the attempt before was committing when it died lands first.
+    store.settled().await;
     let completed = store.completed_checkpoints().await?;
     if let Some(&newest) = completed.last() {
         // New checkpoints are numbered after every existing one, even when an older one is

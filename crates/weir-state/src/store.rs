@@ -47,11 +47,16 @@ pub struct StateStore {
     /// survive a host crash, not only a process crash: a manifest that outlived its state files,
     /// or a completed checkpoint that vanished after its sinks committed, loses data.
     local_dir: Option<std::path::PathBuf>,
+    /// Held while a manifest is committed, by a task of its own that runs to its end even when
+    /// the committing attempt is dropped (killed, or failed and restarted): the put underneath
+    /// goes on in a blocking thread, so a manifest could otherwise appear after a new attempt
+    /// chose the newest checkpoint to restore. [`Self::settled`] waits for it.
+    commits: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl StateStore {
     pub fn new(store: Arc<dyn ObjectStore>, root: Path) -> Self {
-        Self { store, root, local_dir: None }
+        Self { store, root, local_dir: None, commits: Arc::default() }
     }
 
     /// A store in a local directory, created if missing.
@@ -212,6 +217,24 @@ impl StateStore {
     /// Commits a checkpoint: writes its manifest atomically and only if none exists yet
     /// (a conditional put), so a checkpoint is completed exactly once.
     pub async fn commit_manifest(&self, manifest: &Manifest) -> Result<()> {
+        let guard = self.commits.clone().lock_owned().await;
+        let (store, manifest) = (self.clone(), manifest.clone());
+        // Awaited here, but not cancelled with this future: it ends, and lets go of the guard,
+        // only once the manifest is in place or failed.
+        tokio::spawn(async move {
+            let _guard = guard;
+            store.put_manifest(&manifest).await
+        })
+        .await?
+    }
+
+    /// Waits until no manifest commit of any attempt over this store is under way, so the
+    /// newest manifest read next is the newest there will be from the attempts before.
+    pub async fn settled(&self) {
+        drop(self.commits.lock().await);
+    }
+
+    async fn put_manifest(&self, manifest: &Manifest) -> Result<()> {
         let checkpoint_id = manifest.checkpoint_id;
         let json = serde_json::to_vec_pretty(manifest).map_err(|source| Error::Manifest { checkpoint_id, source })?;
         let options = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
@@ -470,6 +493,28 @@ mod tests {
         assert_eq!(store.latest_manifest().await.unwrap(), Some(second));
         assert!(matches!(store.commit_manifest(&first).await, Err(Error::ManifestExists(1))));
         assert_eq!(store.manifest(1).await.unwrap(), first);
+    }
+
+    /// A commit whose caller is dropped halfway (an attempt killed while committing) still
+    /// lands, and before `settled` returns: a new attempt looking for the newest manifest then
+    /// finds it, rather than restoring an older checkpoint and seeing this one appear later.
+    /// (A slow store: each put waits 50 ms before it writes.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_of_a_dropped_attempt_lands_before_settled_returns() {
+        use object_store::throttle::{ThrottleConfig, ThrottledStore};
+        let slow =
+            ThrottleConfig { wait_put_per_call: std::time::Duration::from_millis(50), ..ThrottleConfig::default() };
+        let inner = ThrottledStore::new(object_store::memory::InMemory::new(), slow);
+        let store = StateStore::new(Arc::new(inner), Path::from("state"));
+        let manifest =
+            Manifest { checkpoint_id: 7, completed_at_ms: now_ms(), parallelism: BTreeMap::new(), files: Vec::new() };
+        let committing = store.clone();
+        let attempt = tokio::spawn(async move { committing.commit_manifest(&manifest).await });
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        attempt.abort();
+        assert!(attempt.await.unwrap_err().is_cancelled());
+        store.settled().await;
+        assert_eq!(store.completed_checkpoints().await.unwrap(), [7]);
     }
 
     #[tokio::test]
