@@ -628,10 +628,11 @@ fn a_pending_transaction_that_cannot_commit_fails_loudly() {
     let pipeline = Pipeline::FilterProject;
     let outputs = outputs(pipeline);
     let runs = Runs::new(&pipeline.sql(&outputs, "exactly_once"));
-    // Checkpoint 9, not 3: both subtasks' sources must have delivered records into the
-    // checkpoint's transactions (a CI run once crashed at checkpoint 3 before subtask 0's
-    // consumer had fetched anything, so there was nothing of subtask 0's pending to fence).
-    runs.crash_with(false, "weir::after_manifest_before_notify=8*off->return");
+    // Checkpoint 5, in the middle of a run of about 14: both subtasks' sources must have
+    // delivered records into the checkpoint's transactions. A CI run crashed at checkpoint 3
+    // before subtask 0's consumer had fetched anything, and another at checkpoint 9 after
+    // subtask 0 had read all its partitions: either way nothing of subtask 0's was pending.
+    runs.crash_with(false, "weir::after_manifest_before_notify=4*off->return");
     // `weir run` names the ids run-<file>-<identity>-<pipeline>-<sink>-<subtask>-<k>.
     let identity = std::fs::read_to_string(runs.dir.path().join("run/pipeline/identity")).unwrap();
     let id = |subtask: usize, k: usize| format!("run-pipeline-{identity}-1-out_a-{subtask}-{k}");
