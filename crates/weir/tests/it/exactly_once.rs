@@ -613,6 +613,24 @@ fn a_broker_restart_mid_run_keeps_exactly_once() {
     assert_exactly_once(pipeline, &outputs, &runs.log());
 }
 
+/// The pending Kafka transactions the newest manifest under `dir` records: (subtask, id).
+fn recorded_pending(dir: &std::path::Path) -> Vec<(u64, String)> {
+    use datafusion::arrow::array::{AsArray, StringArray, UInt64Array};
+    runtime().block_on(async {
+        let store = weir_state::StateStore::local(dir).unwrap();
+        let Some(manifest) = store.latest_manifest().await.unwrap() else { return Vec::new() };
+        let mut pending = Vec::new();
+        for file in manifest.files.iter().filter(|f| f.table == "kafka_pending") {
+            for batch in store.read_file(file).await.unwrap() {
+                let subtasks: &UInt64Array = batch.column_by_name("subtask").unwrap().as_primitive();
+                let ids: &StringArray = batch.column_by_name("transactional_id").unwrap().as_string();
+                pending.extend((0..batch.num_rows()).map(|r| (subtasks.value(r), ids.value(r).to_string())));
+            }
+        }
+        pending
+    })
+}
+
 /// A pending transaction that can no longer be committed (here: fenced by a producer of the
 /// same id after the crash, as a second pipeline with the same prefix would) fails the restart
 /// loudly, naming the checkpoint, the transactional id and the likely cause, and for good: no
@@ -626,13 +644,22 @@ fn a_pending_transaction_that_cannot_commit_fails_loudly() {
 
     let _serial = crate::kafka_serial();
     let pipeline = Pipeline::FilterProject;
-    let outputs = outputs(pipeline);
-    let runs = Runs::new(&pipeline.sql(&outputs, "exactly_once"));
-    // Checkpoint 5, in the middle of a run of about 14: both subtasks' sources must have
-    // delivered records into the checkpoint's transactions. A CI run crashed at checkpoint 3
-    // before subtask 0's consumer had fetched anything, and another at checkpoint 9 after
-    // subtask 0 had read all its partitions: either way nothing of subtask 0's was pending.
-    runs.crash_with(false, "weir::after_manifest_before_notify=4*off->return");
+    // Crashed right after checkpoint 5's manifest, both subtasks must have a transaction
+    // pending in it: a subtask whose consumer delivered nothing between two barriers (not yet
+    // fetching, or between fetches on a loaded machine) pre-commits none. CI runs crashing at
+    // a fixed checkpoint found subtask 0 with nothing pending, so the crash is repeated (with
+    // new output topics and state) until the manifest records both.
+    let mut attempts = 0;
+    let runs = loop {
+        attempts += 1;
+        let runs = Runs::new(&pipeline.sql(&outputs(pipeline), "exactly_once"));
+        runs.crash_with(false, "weir::after_manifest_before_notify=4*off->return");
+        let pending = recorded_pending(&runs.dir.path().join("run/pipeline/1"));
+        if (0..2).all(|subtask| pending.iter().any(|(s, _)| *s == subtask)) || attempts == 5 {
+            assert!(attempts < 5 || pending.len() >= 2, "5 crashes left nothing pending of a subtask: {pending:?}");
+            break runs;
+        }
+    };
     // `weir run` names the ids run-<file>-<identity>-<pipeline>-<sink>-<subtask>-<k>.
     let identity = std::fs::read_to_string(runs.dir.path().join("run/pipeline/identity")).unwrap();
     let id = |subtask: usize, k: usize| format!("run-pipeline-{identity}-1-out_a-{subtask}-{k}");
