@@ -63,7 +63,8 @@ pub struct StateTable {
 #[derive(Debug, Clone)]
 pub struct Delta {
     pub key: Vec<String>,
-    /// The removed keys: the key hash and the `key` columns. A key both removed and changed
+    /// The removed keys: the key hash (not read back: a chain is merged by the `key` columns)
+    /// and the `key` columns. A key both removed and changed
     /// since the previous snapshot is in `batches` (it is back), and may be here too.
     pub deleted: RecordBatch,
 }
