@@ -47,6 +47,17 @@ impl GroupKeys {
         self.hashes.len()
     }
 
+    /// Makes room for `keys` more keys of about `key_bytes` each (a restore knows how many it
+    /// brings back: growing by doubling would copy them and rehash the table as it goes).
+    pub fn reserve(&mut self, keys: usize, key_bytes: usize) {
+        if self.hashes.is_empty() {
+            self.keys = self.converter.empty_rows(keys, keys * key_bytes);
+        }
+        self.hashes.reserve(keys);
+        let hashes = &self.hashes;
+        self.table.reserve(keys, |&id| hashes[id]);
+    }
+
     /// The key columns of a batch, encoded for [`Self::find`] and [`Self::intern`].
     pub fn encode(&self, columns: &[ArrayRef]) -> Result<Rows> {
         Ok(self.converter.convert_columns(columns)?)

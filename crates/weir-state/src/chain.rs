@@ -8,10 +8,10 @@
 //! key, a top-N's kept rows of one partition), and a file's rows of a key replace every older
 //! row of that key. An operator writes all the rows of each key it changed.
 
-use datafusion::arrow::array::{ArrayRef, BooleanArray, BooleanBufferBuilder};
-use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::array::{ArrayRef, BooleanArray, BooleanBufferBuilder, UInt32Array};
+use datafusion::arrow::compute::{filter_record_batch, take};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::arrow::row::{RowConverter, Rows, SortField};
+use datafusion::arrow::row::{Row, RowConverter, Rows, SortField};
 use hashbrown::HashTable;
 
 use datafusion::common::hash_utils::{RandomState, create_hashes};
@@ -34,18 +34,16 @@ pub fn merge(links: Vec<Link>, key: &[String]) -> Result<Vec<RecordBatch>> {
     if links.iter().all(|link| link.role.is_full()) && links.len() <= 1 {
         return Ok(links.into_iter().flat_map(|link| link.batches).collect());
     }
-    // Newest first, each batch with its keys encoded once; the table of keys seen refers to
-    // them by (part, row), so a key costs no allocation of its own. The base (the oldest
-    // file) is only looked up: a large base under small deltas costs little more than itself.
+    // Newest first, each batch of the newer files with its keys encoded once; the table of
+    // keys seen refers to them by (part, row), so a key costs no allocation of its own. The
+    // base (the oldest file) is only looked up, and only its rows whose hash a newer key has
+    // are encoded: a large base under small deltas costs little more than reading it.
     let files = links.len();
     let mut parts: Vec<Part> = Vec::new();
     let mut converter: Option<RowConverter> = None;
     for (newer, link) in links.into_iter().rev().enumerate() {
         for batch in link.batches {
-            let columns: Vec<ArrayRef> = key
-                .iter()
-                .map(|name| batch.column_by_name(name).cloned().ok_or_else(|| Error::MissingKeyColumn(name.clone())))
-                .collect::<Result<_>>()?;
+            let columns = key_columns(&batch, key)?;
             if converter.is_none() {
                 let fields = columns.iter().map(|c| SortField::new(c.data_type().clone())).collect();
                 converter = Some(RowConverter::new(fields)?);
@@ -54,33 +52,51 @@ pub fn merge(links: Vec<Link>, key: &[String]) -> Result<Vec<RecordBatch>> {
             let mut hashes = vec![0; batch.num_rows()];
             create_hashes(&columns, &RandomState::default(), &mut hashes)
                 .map_err(|e| Error::KeyHashing(e.to_string()))?;
-            let keys = converter.convert_columns(&columns)?;
-            parts.push(Part { batch, role: link.role, file: newer, oldest: newer + 1 == files, keys, hashes });
+            let oldest = newer + 1 == files;
+            let keys = match oldest {
+                true => None,
+                false => Some(converter.convert_columns(&columns)?),
+            };
+            parts.push(Part { batch, role: link.role, file: newer, keys, hashes });
         }
     }
-    let newer_rows: usize = parts.iter().filter(|part| !part.oldest).map(|part| part.batch.num_rows()).sum();
+    let newer_rows: usize = parts.iter().filter(|part| part.keys.is_some()).map(|part| part.batch.num_rows()).sum();
     let mut seen: HashTable<(u32, u32)> = HashTable::with_capacity(newer_rows);
     let mut kept = Vec::new();
     for (index, part) in parts.iter().enumerate() {
-        if part.oldest && seen.is_empty() {
-            kept.push(part.batch.clone());
+        if part.keys.is_none() && part.role == FileRole::Deletes {
             continue;
         }
-        let mut latest = BooleanBufferBuilder::new(part.batch.num_rows());
-        for row in 0..part.batch.num_rows() {
-            let hash = part.hashes[row];
-            let key = part.keys.row(row);
-            let found = seen.find(hash, |&(p, r)| parts[p as usize].keys.row(r as usize) == key);
-            // A key first seen in this file: its other rows here are kept with it.
-            let superseded = found.is_some_and(|&(p, _)| parts[p as usize].file != part.file);
-            if found.is_none() && !part.oldest {
-                let entry = (index as u32, row as u32);
-                seen.insert_unique(hash, entry, |&(p, r)| parts[p as usize].hashes[r as usize]);
+        let latest = match &part.keys {
+            Some(keys) => {
+                let mut latest = BooleanBufferBuilder::new(part.batch.num_rows());
+                for row in 0..part.batch.num_rows() {
+                    let hash = part.hashes[row];
+                    let key = keys.row(row);
+                    let found = seen.find(hash, |&(p, r)| parts[p as usize].key(r as usize, hash) == Some(key));
+                    // A key first seen in this file: its other rows here are kept with it.
+                    let superseded = found.is_some_and(|&(p, _)| parts[p as usize].file != part.file);
+                    if found.is_none() {
+                        let entry = (index as u32, row as u32);
+                        seen.insert_unique(hash, entry, |&(p, r)| parts[p as usize].hashes[r as usize]);
+                    }
+                    latest.append(!superseded);
+                }
+                BooleanArray::new(latest.finish(), None)
             }
-            latest.append(!superseded);
-        }
+            None => {
+                let Some(converter) = &converter else { continue };
+                match superseded_in_base(part, &parts, &seen, converter, key)? {
+                    Some(superseded) => datafusion::arrow::compute::not(&superseded)?,
+                    None => {
+                        kept.push(part.batch.clone());
+                        continue;
+                    }
+                }
+            }
+        };
         if part.role != FileRole::Deletes {
-            let latest = filter_record_batch(&part.batch, &BooleanArray::new(latest.finish(), None))?;
+            let latest = filter_record_batch(&part.batch, &latest)?;
             if latest.num_rows() > 0 {
                 kept.push(latest);
             }
@@ -90,17 +106,64 @@ pub fn merge(links: Vec<Link>, key: &[String]) -> Result<Vec<RecordBatch>> {
     Ok(kept)
 }
 
-/// One batch of a chain's file, with its keys encoded.
+/// Which rows of `base` (a batch of the chain's oldest file) a newer file's key supersedes, or
+/// `None` when none is. Only the rows whose hash a newer key has are encoded and compared.
+fn superseded_in_base(
+    base: &Part,
+    parts: &[Part],
+    seen: &HashTable<(u32, u32)>,
+    converter: &RowConverter,
+    key: &[String],
+) -> Result<Option<BooleanArray>> {
+    let same_hash = |hash: u64| seen.find(hash, |&(p, r)| parts[p as usize].hashes[r as usize] == hash).is_some();
+    let candidates: Vec<u32> =
+        (0..base.batch.num_rows() as u32).filter(|&row| same_hash(base.hashes[row as usize])).collect();
+    if candidates.is_empty() {
+        return Ok(None);
+    }
+    let indices = UInt32Array::from(candidates);
+    let columns: Vec<ArrayRef> = key_columns(&base.batch, key)?
+        .iter()
+        .map(|c| take(c, &indices, None))
+        .collect::<std::result::Result<_, _>>()?;
+    let keys = converter.convert_columns(&columns)?;
+    let mut superseded = vec![false; base.batch.num_rows()];
+    for (candidate, &row) in indices.values().iter().enumerate() {
+        let hash = base.hashes[row as usize];
+        let key = keys.row(candidate);
+        superseded[row as usize] =
+            seen.find(hash, |&(p, r)| parts[p as usize].key(r as usize, hash) == Some(key)).is_some();
+    }
+    Ok(Some(BooleanArray::from(superseded)))
+}
+
+/// The `key` columns of `batch`.
+fn key_columns(batch: &RecordBatch, key: &[String]) -> Result<Vec<ArrayRef>> {
+    key.iter()
+        .map(|name| batch.column_by_name(name).cloned().ok_or_else(|| Error::MissingKeyColumn(name.clone())))
+        .collect()
+}
+
+/// One batch of a chain's file, with its keys' hashes, and its keys encoded unless it is of
+/// the chain's first file (its base).
 struct Part {
     batch: RecordBatch,
     role: FileRole,
     /// The file it was read from, numbered newest first.
     file: usize,
-    /// Of the chain's first file (its base).
-    oldest: bool,
-    keys: Rows,
+    keys: Option<Rows>,
     /// Each row's hash of its key columns.
     hashes: Vec<u64>,
+}
+
+impl Part {
+    /// Row `row`'s encoded key, if its hash is `hash` (a cheap test first).
+    fn key(&self, row: usize, hash: u64) -> Option<Row<'_>> {
+        match self.hashes[row] == hash {
+            true => self.keys.as_ref().map(|keys| keys.row(row)),
+            false => None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -495,6 +495,7 @@ impl Operator for UpdatingAggregate {
         let keys = self.group_columns.len();
         let (table, widths) = self.groups_table()?;
         let fields = table.fields();
+        let mut unreserved = restored.table(GROUPS).iter().map(RecordBatch::num_rows).sum::<usize>();
         for batch in restored.table(GROUPS) {
             let key_columns = match keys {
                 0 => self.key_columns(None, batch.num_rows())?,
@@ -511,6 +512,10 @@ impl Operator for UpdatingAggregate {
             let (counts, accesses) = (int(&counters[0])?, int(&counters[1])?);
             let groups = self.groups()?;
             let rows = groups.keys.encode(&key_columns)?;
+            if unreserved > 0 && rows.num_rows() > 0 {
+                groups.keys.reserve(unreserved, rows.size() / rows.num_rows());
+                unreserved = 0;
+            }
             let ids: Vec<usize> = (0..batch.num_rows()).map(|row| groups.keys.intern(&rows, row).0).collect();
             groups.resize();
             for (row, &id) in ids.iter().enumerate() {
