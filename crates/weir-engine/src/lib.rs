@@ -8,6 +8,7 @@
 //! [`pipeline`] supervisor restores the last completed checkpoint after any failure.
 
 mod alignment;
+pub mod allocator;
 mod chains;
 pub mod changelog;
 pub mod channel;

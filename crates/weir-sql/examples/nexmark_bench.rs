@@ -17,7 +17,7 @@ use weir_sql::{Output, Session};
 
 /// The `weir` binary's allocator, so the numbers are the binary's.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: weir_engine::allocator::Allocator = weir_engine::allocator::Allocator;
 
 /// `sql` with the value of its option `name = '...'` replaced by `value`.
 fn with_option(sql: &str, name: &str, value: &str) -> String {
@@ -43,6 +43,7 @@ fn with_events(sql: &str, events: u64) -> String {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    weir_engine::allocator::return_freed_memory_lazily();
     let mut args = std::env::args().skip(1);
     let events: u64 = args.next().map_or(2_000_000, |a| a.parse().expect("events: a number"));
     let filter = args.next().unwrap_or_default();

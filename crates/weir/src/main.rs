@@ -10,10 +10,9 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
-/// mimalloc rather than glibc's malloc: keyed state allocates per key from two threads, and
-/// glibc's free lists were a third of a dedup query's profile.
+/// mimalloc, returning freed memory to the OS lazily (`weir_engine::allocator`).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: weir_engine::allocator::Allocator = weir_engine::allocator::Allocator;
 
 /// weir: streaming SQL over Kafka, exactly once.
 #[derive(Debug, Parser)]
@@ -93,6 +92,7 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    weir_engine::allocator::return_freed_memory_lazily();
     let cli = Cli::parse();
     // The client is a blocking program of its own: no runtime, no server logs.
     if let Command::Sql(args) = cli.command {
