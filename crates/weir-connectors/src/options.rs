@@ -124,6 +124,7 @@ pub fn parse_duration(value: &str) -> Result<Duration, String> {
         "" | "s" | "second" | "seconds" => 1000,
         "m" | "min" | "minute" | "minutes" => 60_000,
         "h" | "hour" | "hours" => 3_600_000,
+        "d" | "day" | "days" => 86_400_000,
         other => return Err(format!("unknown unit '{other}' in '{value}'")),
     };
     Ok(Duration::from_millis(number.saturating_mul(millis)))

@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod error;
 #[cfg(test)]
 mod filesystem_roundtrip;
+mod flink_types;
 #[cfg(test)]
 mod kafka_roundtrip;
 mod lag;

@@ -24,6 +24,39 @@ pub const PIPELINE_OPTIONS: &[(&str, &str)] = &[
     ("pipeline.name", "a name of letters, digits, '-' and '_' (names the pipelines' Kafka transactional ids)"),
 ];
 
+/// Flink's names of the same settings, so a Flink job's `SET 'execution.checkpointing.interval'
+/// = '10s'` runs unchanged: (Flink's name, weir's).
+pub const FLINK_OPTIONS: &[(&str, &str)] = &[
+    ("parallelism.default", "parallelism"),
+    ("execution.checkpointing.interval", "checkpoint.interval"),
+    ("execution.checkpointing.mode", "checkpoint.mode"),
+    ("execution.checkpointing.unaligned", "checkpoint.unaligned"),
+    ("execution.checkpointing.unaligned.enabled", "checkpoint.unaligned"),
+    ("execution.checkpointing.aligned-checkpoint-timeout", "checkpoint.aligned_timeout"),
+    ("execution.checkpointing.timeout", "checkpoint.timeout"),
+    ("execution.checkpointing.max-concurrent-checkpoints", "checkpoint.max_concurrent"),
+    ("execution.checkpointing.num-retained", "checkpoint.retained"),
+    ("state.checkpoints.num-retained", "checkpoint.retained"),
+    ("execution.checkpointing.incremental", "checkpoint.incremental"),
+    ("state.backend.incremental", "checkpoint.incremental"),
+    ("table.exec.state.ttl", "state.ttl"),
+    ("pipeline.name", "pipeline.name"),
+];
+
+/// Option `name` = `value` under weir's name and in weir's spelling, when `name` is Flink's:
+/// Flink writes modes in capitals (`EXACTLY_ONCE`) and a state TTL of 0 for none.
+fn from_flink<'a>(name: &'a str, value: &'a str) -> (&'a str, String) {
+    let Some((_, weir)) = FLINK_OPTIONS.iter().find(|(flink, _)| *flink == name) else {
+        return (name, value.to_string());
+    };
+    let value = match *weir {
+        "checkpoint.mode" | "checkpoint.unaligned" | "checkpoint.incremental" => value.to_ascii_lowercase(),
+        "state.ttl" | "checkpoint.interval" if parse_duration(value).is_ok_and(|d| d.is_zero()) => "off".into(),
+        _ => value.to_string(),
+    };
+    (weir, value)
+}
+
 /// A duration that may be switched off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -62,6 +95,8 @@ pub struct PipelineOptions {
 impl PipelineOptions {
     /// Sets option `name` from its SQL text; the error names what it accepts.
     pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+        let (name, value) = from_flink(name, value);
+        let value = value.as_str();
         let Some((_, accepted)) = PIPELINE_OPTIONS.iter().find(|(n, _)| *n == name) else {
             let names: Vec<&str> = PIPELINE_OPTIONS.iter().map(|(n, _)| *n).collect();
             return Err(format!("'{name}' is not a pipeline option: expected one of {}", names.join(", ")));
@@ -241,5 +276,21 @@ mod tests {
         assert!(options.set("pipeline.name", "a b").is_err());
         assert!(options.set("paralelism", "2").unwrap_err().starts_with("'paralelism' is not a pipeline option"));
         assert_eq!(options, PipelineOptions::default());
+    }
+
+    #[test]
+    fn flinks_names_set_the_same_options() {
+        let mut options = PipelineOptions::default();
+        options.set("execution.checkpointing.interval", "10s").unwrap();
+        options.set("execution.checkpointing.mode", "AT_LEAST_ONCE").unwrap();
+        options.set("parallelism.default", "4").unwrap();
+        options.set("table.exec.state.ttl", "1 d").unwrap();
+        assert_eq!(options.checkpoint_interval, Some(Every::Every(Duration::from_secs(10))));
+        assert_eq!((options.exactly_once, options.parallelism), (Some(false), Some(4)));
+        assert_eq!(options.state_ttl, Some(Every::Every(Duration::from_secs(86_400))));
+        options.set("table.exec.state.ttl", "0 ms").unwrap();
+        assert_eq!(options.state_ttl, Some(Every::Off), "Flink's TTL of 0 is none");
+        let error = options.set("execution.checkpointing.mode", "sometimes").unwrap_err();
+        assert!(error.contains("'checkpoint.mode' = 'sometimes' is invalid"), "{error}");
     }
 }

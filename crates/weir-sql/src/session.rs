@@ -235,7 +235,7 @@ impl Session {
     /// Parses `sql` (one or more statements) and runs each in turn; stops at the first error.
     pub async fn execute(&mut self, sql: &str) -> Result<Vec<Output>> {
         let (text, clauses) = time_clauses::extract(sql)?;
-        let tokens = window_table_functions::tokens(&text)?;
+        let tokens = crate::flink_types::rewrite(window_table_functions::tokens(&text)?)?;
         let (tokens, mut commands) = pipeline_statements::take_commands(tokens)?;
         commands.reverse();
         let mut statements = Parser::new(&GenericDialect {})
@@ -355,7 +355,8 @@ impl Session {
             }
             Statement::ExplainTable { table_name, .. } => self.describe(&name_of(&table_name)),
             Statement::Set(Set::SingleAssignment { variable, values, .. }) => {
-                let name = name_of(&variable);
+                // Flink quotes the name: SET 'parallelism.default' = '2'.
+                let name = name_of(&variable).trim_matches('\'').to_string();
                 let value = match values.as_slice() {
                     [value] => option_value(value),
                     _ => None,
