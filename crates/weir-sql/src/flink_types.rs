@@ -114,8 +114,9 @@ fn column_types(tokens: &[TokenWithSpan], i: usize) -> Vec<usize> {
             _ => return starts,
         };
         let after_name = next(tokens, element + 1);
-        let is_column = !(name_word.quote_style.is_none()
-            && CONSTRAINTS.iter().any(|c| name_word.value.eq_ignore_ascii_case(c)))
+        let constraint =
+            name_word.quote_style.is_none() && CONSTRAINTS.iter().any(|c| name_word.value.eq_ignore_ascii_case(c));
+        let is_column = !constraint
             && !is_word(tokens, after_name, "AS")
             && matches!(tokens.get(after_name).map(|t| &t.token), Some(Token::Word(_)));
         if is_column {
