@@ -46,9 +46,14 @@ pub const ANY_COUNT: Kind = Kind::Integer { min: 0, max: u64::MAX };
 
 /// Options every table accepts: which column is the event time, and how late its records may
 /// be (the watermark is the largest event time seen minus this delay); or the name of a
-/// processing-time column to add.
-pub const TIME: [OptionSpec; 3] =
-    [option("event_time", Kind::Text), option("watermark_delay", Kind::Duration), option("proctime", Kind::Text)];
+/// processing-time column to add; and the columns computed from the others (SQL, `expression AS
+/// name, ...`: the SQL front end computes them after the source).
+pub const TIME: [OptionSpec; 4] = [
+    option("event_time", Kind::Text),
+    option("watermark_delay", Kind::Duration),
+    option("proctime", Kind::Text),
+    option("computed_columns", Kind::Text),
+];
 
 /// A table's connector and its validated options.
 #[derive(Debug, Clone, PartialEq, Eq)]

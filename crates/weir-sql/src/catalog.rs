@@ -19,24 +19,35 @@ pub struct TableDef {
     /// The processing-time column (`pt AS PROCTIME()`): the last column of `schema`, filled in
     /// as records are read, not by the connector.
     pub proctime: Option<String>,
+    /// The computed columns (`name AS expression`, SQL), by name: the last columns of
+    /// `schema`, computed after the source reads a batch, not by the connector.
+    pub computed: Vec<(String, String)>,
 }
 
 impl TableDef {
-    /// The table as its connector sees it: without the processing-time column.
+    /// The table as its connector sees it: without the processing-time and computed columns
+    /// (and without an event time computed after it).
     pub fn connector_view(&self) -> ConnectorTable {
-        let schema = match &self.proctime {
-            None => self.schema.clone(),
-            Some(column) => {
-                let fields = self.schema.fields().iter().filter(|f| f.name() != column).cloned().collect::<Vec<_>>();
-                std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(fields))
-            }
-        };
+        let computed = |name: &str| self.computed.iter().any(|(column, _)| column == name);
+        let fields = self
+            .schema
+            .fields()
+            .iter()
+            .filter(|f| Some(f.name()) != self.proctime.as_ref() && !computed(f.name()))
+            .cloned()
+            .collect::<Vec<_>>();
         ConnectorTable {
             name: self.name.clone(),
-            schema,
+            schema: std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(fields)),
             options: self.connector.clone(),
-            event_time: self.event_time.clone(),
+            event_time: self.event_time.clone().filter(|(column, _)| !computed(column)),
         }
+    }
+
+    /// The columns the source stage gives: the connector's and the processing time.
+    pub fn read_schema(&self) -> SchemaRef {
+        let width = self.schema.fields().len() - self.computed.len();
+        std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(self.schema.fields()[..width].to_vec()))
     }
 }
 

@@ -81,9 +81,40 @@ fn cast_type(tokens: &[TokenWithSpan], i: usize) -> Option<usize> {
     None
 }
 
-/// The starts of the column types of the CREATE TABLE at `i` (none if it is not one, or has
-/// no column list).
+/// The starts of the column types of the CREATE TABLE at `i`.
 fn column_types(tokens: &[TokenWithSpan], i: usize) -> Vec<usize> {
+    let elements = column_list(tokens, i).unwrap_or_default();
+    elements
+        .into_iter()
+        .filter_map(|element| match element.kind {
+            ElementKind::Column { type_start } => Some(type_start),
+            _ => None,
+        })
+        .collect()
+}
+
+/// One element of a CREATE TABLE's column list.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Element {
+    /// Its first token, and the `,` or `)` after it.
+    pub start: usize,
+    pub end: usize,
+    pub kind: ElementKind,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ElementKind {
+    /// `name type ...`, the type starting at `type_start`.
+    Column { type_start: usize },
+    /// `name AS expression`, the expression starting at `expression`.
+    Computed { expression: usize },
+    /// WATERMARK, PRIMARY KEY and other constraints.
+    Constraint,
+}
+
+/// The elements of the column list of the CREATE TABLE at `i`; `None` if it is not one or has
+/// no column list.
+pub(crate) fn column_list(tokens: &[TokenWithSpan], i: usize) -> Option<Vec<Element>> {
     let mut j = next(tokens, i + 1);
     for word in ["OR", "REPLACE", "TEMPORARY", "TEMP"] {
         if is_word(tokens, j, word) {
@@ -91,7 +122,7 @@ fn column_types(tokens: &[TokenWithSpan], i: usize) -> Vec<usize> {
         }
     }
     if !is_word(tokens, j, "TABLE") {
-        return Vec::new();
+        return None;
     }
     j = next(tokens, j + 1);
     for word in ["IF", "NOT", "EXISTS"] {
@@ -104,28 +135,32 @@ fn column_types(tokens: &[TokenWithSpan], i: usize) -> Vec<usize> {
         j = next(tokens, j + 1);
     }
     if tokens.get(j).map(|t| &t.token) != Some(&Token::LParen) {
-        return Vec::new();
+        return None;
     }
-    let mut starts = Vec::new();
+    let mut elements = Vec::new();
     loop {
-        let element = next(tokens, j + 1);
-        let name_word = match tokens.get(element).map(|t| &t.token) {
+        let start = next(tokens, j + 1);
+        let name_word = match tokens.get(start).map(|t| &t.token) {
             Some(Token::Word(word)) => word,
-            _ => return starts,
+            _ => return Some(elements),
         };
-        let after_name = next(tokens, element + 1);
+        let after_name = next(tokens, start + 1);
         let constraint =
             name_word.quote_style.is_none() && CONSTRAINTS.iter().any(|c| name_word.value.eq_ignore_ascii_case(c));
-        let is_column = !constraint
-            && !is_word(tokens, after_name, "AS")
-            && matches!(tokens.get(after_name).map(|t| &t.token), Some(Token::Word(_)));
-        if is_column {
-            starts.push(after_name);
-        }
+        let kind = if constraint {
+            ElementKind::Constraint
+        } else if is_word(tokens, after_name, "AS") {
+            ElementKind::Computed { expression: next(tokens, after_name + 1) }
+        } else if matches!(tokens.get(after_name).map(|t| &t.token), Some(Token::Word(_))) {
+            ElementKind::Column { type_start: after_name }
+        } else {
+            ElementKind::Constraint
+        };
         // A column's type may hold commas inside <...>; an expression may hold < and >.
-        let Some(end) = element_end(tokens, element, is_column) else { return starts };
+        let end = element_end(tokens, start, matches!(kind, ElementKind::Column { .. }))?;
+        elements.push(Element { start, end, kind });
         if tokens[end].token == Token::RParen {
-            return starts;
+            return Some(elements);
         }
         j = end;
     }
@@ -267,7 +302,7 @@ fn skip_precision(tokens: &[TokenWithSpan], i: usize) -> usize {
 }
 
 /// The first token at or after `i` that is not whitespace.
-fn next(tokens: &[TokenWithSpan], mut i: usize) -> usize {
+pub(crate) fn next(tokens: &[TokenWithSpan], mut i: usize) -> usize {
     while tokens.get(i).is_some_and(|t| matches!(t.token, Token::Whitespace(_))) {
         i += 1;
     }
@@ -281,7 +316,7 @@ fn next_copying(tokens: &[TokenWithSpan], i: usize, out: &mut Vec<TokenWithSpan>
     j
 }
 
-fn is_word(tokens: &[TokenWithSpan], i: usize, expected: &str) -> bool {
+pub(crate) fn is_word(tokens: &[TokenWithSpan], i: usize, expected: &str) -> bool {
     matches!(tokens.get(i), Some(TokenWithSpan { token: Token::Word(w), .. }) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(expected))
 }
 

@@ -6,6 +6,7 @@
 #[cfg(test)]
 mod batch_equivalence;
 pub mod catalog;
+mod computed_columns;
 pub mod error;
 #[cfg(test)]
 mod filesystem_roundtrip;

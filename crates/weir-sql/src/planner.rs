@@ -541,18 +541,37 @@ impl Planner<'_> {
         // it with a watermark.
         let factory: SourceFactory = match &definition.proctime {
             Some(_) => {
-                let schema = definition.schema.clone();
+                let schema = definition.read_schema();
                 Arc::new(move |info| Ok(Box::new(ProcessingTime::new(factory(info)?, schema.clone()))))
             }
             None => factory,
         };
         let node = self.graph.add_source(&node_name, parallelism, factory);
         self.graph.describe_state(node, planned.state);
+        // Computed columns right after, so that an event time may be one of them.
+        let node = match definition.computed.is_empty() {
+            true => node,
+            false => {
+                let read = DFSchema::try_from(definition.read_schema().as_ref().clone())?;
+                let computed = definition
+                    .computed
+                    .iter()
+                    .map(|(name, sql)| {
+                        let expr = self.state.create_logical_expr(sql, &read)?;
+                        let data_type = expr.get_type(&read)?;
+                        Ok((name.clone(), self.physical(&expr, &read)?, data_type))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let step = self.appending(&read, computed, planned.changelog);
+                let stream = Stream { node, steps: vec![step], times: HashMap::new(), updating: planned.changelog };
+                self.materialize(stream, "computed")
+            }
+        };
         // Event time starts right after the source: the watermark is the largest event time
         // seen less the table's allowed lateness, unless the source tracks it itself (Kafka,
-        // per partition).
-        let node = match &table.event_time {
-            Some(_) if planned.assigns_watermarks => node,
+        // per partition; not a computed event time, which it never sees).
+        let node = match &definition.event_time {
+            Some(_) if planned.assigns_watermarks && table.event_time.is_some() => node,
             Some((column, delay)) => {
                 let assigner = WatermarkAssigner::new(column, delay.as_millis() as i64);
                 let name = self.name("watermark");

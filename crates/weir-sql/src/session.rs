@@ -9,13 +9,14 @@ use std::time::Duration;
 use datafusion::arrow::compute::can_cast_types;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::catalog::view::ViewTable;
+use datafusion::common::DFSchema;
 use datafusion::datasource::empty::EmptyTable;
-use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+use datafusion::logical_expr::{DdlStatement, ExprSchemable, LogicalPlan};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{
     CreateTable, CreateTableOptions, DataType as SqlType, Expr, HiveDistributionStyle, Ident, Insert, ObjectName,
-    ObjectType, Set, Spanned, SqlOption, Statement, Value, ValueWithSpan,
+    ObjectType, SelectItem, Set, SetExpr, Spanned, SqlOption, Statement, Value, ValueWithSpan,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
@@ -234,8 +235,10 @@ impl Session {
 
     /// Parses `sql` (one or more statements) and runs each in turn; stops at the first error.
     pub async fn execute(&mut self, sql: &str) -> Result<Vec<Output>> {
-        let (text, clauses) = time_clauses::extract(sql)?;
+        let (text, mut clauses) = time_clauses::extract(sql)?;
         let tokens = crate::flink_types::rewrite(window_table_functions::tokens(&text)?)?;
+        let (tokens, computed) = crate::computed_columns::extract(tokens);
+        clauses.extend(computed);
         let (tokens, mut commands) = pipeline_statements::take_commands(tokens)?;
         commands.reverse();
         let mut statements = Parser::new(&GenericDialect {})
@@ -509,7 +512,13 @@ impl Session {
             event_time: None,
         };
         kind.check(&checked)?;
-        let event_time = event_time_of(&name, &schema, &connector)?;
+        let computed = match connector.get(crate::computed_columns::OPTION) {
+            Some(columns) => self.computed_columns(&name, columns, &schema)?,
+            None => Vec::new(),
+        };
+        let mut fields = schema.fields().to_vec();
+        fields.extend(computed.iter().map(|(_, _, field)| Arc::new(field.clone())));
+        let event_time = event_time_of(&name, &Schema::new(fields), &connector)?;
         let proctime = connector.get("proctime").map(str::to_string);
         let schema = match &proctime {
             Some(column) => {
@@ -529,9 +538,46 @@ impl Session {
             }
             None => schema,
         };
-        let table = TableDef { name: name.clone(), schema, connector, event_time, proctime };
+        // Computed columns come last, after the processing time stamped on what is read.
+        let mut fields = schema.fields().to_vec();
+        fields.extend(computed.iter().map(|(_, _, field)| Arc::new(field.clone())));
+        let schema = Arc::new(Schema::new(fields));
+        let computed = computed.into_iter().map(|(name, sql, _)| (name, sql)).collect();
+        let table = TableDef { name: name.clone(), schema, connector, event_time, proctime, computed };
         self.catalog.tables.insert(name.clone(), table);
         Ok(Output::Done(format!("created table {name}")))
+    }
+
+    /// The computed columns `columns` (`expression AS name, ...`) of table `table` over its
+    /// columns `schema`: each one's name, expression and field.
+    fn computed_columns(&self, table: &str, columns: &str, schema: &Schema) -> Result<Vec<(String, String, Field)>> {
+        let mut parser =
+            Parser::new(&GenericDialect {}).try_with_sql(&format!("SELECT {columns}")).map_err(syntax_error)?;
+        let Statement::Query(query) = parser.parse_statement().map_err(syntax_error)? else {
+            return plan_err!("table '{table}': its computed columns do not parse: {columns}");
+        };
+        let SetExpr::Select(select) = *query.body else {
+            return plan_err!("table '{table}': its computed columns do not parse: {columns}");
+        };
+        let input = DFSchema::try_from(schema.clone())?;
+        let state = self.context.state();
+        let mut computed = Vec::new();
+        for item in select.projection {
+            let SelectItem::ExprWithAlias { expr, alias } = item else {
+                return plan_err!("table '{table}': a computed column is written name AS expression, not {item}");
+            };
+            let name = match alias.quote_style {
+                Some(_) => alias.value,
+                None => alias.value.to_lowercase(),
+            };
+            let sql = expr.to_string();
+            let planned = state
+                .create_logical_expr(&sql, &input)
+                .map_err(|e| Error::Plan(format!("table '{table}': computed column '{name}' ({sql}): {e}")))?;
+            let data_type = planned.get_type(&input)?;
+            computed.push((name.clone(), sql, Field::new(name, data_type, true)));
+        }
+        Ok(computed)
     }
 
     fn describe(&self, name: &str) -> Result<Output> {
@@ -547,11 +593,16 @@ impl Session {
             .iter()
             .map(|field| {
                 let event_time = table.event_time.as_ref().filter(|(column, _)| column == field.name());
-                let note = match event_time {
+                let computed = table.computed.iter().find(|(column, _)| column == field.name());
+                let mut note = match event_time {
                     Some((_, delay)) => format!("event time, watermark delay {delay:?}"),
                     None if table.proctime.as_ref() == Some(field.name()) => "processing time".to_string(),
                     None => String::new(),
                 };
+                if let Some((_, sql)) = computed {
+                    let computed = format!("computed as {sql}");
+                    note = if note.is_empty() { computed } else { format!("{computed}; {note}") };
+                }
                 let data_type = if is_json(field) { "JSON".to_string() } else { field.data_type().to_string() };
                 vec![field.name().clone(), data_type, if field.is_nullable() { "YES" } else { "NO" }.to_string(), note]
             })
@@ -717,6 +768,7 @@ fn attach_time_clauses(statements: &mut [Statement], clauses: Vec<TimeClause>) -
                 vec![("event_time", column), ("watermark_delay", format!("{} ms", delay.as_millis()))]
             }
             ClauseKind::ProcessingTime { column } => vec![("proctime", column)],
+            ClauseKind::Computed { columns } => vec![(crate::computed_columns::OPTION, columns)],
         };
         let names: Vec<&str> = options.iter().map(|(key, _)| *key).collect();
         let new: Vec<SqlOption> = options

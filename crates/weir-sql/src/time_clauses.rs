@@ -23,6 +23,8 @@ pub enum ClauseKind {
     Watermark { column: String, delay: Duration },
     /// `column AS PROCTIME()`: a processing-time column.
     ProcessingTime { column: String },
+    /// A table's computed columns, `expression AS name, ...` (`computed_columns`).
+    Computed { columns: String },
 }
 
 fn position(sql: &str, offset: usize) -> (u64, u64) {
