@@ -122,6 +122,12 @@ pub trait Connector: Send + Sync {
         None
     }
 
+    /// Whether a table may still declare columns over the fixed schema, matched to it by name
+    /// (`declared_schema`), as Flink's Nexmark DDL declares the generator's.
+    fn takes_declared_columns(&self) -> bool {
+        false
+    }
+
     /// Checks a table at CREATE TABLE, beyond its options' values (which the registry checked):
     /// options that contradict each other or the columns.
     fn check(&self, table: &ConnectorTable) -> Result<()> {

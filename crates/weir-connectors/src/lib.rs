@@ -10,6 +10,7 @@
 //! and read.
 
 pub mod connector;
+pub mod declared_schema;
 pub mod error;
 pub mod filesystem;
 pub mod json_type;

@@ -8,6 +8,7 @@ mod batch_equivalence;
 pub mod catalog;
 mod computed_columns;
 pub mod error;
+mod field_names;
 #[cfg(test)]
 mod filesystem_roundtrip;
 mod flink_types;

@@ -245,6 +245,7 @@ impl Session {
             .with_tokens_with_locations(tokens)
             .parse_statements()
             .map_err(syntax_error)?;
+        statements.iter_mut().for_each(crate::field_names::name_fields);
         attach_time_clauses(&mut statements, clauses)?;
         let mut outputs = Vec::new();
         // Consecutive INSERTs make one pipeline, sharing the sources they read.
@@ -461,14 +462,14 @@ impl Session {
                 }
             }
         }
-        let schema = if let Some(schema) = kind.fixed_schema() {
-            if !create.columns.is_empty() {
-                return plan_err!(
-                    "table '{name}': the {} connector has a fixed schema; leave out the column list",
-                    kind.name()
-                );
-            }
+        let fixed = kind.fixed_schema();
+        let schema = if let Some(schema) = fixed.clone().filter(|_| create.columns.is_empty()) {
             schema
+        } else if fixed.is_some() && !kind.takes_declared_columns() {
+            return plan_err!(
+                "table '{name}': the {} connector has a fixed schema; leave out the column list",
+                kind.name()
+            );
         } else {
             if create.columns.is_empty() {
                 return plan_err!(
@@ -505,6 +506,10 @@ impl Session {
                 .collect();
             Arc::new(Schema::new(fields))
         };
+        // Columns declared over a fixed schema must be some of its own, by name.
+        if let Some(fixed) = &fixed {
+            weir_connectors::declared_schema::conform(&name, fixed, &schema)?;
+        }
         let checked = weir_connectors::ConnectorTable {
             name: name.clone(),
             schema: schema.clone(),

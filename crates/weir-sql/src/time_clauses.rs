@@ -94,11 +94,13 @@ fn parse_clause(text: &str) -> std::result::Result<(String, Duration), String> {
     {
         return Err(expected.to_string());
     }
-    let column = column.trim_matches('"').to_string();
+    let written = column.trim_matches('"');
     let rest = rest.join(" ");
-    let Some(rest) = rest.strip_prefix(column.as_str()).or_else(|| rest.strip_prefix(&format!("\"{column}\""))) else {
-        return Err(format!("the watermark of '{column}' must be '{column}' minus an interval ({expected})"));
+    let Some(rest) = rest.strip_prefix(*column).or_else(|| rest.strip_prefix(&format!("\"{written}\""))) else {
+        return Err(format!("the watermark of '{written}' must be '{written}' minus an interval ({expected})"));
     };
+    // An unquoted name is lowercased, as DataFusion names the table's columns.
+    let column = if column.starts_with('"') { written.to_string() } else { written.to_lowercase() };
     let rest = rest.trim();
     if rest.is_empty() {
         return Ok((column, Duration::ZERO));
@@ -154,7 +156,7 @@ fn find_proctime(sql: &str, upper: &str, code: &[bool], from: usize) -> Option<(
                     .rev()
                     .find(|(_, c)| !(c.is_alphanumeric() || *c == '_'))
                     .map_or(0, |(i, c)| i + c.len_utf8());
-                (start, name_part[start..].to_string())
+                (start, name_part[start..].to_lowercase())
             }
         };
         if !column.is_empty() {

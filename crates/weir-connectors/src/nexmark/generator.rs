@@ -15,9 +15,9 @@ use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, T
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::record_batch::RecordBatch;
 
-const PERSON_PROPORTION: u64 = 1;
-const AUCTION_PROPORTION: u64 = 3;
-const GROUP: u64 = 50;
+pub(crate) const PERSON_PROPORTION: u64 = 1;
+pub(crate) const AUCTION_PROPORTION: u64 = 3;
+pub(crate) const GROUP: u64 = 50;
 const FIRST_ID: i64 = 1000;
 const HOT_AUCTION_RATIO: u64 = 2;
 const HOT_SELLER_RATIO: u64 = 4;
