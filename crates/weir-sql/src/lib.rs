@@ -11,6 +11,7 @@ pub mod error;
 mod field_names;
 #[cfg(test)]
 mod filesystem_roundtrip;
+mod flink_functions;
 mod flink_types;
 #[cfg(test)]
 mod kafka_roundtrip;

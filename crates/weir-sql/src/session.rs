@@ -245,7 +245,10 @@ impl Session {
             .with_tokens_with_locations(tokens)
             .parse_statements()
             .map_err(syntax_error)?;
-        statements.iter_mut().for_each(crate::field_names::name_fields);
+        for statement in &mut statements {
+            crate::field_names::name_fields(statement);
+            crate::flink_functions::rewrite(statement)?;
+        }
         attach_time_clauses(&mut statements, clauses)?;
         let mut outputs = Vec::new();
         // Consecutive INSERTs make one pipeline, sharing the sources they read.
