@@ -673,6 +673,11 @@ impl Session {
                 "table '{target}' has a processing-time column ({column} AS PROCTIME()): it is filled in as the table is read, so the table cannot be written to"
             );
         }
+        if let Some((column, _)) = table.computed.first() {
+            return plan_err!(
+                "table '{target}' has computed columns ({column}, ...): they are computed as the table is read; weir does not write to such a table yet (write to a table without them)"
+            );
+        }
         let Some(source) = insert.source else {
             return plan_err!("INSERT INTO {target} needs a SELECT, as in INSERT INTO {target} SELECT ...");
         };
