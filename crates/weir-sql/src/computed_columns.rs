@@ -7,8 +7,9 @@
 
 use datafusion::sql::sqlparser::tokenizer::TokenWithSpan;
 
-use crate::flink_types::{ElementKind, column_list, is_word, next};
+use crate::flink_types::{ElementKind, column_list};
 use crate::time_clauses::{ClauseKind, TimeClause};
+use crate::window_table_functions::{is_word, skip_space};
 
 /// The option that carries a table's computed columns.
 pub const OPTION: &str = "computed_columns";
@@ -19,7 +20,7 @@ pub fn extract(tokens: Vec<TokenWithSpan>) -> (Vec<TokenWithSpan>, Vec<TimeClaus
     let mut keep = vec![true; tokens.len()];
     let mut clauses = Vec::new();
     for i in 0..tokens.len() {
-        if !is_word(&tokens, i, "CREATE") {
+        if !is_word(tokens.get(i), "CREATE") {
             continue;
         }
         let Some(elements) = column_list(&tokens, i) else { continue };
@@ -30,7 +31,7 @@ pub fn extract(tokens: Vec<TokenWithSpan>) -> (Vec<TokenWithSpan>, Vec<TimeClaus
             columns.push(format!("{} AS {}", text.trim(), tokens[element.start].token));
             // With the comma before it, or the first one with the comma after it.
             let (from, to) = match index {
-                0 if elements.len() > 1 => (element.start, next(&tokens, element.end + 1)),
+                0 if elements.len() > 1 => (element.start, skip_space(&tokens, element.end + 1)),
                 0 => (element.start, element.end),
                 _ => (elements[index - 1].end, element.end),
             };

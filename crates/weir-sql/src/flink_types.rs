@@ -18,7 +18,8 @@ use std::collections::HashSet;
 
 use datafusion::sql::sqlparser::tokenizer::{Span, Token, TokenWithSpan, Whitespace, Word};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::window_table_functions::{is_word, skip_space, syntax};
 
 /// The column-list elements that are not columns.
 const CONSTRAINTS: [&str; 9] =
@@ -52,10 +53,10 @@ pub fn rewrite(mut tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
 fn type_starts(tokens: &[TokenWithSpan]) -> HashSet<usize> {
     let mut starts = HashSet::new();
     for i in 0..tokens.len() {
-        if is_word(tokens, i, "CAST") || is_word(tokens, i, "TRY_CAST") {
+        if is_word(tokens.get(i), "CAST") || is_word(tokens.get(i), "TRY_CAST") {
             starts.extend(cast_type(tokens, i));
         }
-        if is_word(tokens, i, "CREATE") {
+        if is_word(tokens.get(i), "CREATE") {
             starts.extend(column_types(tokens, i));
         }
     }
@@ -64,7 +65,7 @@ fn type_starts(tokens: &[TokenWithSpan]) -> HashSet<usize> {
 
 /// The start of the target type of the CAST at `i`.
 fn cast_type(tokens: &[TokenWithSpan], i: usize) -> Option<usize> {
-    let open = next(tokens, i + 1);
+    let open = skip_space(tokens, i + 1);
     if tokens.get(open)?.token != Token::LParen {
         return None;
     }
@@ -74,7 +75,7 @@ fn cast_type(tokens: &[TokenWithSpan], i: usize) -> Option<usize> {
             Token::LParen => depth += 1,
             Token::RParen if depth <= 1 => return None,
             Token::RParen => depth -= 1,
-            _ if depth == 1 && is_word(tokens, j, "AS") => return Some(next(tokens, j + 1)),
+            _ if depth == 1 && is_word(tokens.get(j), "AS") => return Some(skip_space(tokens, j + 1)),
             _ => {}
         }
     }
@@ -115,42 +116,42 @@ pub(crate) enum ElementKind {
 /// The elements of the column list of the CREATE TABLE at `i`; `None` if it is not one or has
 /// no column list.
 pub(crate) fn column_list(tokens: &[TokenWithSpan], i: usize) -> Option<Vec<Element>> {
-    let mut j = next(tokens, i + 1);
+    let mut j = skip_space(tokens, i + 1);
     for word in ["OR", "REPLACE", "TEMPORARY", "TEMP"] {
-        if is_word(tokens, j, word) {
-            j = next(tokens, j + 1);
+        if is_word(tokens.get(j), word) {
+            j = skip_space(tokens, j + 1);
         }
     }
-    if !is_word(tokens, j, "TABLE") {
+    if !is_word(tokens.get(j), "TABLE") {
         return None;
     }
-    j = next(tokens, j + 1);
+    j = skip_space(tokens, j + 1);
     for word in ["IF", "NOT", "EXISTS"] {
-        if is_word(tokens, j, word) {
-            j = next(tokens, j + 1);
+        if is_word(tokens.get(j), word) {
+            j = skip_space(tokens, j + 1);
         }
     }
     // The table's name: words joined by dots.
     while matches!(tokens.get(j).map(|t| &t.token), Some(Token::Word(_) | Token::Period)) {
-        j = next(tokens, j + 1);
+        j = skip_space(tokens, j + 1);
     }
     if tokens.get(j).map(|t| &t.token) != Some(&Token::LParen) {
         return None;
     }
     let mut elements = Vec::new();
     loop {
-        let start = next(tokens, j + 1);
+        let start = skip_space(tokens, j + 1);
         let name_word = match tokens.get(start).map(|t| &t.token) {
             Some(Token::Word(word)) => word,
             _ => return Some(elements),
         };
-        let after_name = next(tokens, start + 1);
+        let after_name = skip_space(tokens, start + 1);
         let constraint =
             name_word.quote_style.is_none() && CONSTRAINTS.iter().any(|c| name_word.value.eq_ignore_ascii_case(c));
         let kind = if constraint {
             ElementKind::Constraint
-        } else if is_word(tokens, after_name, "AS") {
-            ElementKind::Computed { expression: next(tokens, after_name + 1) }
+        } else if is_word(tokens.get(after_name), "AS") {
+            ElementKind::Computed { expression: skip_space(tokens, after_name + 1) }
         } else if matches!(tokens.get(after_name).map(|t| &t.token), Some(Token::Word(_))) {
             ElementKind::Column { type_start: after_name }
         } else {
@@ -187,41 +188,41 @@ fn element_end(tokens: &[TokenWithSpan], i: usize, angles: bool) -> Option<usize
 /// Copies the type at `i` into `out`, rewritten; returns the index after it.
 fn data_type(tokens: &mut Vec<TokenWithSpan>, i: usize, out: &mut Vec<TokenWithSpan>) -> Result<usize> {
     let span = tokens[i].span;
-    let after = next(tokens, i + 1);
+    let after = skip_space(tokens, i + 1);
     let bracket = tokens.get(after).map(|t| t.token.clone());
-    if is_word(tokens, i, "ROW") || is_word(tokens, i, "STRUCT") {
+    if is_word(tokens.get(i), "ROW") || is_word(tokens.get(i), "STRUCT") {
         if matches!(bracket, Some(Token::Lt | Token::LParen)) {
             return row(tokens, i, after, out);
         }
-    } else if is_word(tokens, i, "ARRAY") && bracket == Some(Token::Lt) {
+    } else if is_word(tokens.get(i), "ARRAY") && bracket == Some(Token::Lt) {
         out.extend(tokens[i..=after].iter().cloned());
         let mut j = next_copying(tokens, after + 1, out);
         j = data_type(tokens, j, out)?;
         j = next_copying(tokens, j, out);
         return close_angle(tokens, j, out);
-    } else if is_word(tokens, i, "MAP") && bracket == Some(Token::Lt) {
+    } else if is_word(tokens.get(i), "MAP") && bracket == Some(Token::Lt) {
         return Err(syntax("MAP<...> is not supported: weir has no map type yet", span));
-    } else if is_word(tokens, i, "TIMESTAMP_LTZ") {
+    } else if is_word(tokens.get(i), "TIMESTAMP_LTZ") {
         out.push(word("TIMESTAMP", span));
         let j = precision(tokens, i + 1, out);
         out.extend([space(span), word("WITH", span), space(span), word("TIME", span), space(span), word("ZONE", span)]);
         return Ok(j);
-    } else if ["BYTES", "BINARY", "VARBINARY"].iter().any(|w| is_word(tokens, i, w)) {
+    } else if ["BYTES", "BINARY", "VARBINARY"].iter().any(|w| is_word(tokens.get(i), w)) {
         out.push(word("BYTEA", span));
         return Ok(skip_precision(tokens, i + 1));
-    } else if is_word(tokens, i, "TIMESTAMP") || is_word(tokens, i, "TIME") {
+    } else if is_word(tokens.get(i), "TIMESTAMP") || is_word(tokens.get(i), "TIME") {
         out.push(tokens[i].clone());
         let j = precision(tokens, i + 1, out);
         // WITH [LOCAL] TIME ZONE or WITHOUT TIME ZONE; LOCAL (Flink's instant) dropped.
-        let with = next(tokens, j);
-        if !is_word(tokens, with, "WITH") && !is_word(tokens, with, "WITHOUT") {
+        let with = skip_space(tokens, j);
+        if !is_word(tokens.get(with), "WITH") && !is_word(tokens.get(with), "WITHOUT") {
             return Ok(j);
         }
         out.extend(tokens[j..=with].iter().cloned());
         let mut k = with;
         for expected in ["LOCAL", "TIME", "ZONE"] {
-            let after = next(tokens, k + 1);
-            if is_word(tokens, after, expected) {
+            let after = skip_space(tokens, k + 1);
+            if is_word(tokens.get(after), expected) {
                 if expected != "LOCAL" {
                     out.extend(tokens[k + 1..=after].iter().cloned());
                 }
@@ -251,7 +252,7 @@ fn row(tokens: &mut Vec<TokenWithSpan>, i: usize, open: usize, out: &mut Vec<Tok
         j = data_type(tokens, j, out)?;
         j = next_copying(tokens, j, out);
         if matches!(tokens.get(j).map(|t| &t.token), Some(Token::SingleQuotedString(_))) {
-            j = next(tokens, j + 1);
+            j = skip_space(tokens, j + 1);
         }
         match tokens.get(j).map(|t| &t.token) {
             Some(Token::Comma) => {
@@ -294,30 +295,18 @@ fn precision(tokens: &[TokenWithSpan], i: usize, out: &mut Vec<TokenWithSpan>) -
 }
 
 fn skip_precision(tokens: &[TokenWithSpan], i: usize) -> usize {
-    let open = next(tokens, i);
+    let open = skip_space(tokens, i);
     if tokens.get(open).map(|t| &t.token) != Some(&Token::LParen) {
         return i;
     }
     tokens[open..].iter().position(|t| t.token == Token::RParen).map_or(i, |close| open + close + 1)
 }
 
-/// The first token at or after `i` that is not whitespace.
-pub(crate) fn next(tokens: &[TokenWithSpan], mut i: usize) -> usize {
-    while tokens.get(i).is_some_and(|t| matches!(t.token, Token::Whitespace(_))) {
-        i += 1;
-    }
-    i
-}
-
 /// As [`next`], copying the whitespace skipped.
 fn next_copying(tokens: &[TokenWithSpan], i: usize, out: &mut Vec<TokenWithSpan>) -> usize {
-    let j = next(tokens, i);
+    let j = skip_space(tokens, i);
     out.extend(tokens[i.min(j)..j].iter().cloned());
     j
-}
-
-pub(crate) fn is_word(tokens: &[TokenWithSpan], i: usize, expected: &str) -> bool {
-    matches!(tokens.get(i), Some(TokenWithSpan { token: Token::Word(w), .. }) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(expected))
 }
 
 fn word(value: &str, span: Span) -> TokenWithSpan {
@@ -335,10 +324,6 @@ fn space(span: Span) -> TokenWithSpan {
 
 fn span_at(tokens: &[TokenWithSpan], i: usize) -> Span {
     tokens.get(i).or(tokens.last()).map_or(Span::empty(), |t| t.span)
-}
-
-fn syntax(message: &str, span: Span) -> Error {
-    Error::Syntax { message: message.into(), line: span.start.line, column: span.start.column }
 }
 
 #[cfg(test)]

@@ -524,9 +524,9 @@ impl Session {
             Some(columns) => self.computed_columns(&name, columns, &schema)?,
             None => Vec::new(),
         };
-        let mut fields = schema.fields().to_vec();
-        fields.extend(computed.iter().map(|(_, _, field)| Arc::new(field.clone())));
-        let event_time = event_time_of(&name, &Schema::new(fields), &connector)?;
+        let computed_fields: Vec<Arc<Field>> = computed.iter().map(|(_, _, field)| Arc::new(field.clone())).collect();
+        let with_computed = |schema: &Schema| Schema::new([schema.fields().to_vec(), computed_fields.clone()].concat());
+        let event_time = event_time_of(&name, &with_computed(&schema), &connector)?;
         let proctime = connector.get("proctime").map(str::to_string);
         let schema = match &proctime {
             Some(column) => {
@@ -547,9 +547,7 @@ impl Session {
             None => schema,
         };
         // Computed columns come last, after the processing time stamped on what is read.
-        let mut fields = schema.fields().to_vec();
-        fields.extend(computed.iter().map(|(_, _, field)| Arc::new(field.clone())));
-        let schema = Arc::new(Schema::new(fields));
+        let schema = Arc::new(with_computed(&schema));
         let computed = computed.into_iter().map(|(name, sql, _)| (name, sql)).collect();
         let table = TableDef { name: name.clone(), schema, connector, event_time, proctime, computed };
         self.catalog.tables.insert(name.clone(), table);

@@ -40,7 +40,7 @@ use crate::error::{Error, Result};
 const FUNCTIONS: [(&str, [&str; 2]); 3] =
     [("TUMBLE", ["SIZE", ""]), ("HOP", ["SLIDE", "SIZE"]), ("CUMULATE", ["STEP", "SIZE"])];
 
-fn syntax(message: impl Into<String>, span: Span) -> Error {
+pub(crate) fn syntax(message: impl Into<String>, span: Span) -> Error {
     Error::Syntax { message: message.into(), line: span.start.line, column: span.start.column }
 }
 
@@ -70,14 +70,14 @@ pub fn tokens(sql: &str) -> Result<Vec<TokenWithSpan>> {
 }
 
 /// The index of the first token at or after `i` that is not whitespace.
-fn skip_space(tokens: &[TokenWithSpan], mut i: usize) -> usize {
+pub(crate) fn skip_space(tokens: &[TokenWithSpan], mut i: usize) -> usize {
     while tokens.get(i).is_some_and(|t| matches!(t.token, Token::Whitespace(_))) {
         i += 1;
     }
     i
 }
 
-fn is_word(token: Option<&TokenWithSpan>, word: &str) -> bool {
+pub(crate) fn is_word(token: Option<&TokenWithSpan>, word: &str) -> bool {
     matches!(token, Some(TokenWithSpan { token: Token::Word(w), .. }) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word))
 }
 
