@@ -56,6 +56,8 @@ impl TableDef {
 pub struct ViewDef {
     pub name: String,
     pub query: String,
+    /// How its query's unquoted names are read: as when it was created.
+    pub identifiers: crate::identifiers::IdentifierCase,
 }
 
 #[derive(Debug, Clone, Default)]

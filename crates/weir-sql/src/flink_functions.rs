@@ -9,6 +9,11 @@
 //! | `SPLIT_INDEX(s, sep, i)` (0-based; NULL out of range) | the `i + 1`th element of `string_to_array(s, sep)` |
 //! | `REGEXP_EXTRACT(s, r[, i])` (group `i`, 1 by default, 0 the whole match) | an element of `regexp_match` |
 //! | `DATE_FORMAT(t, 'yyyy-MM-dd HH:mm')` (Java's pattern letters) | `to_char(t, '%Y-%m-%d %H:%M')` |
+//! | `TUMBLE_START(...)`, `HOP_START`, `SESSION_START` (legacy group windows) | `tumble(...)`, `hop`, `session`: the window start GROUP BY has |
+//! | `TUMBLE_ROWTIME(...)`, `HOP_ROWTIME`, `SESSION_ROWTIME` | `tumble_end(...) - INTERVAL '1' MILLISECOND` (a time attribute) |
+//!
+//! (`TUMBLE(...)` in GROUP BY and `TUMBLE_END(...)` are weir's own window functions already;
+//! `window_functions.rs`.)
 //!
 //! The rewrite builds each replacement as SQL text around its arguments' text and parses it,
 //! so the arguments are written once and the result reads like what a user would write.
@@ -96,6 +101,19 @@ fn replacement(expr: &Expr) -> Result<Option<Expr>> {
             let Some(t) = args.first() else { return arity(&name, "a timestamp and a format") };
             format!("to_char(CAST({t} AS TIMESTAMP), '{}')", chrono_format(&format).replace('\'', "''"))
         }
+        "TUMBLE_START" | "HOP_START" | "SESSION_START" => {
+            format!("{}({})", name.trim_end_matches("_START").to_lowercase(), args.join(", "))
+        }
+        "TUMBLE_ROWTIME" | "HOP_ROWTIME" | "SESSION_ROWTIME" => {
+            let window = name.trim_end_matches("_ROWTIME").to_lowercase();
+            format!("{window}_end({}) - INTERVAL '1' MILLISECOND", args.join(", "))
+        }
+        "TUMBLE_PROCTIME" | "HOP_PROCTIME" | "SESSION_PROCTIME" => {
+            let window = name.trim_end_matches("_PROCTIME");
+            return plan_error(&format!(
+                "{name} is not supported: a window's processing time has no meaning in weir, whose windows close on the watermark; use {window}_END or {window}_ROWTIME"
+            ));
+        }
         _ => return Ok(None),
     };
     let parsed = Parser::new(&GenericDialect {})
@@ -180,6 +198,12 @@ mod tests {
             rewritten("SELECT MOD(MOD(a, 5), 3) FROM t"),
             "SELECT ((a) % (5)) % (3) FROM t",
             "inner calls first"
+        );
+        assert_eq!(
+            rewritten(
+                "SELECT SESSION_START(ts, INTERVAL '10' SECOND), HOP_ROWTIME(ts, INTERVAL '1' SECOND, INTERVAL '5' SECOND) FROM t"
+            ),
+            "SELECT session((ts), (INTERVAL '10' SECOND)), hop_end((ts), (INTERVAL '1' SECOND), (INTERVAL '5' SECOND)) - INTERVAL '1' MILLISECOND FROM t"
         );
         assert_eq!(chrono_format("yyyy-MM-dd HH:mm:ss.SSS"), "%Y-%m-%d %H:%M:%S.%3f");
         assert_eq!(chrono_format("HH'h'mm"), "%Hh%M");

@@ -12,7 +12,9 @@ mod field_names;
 #[cfg(test)]
 mod filesystem_roundtrip;
 mod flink_functions;
+mod flink_refusals;
 mod flink_types;
+pub mod identifiers;
 #[cfg(test)]
 mod kafka_roundtrip;
 mod lag;

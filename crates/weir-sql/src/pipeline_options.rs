@@ -9,6 +9,8 @@ use weir_connectors::PlanOptions;
 use weir_connectors::options::parse_duration;
 use weir_engine::{CheckpointMode, PipelineConfig};
 
+use crate::identifiers::{Dialect, IdentifierCase};
+
 /// Every pipeline option, with what it accepts (for errors and for clients to complete).
 pub const PIPELINE_OPTIONS: &[(&str, &str)] = &[
     ("checkpoint.mode", "'exactly_once' or 'at_least_once'"),
@@ -22,6 +24,11 @@ pub const PIPELINE_OPTIONS: &[(&str, &str)] = &[
     ("parallelism", "an integer from 1 to 256"),
     ("state.ttl", "a duration such as '1 hour', or 'off' (updating aggregates and regular joins)"),
     ("pipeline.name", "a name of letters, digits, '-' and '_' (names the pipelines' Kafka transactional ids)"),
+    ("sql.dialect", "'weir' or 'flink' (Flink's rule for names: unquoted names kept as written, matched exactly)"),
+    (
+        "sql.identifiers",
+        "'lowercase' (unquoted names lowercased) or 'as_written' (kept and matched exactly, as in Flink)",
+    ),
 ];
 
 /// Flink's names of the same settings, so a Flink job's `SET 'execution.checkpointing.interval'
@@ -90,6 +97,8 @@ pub struct PipelineOptions {
     pub parallelism: Option<usize>,
     pub state_ttl: Option<Every>,
     pub pipeline_name: Option<String>,
+    pub dialect: Option<Dialect>,
+    pub identifiers: Option<IdentifierCase>,
 }
 
 impl PipelineOptions {
@@ -132,6 +141,14 @@ impl PipelineOptions {
             "checkpoint.incremental" => self.incremental_checkpoints = Some(boolean()?),
             "parallelism" => self.parallelism = Some(count(1, 256)?),
             "state.ttl" => self.state_ttl = Some(every()?),
+            "sql.dialect" => {
+                let dialect = [Dialect::Weir, Dialect::Flink].into_iter().find(|d| d.option_value() == value);
+                self.dialect = Some(dialect.ok_or_else(invalid)?);
+            }
+            "sql.identifiers" => {
+                let rule = [IdentifierCase::Lowercase, IdentifierCase::AsWritten];
+                self.identifiers = Some(rule.into_iter().find(|c| c.option_value() == value).ok_or_else(invalid)?);
+            }
             _ => {
                 if value.is_empty() || !value.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
                     return Err(invalid());
@@ -140,6 +157,11 @@ impl PipelineOptions {
             }
         }
         Ok(())
+    }
+
+    /// How unquoted names are read: `sql.identifiers`, else the dialect's rule.
+    pub fn identifier_case(&self) -> IdentifierCase {
+        self.identifiers.unwrap_or_else(|| self.dialect.unwrap_or_default().identifiers())
     }
 
     /// The runtime configuration the options describe (the runtime's defaults where unset).
@@ -201,7 +223,7 @@ impl PipelineOptions {
             Every::Every(d) => duration(d),
         };
         let mode = |exactly_once: &bool| if *exactly_once { "exactly_once" } else { "at_least_once" }.to_string();
-        let settings: [(&str, Option<String>); 11] = [
+        let settings: [(&str, Option<String>); 13] = [
             ("checkpoint.mode", self.exactly_once.as_ref().map(mode)),
             ("checkpoint.unaligned", self.unaligned.map(|b| b.to_string())),
             ("checkpoint.aligned_timeout", self.aligned_timeout.as_ref().map(duration)),
@@ -213,6 +235,8 @@ impl PipelineOptions {
             ("parallelism", self.parallelism.map(|n| n.to_string())),
             ("state.ttl", self.state_ttl.as_ref().map(every)),
             ("pipeline.name", self.pipeline_name.clone()),
+            ("sql.dialect", self.dialect.map(|d| d.option_value().to_string())),
+            ("sql.identifiers", self.identifiers.map(|c| c.option_value().to_string())),
         ];
         settings
             .into_iter()

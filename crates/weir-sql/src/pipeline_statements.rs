@@ -4,6 +4,12 @@
 //! it parses the rest; the session hands each back in its place among the other statements'
 //! outputs as [`crate::Output::Command`], and the service carries it out. Parsed here, once,
 //! every client (REST, `weir sql`, the web page) has them.
+//!
+//! Flink's statement sets, `EXECUTE STATEMENT SET BEGIN INSERT ...; INSERT ...; END` (and the
+//! SQL client's `BEGIN STATEMENT SET; ... END;`), are taken out here too: their INSERTs stay,
+//! and the set's bounds are handed back, so that the session makes them one pipeline, as Flink
+//! makes them one job (weir makes consecutive INSERTs one pipeline anyway; the bounds keep a set
+//! apart from INSERTs around it).
 
 use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan};
 
@@ -28,10 +34,23 @@ pub enum PipelineCommand {
 /// output takes its place among theirs).
 pub type PlacedCommand = (usize, PipelineCommand);
 
-/// The tokens of `tokens` that sqlparser is to parse, and the pipeline commands taken out.
-pub fn take_commands(tokens: Vec<TokenWithSpan>) -> Result<(Vec<TokenWithSpan>, Vec<PlacedCommand>)> {
+/// What [`take_commands`] takes out of the statements.
+pub struct Taken {
+    /// The tokens sqlparser is to parse.
+    pub tokens: Vec<TokenWithSpan>,
+    pub commands: Vec<PlacedCommand>,
+    /// The bounds of statement sets, as numbers of ordinary statements before them: the
+    /// INSERTs between two bounds make one pipeline.
+    pub set_bounds: Vec<usize>,
+}
+
+/// Takes the pipeline commands and statement-set brackets out of `tokens`.
+pub fn take_commands(tokens: Vec<TokenWithSpan>) -> Result<Taken> {
     let mut kept = Vec::with_capacity(tokens.len());
     let mut commands = Vec::new();
+    let mut set_bounds = Vec::new();
+    // Where the open statement set began.
+    let mut open_set: Option<Location> = None;
     let mut statements = 0;
     let mut statement: Vec<TokenWithSpan> = Vec::new();
     let mut tokens = tokens.into_iter().peekable();
@@ -42,7 +61,38 @@ pub fn take_commands(tokens: Vec<TokenWithSpan>) -> Result<(Vec<TokenWithSpan>, 
         if !end && !last {
             continue;
         }
-        let group = std::mem::take(&mut statement);
+        let mut group = std::mem::take(&mut statement);
+        let words = Words::new(&group);
+        let opens = match () {
+            _ if words.starts_with(&["EXECUTE", "STATEMENT", "SET", "BEGIN"]) => Some(4),
+            _ if words.starts_with(&["BEGIN", "STATEMENT", "SET"]) && words.tokens.len() == 3 => Some(3),
+            _ => None,
+        };
+        if let Some(opening) = opens {
+            let at = words.tokens[0].span.start;
+            if let Some(open) = open_set {
+                return Err(Error::Syntax {
+                    message: format!(
+                        "a statement set is open already (since line {}, column {}): end it with END first",
+                        open.line, open.column
+                    ),
+                    line: at.line,
+                    column: at.column,
+                });
+            }
+            open_set = Some(at);
+            set_bounds.push(statements);
+            // The words opening it go; what follows them is the set's first statement.
+            let after = words.tokens[opening - 1].span.end;
+            group.retain(|t| t.span.start >= after);
+            if !group.iter().any(|t| !matches!(t.token, Token::Whitespace(_) | Token::SemiColon | Token::EOF)) {
+                continue;
+            }
+        } else if open_set.is_some() && words.starts_with(&["END"]) && words.tokens.len() == 1 {
+            open_set = None;
+            set_bounds.push(statements);
+            continue;
+        }
         match command(&group)? {
             Some(found) => commands.push((statements, found)),
             None => {
@@ -53,7 +103,15 @@ pub fn take_commands(tokens: Vec<TokenWithSpan>) -> Result<(Vec<TokenWithSpan>, 
             }
         }
     }
-    Ok((kept, commands))
+    if let Some(open) = open_set {
+        return Err(Error::Syntax {
+            message: "this statement set has no END: write EXECUTE STATEMENT SET BEGIN INSERT ...; INSERT ...; END"
+                .into(),
+            line: open.line,
+            column: open.column,
+        });
+    }
+    Ok(Taken { tokens: kept, commands, set_bounds })
 }
 
 /// The words and numbers of one statement, with where each starts.
@@ -182,9 +240,33 @@ mod tests {
     use super::*;
 
     fn split(sql: &str) -> Result<(String, Vec<PlacedCommand>)> {
-        let tokens = Tokenizer::new(&GenericDialect {}, sql).tokenize_with_location().unwrap();
-        let (kept, commands) = take_commands(tokens)?;
-        Ok((kept.iter().map(|t| t.token.to_string()).collect(), commands))
+        let taken = take_commands(Tokenizer::new(&GenericDialect {}, sql).tokenize_with_location().unwrap())?;
+        Ok((taken.tokens.iter().map(|t| t.token.to_string()).collect(), taken.commands))
+    }
+
+    #[test]
+    fn a_statement_sets_brackets_are_taken_out_and_its_bounds_kept() {
+        let sql = "INSERT INTO a SELECT 1; EXECUTE STATEMENT SET BEGIN INSERT INTO b SELECT 2; INSERT INTO c SELECT 3; END; INSERT INTO d SELECT 4";
+        let taken = take_commands(Tokenizer::new(&GenericDialect {}, sql).tokenize_with_location().unwrap()).unwrap();
+        let text: String = taken.tokens.iter().map(|t| t.token.to_string()).collect();
+        assert_eq!(
+            text,
+            "INSERT INTO a SELECT 1; INSERT INTO b SELECT 2; INSERT INTO c SELECT 3; INSERT INTO d SELECT 4"
+        );
+        assert_eq!(taken.set_bounds, vec![1, 3]);
+        let client = "BEGIN STATEMENT SET;\nINSERT INTO b SELECT 2;\nEND;";
+        let taken =
+            take_commands(Tokenizer::new(&GenericDialect {}, client).tokenize_with_location().unwrap()).unwrap();
+        assert_eq!(taken.set_bounds, vec![0, 1]);
+        let position = |sql: &str| match split(sql) {
+            Err(Error::Syntax { message, line, column }) => (message, line, column),
+            other => panic!("{other:?}"),
+        };
+        let (message, line, column) = position("SELECT 1;\nEXECUTE STATEMENT SET BEGIN INSERT INTO b SELECT 2;");
+        assert_eq!((line, column), (2, 1));
+        assert!(message.contains("has no END"), "{message}");
+        let (message, _, _) = position("BEGIN STATEMENT SET; BEGIN STATEMENT SET; END;");
+        assert!(message.contains("open already (since line 1, column 1)"), "{message}");
     }
 
     #[test]

@@ -9,14 +9,14 @@ use std::time::Duration;
 use datafusion::arrow::compute::can_cast_types;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::catalog::view::ViewTable;
-use datafusion::common::DFSchema;
+use datafusion::common::{DFSchema, TableReference};
 use datafusion::datasource::empty::EmptyTable;
 use datafusion::logical_expr::{DdlStatement, ExprSchemable, LogicalPlan};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{
     CreateTable, CreateTableOptions, DataType as SqlType, Expr, HiveDistributionStyle, Ident, Insert, ObjectName,
-    ObjectType, SelectItem, Set, SetExpr, Spanned, SqlOption, Statement, Value, ValueWithSpan,
+    ObjectType, SelectItem, Set, SetExpr, Spanned, SqlOption, Statement, TableObject, Value, ValueWithSpan,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
@@ -28,6 +28,7 @@ use weir_engine::{Graph, PipelineConfig};
 
 use crate::catalog::{Catalog, TableDef, ViewDef};
 use crate::error::{Error, Result, located};
+use crate::identifiers::IdentifierCase;
 use crate::pipeline_options::PipelineOptions;
 use crate::pipeline_statements::{self, PipelineCommand, PlacedCommand};
 use crate::plan_err;
@@ -160,10 +161,6 @@ fn syntax_error(error: ParserError) -> Error {
     Error::Syntax { message, line, column }
 }
 
-fn name_of(name: &ObjectName) -> String {
-    name.to_string().trim_matches('"').to_string()
-}
-
 /// An option value as text: quoted strings, numbers and booleans.
 fn option_value(expr: &Expr) -> Option<String> {
     match expr {
@@ -235,35 +232,59 @@ impl Session {
 
     /// Parses `sql` (one or more statements) and runs each in turn; stops at the first error.
     pub async fn execute(&mut self, sql: &str) -> Result<Vec<Output>> {
+        self.read_names_by_the_options();
         let (text, mut clauses) = time_clauses::extract(sql)?;
         let tokens = crate::flink_types::rewrite(window_table_functions::tokens(&text)?)?;
+        crate::flink_refusals::check(&tokens)?;
         let (tokens, computed) = crate::computed_columns::extract(tokens);
         clauses.extend(computed);
-        let (tokens, mut commands) = pipeline_statements::take_commands(tokens)?;
+        let taken = pipeline_statements::take_commands(tokens)?;
+        let mut commands = taken.commands;
         commands.reverse();
         let mut statements = Parser::new(&GenericDialect {})
-            .with_tokens_with_locations(tokens)
+            .with_tokens_with_locations(taken.tokens)
             .parse_statements()
             .map_err(syntax_error)?;
         for statement in &mut statements {
             crate::field_names::name_fields(statement);
             crate::flink_functions::rewrite(statement)?;
         }
-        attach_time_clauses(&mut statements, clauses)?;
+        let mut clauses = clauses_by_statement(&statements, clauses)?;
         let mut outputs = Vec::new();
         // Consecutive INSERTs make one pipeline, sharing the sources they read.
         let mut inserts: Vec<Insert> = Vec::new();
-        for (index, statement) in statements.into_iter().enumerate() {
+        // A statement set holds INSERTs only, and is a pipeline of its own.
+        let in_set = |index: usize| taken.set_bounds.chunks(2).any(|set| set[0] <= index && set.get(1) > Some(&index));
+        if let Some(other) =
+            statements.iter().enumerate().find(|(i, s)| in_set(*i) && !matches!(s, Statement::Insert(_)))
+        {
+            let start = other.1.span().start;
+            let message = "a statement set holds INSERT statements only".into();
+            return Err(Error::Syntax { message, line: start.line, column: start.column });
+        }
+        for (index, mut statement) in statements.into_iter().enumerate() {
             self.take_commands_before(index, &mut commands, &mut inserts, &mut outputs).await?;
+            if taken.set_bounds.contains(&index) && !inserts.is_empty() {
+                outputs.push(self.insert_pipeline(std::mem::take(&mut inserts)).await?);
+            }
+            // Read by the rule for names in force now (a SET before may have changed it).
+            attach_time_clauses(&mut statement, std::mem::take(&mut clauses[index]), self.names())?;
             match statement {
                 Statement::Insert(insert) => inserts.push(insert),
                 other => {
                     if !inserts.is_empty() {
                         outputs.push(self.insert_pipeline(std::mem::take(&mut inserts)).await?);
                     }
-                    let changes_catalog =
-                        matches!(other, Statement::CreateTable(_) | Statement::CreateView(_) | Statement::Drop { .. });
-                    let text = changes_catalog.then(|| other.to_string());
+                    // What changes the catalog, or how its names are read, is logged.
+                    let logged = match &other {
+                        Statement::CreateTable(_) | Statement::CreateView(_) | Statement::Drop { .. } => true,
+                        Statement::Set(Set::SingleAssignment { variable, .. }) => {
+                            let name = variable.to_string();
+                            ["sql.dialect", "sql.identifiers"].iter().any(|option| name.trim_matches('\'') == *option)
+                        }
+                        _ => false,
+                    };
+                    let text = logged.then(|| other.to_string());
                     outputs.push(self.run(other).await?);
                     self.catalog_log.extend(text);
                 }
@@ -274,6 +295,17 @@ impl Session {
             outputs.push(self.insert_pipeline(inserts).await?);
         }
         Ok(outputs)
+    }
+
+    /// The session's rule for unquoted names.
+    fn names(&self) -> IdentifierCase {
+        self.options.identifier_case()
+    }
+
+    /// Has DataFusion read names in queries by the session's rule.
+    fn read_names_by_the_options(&self) {
+        let lowercase = self.names().lowercases();
+        self.context.state_ref().write().config_mut().options_mut().sql_parser.enable_ident_normalization = lowercase;
     }
 
     /// Outputs the pipeline commands written before ordinary statement `index` (`commands` is
@@ -327,17 +359,19 @@ impl Session {
         match statement {
             Statement::CreateTable(create) => self.create_table(create).await,
             Statement::CreateView(view) => {
-                let name = name_of(&view.name);
+                let name = self.names().object_name(&view.name);
                 if self.catalog.contains(&name) && !view.or_replace {
                     return plan_err!("'{name}' exists already; use CREATE OR REPLACE VIEW to replace a view");
                 }
                 let query = view.query.to_string();
-                self.catalog.views.insert(name.clone(), ViewDef { name: name.clone(), query });
+                let view = ViewDef { name: name.clone(), query, identifiers: self.names() };
+                self.catalog.views.insert(name.clone(), view);
                 Ok(Output::Done(format!("created view {name}")))
             }
             Statement::Drop { object_type, if_exists, names, .. } => {
                 let mut dropped = Vec::new();
-                for name in names.iter().map(name_of) {
+                let rule = self.names();
+                for name in names.iter().map(|name| rule.object_name(name)) {
                     let removed = match object_type {
                         ObjectType::Table => self.catalog.tables.remove(&name).is_some(),
                         ObjectType::View => self.catalog.views.remove(&name).is_some(),
@@ -360,10 +394,10 @@ impl Session {
                 let rows = tables.chain(views).collect();
                 Ok(Output::Rows { columns: vec!["name".into(), "kind".into(), "connector".into()], rows })
             }
-            Statement::ExplainTable { table_name, .. } => self.describe(&name_of(&table_name)),
+            Statement::ExplainTable { table_name, .. } => self.describe(&self.names().object_name(&table_name)),
             Statement::Set(Set::SingleAssignment { variable, values, .. }) => {
                 // Flink quotes the name: SET 'parallelism.default' = '2'.
-                let name = name_of(&variable).trim_matches('\'').to_string();
+                let name = variable.to_string().trim_matches('\'').to_string();
                 let value = match values.as_slice() {
                     [value] => option_value(value),
                     _ => None,
@@ -372,6 +406,7 @@ impl Session {
                     return plan_err!("SET {name} needs one value, as in SET {name} = 'value'");
                 };
                 self.options.set(&name, &value).map_err(Error::Plan)?;
+                self.read_names_by_the_options();
                 Ok(Output::Done(format!("{name} = '{value}' for the next pipeline")))
             }
             Statement::Query(query) => {
@@ -424,7 +459,7 @@ impl Session {
     }
 
     async fn create_table(&mut self, mut create: CreateTable) -> Result<Output> {
-        let name = name_of(&create.name);
+        let name = self.names().object_name(&create.name);
         if self.catalog.contains(&name) && !create.or_replace {
             if create.if_not_exists {
                 return Ok(Output::Done(format!("table {name} exists already")));
@@ -450,7 +485,7 @@ impl Session {
                     "table '{name}': give its partition columns once, with PARTITIONED BY or 'partition.fields'"
                 );
             }
-            let names: Vec<String> = columns.iter().map(|c| c.name.value.clone()).collect();
+            let names: Vec<String> = columns.iter().map(|c| self.names().name(&c.name)).collect();
             options.insert(PARTITION_FIELDS.into(), names.join(","));
             create.hive_distribution = HiveDistributionStyle::NONE;
         }
@@ -485,7 +520,7 @@ impl Session {
             for column in &mut create.columns {
                 if matches!(column.data_type, SqlType::JSON | SqlType::JSONB) {
                     column.data_type = SqlType::Text;
-                    json_columns.push(column.name.value.clone());
+                    json_columns.push(self.names().name(&column.name));
                 }
             }
             create.table_options = CreateTableOptions::None;
@@ -572,11 +607,8 @@ impl Session {
             let SelectItem::ExprWithAlias { expr, alias } = item else {
                 return plan_err!("table '{table}': a computed column is written name AS expression, not {item}");
             };
-            let name = match alias.quote_style {
-                Some(_) => alias.value,
-                None => alias.value.to_lowercase(),
-            };
-            let sql = expr.to_string();
+            let name = self.names().name(&alias);
+            let sql = crate::identifiers::fixed_names(expr, self.names()).to_string();
             let planned = state
                 .create_logical_expr(&sql, &input)
                 .map_err(|e| Error::Plan(format!("table '{table}': computed column '{name}' ({sql}): {e}")))?;
@@ -662,8 +694,11 @@ impl Session {
     }
 
     async fn insert_query(&mut self, insert: Insert) -> Result<(LogicalPlan, SinkTarget)> {
-        let target = insert.table.to_string();
-        let Some(table) = self.catalog.tables.get(target.trim_matches('"')).cloned() else {
+        let target = match &insert.table {
+            TableObject::TableName(name) => self.names().object_name(name),
+            other => other.to_string(),
+        };
+        let Some(table) = self.catalog.tables.get(&target).cloned() else {
             return plan_err!("INSERT INTO {target}: there is no table named '{target}'");
         };
         if let Some(column) = &table.proctime {
@@ -713,22 +748,52 @@ impl Session {
 
     /// Makes every table and view known to DataFusion, so it can resolve names and types.
     async fn register_catalog(&mut self) -> Result<()> {
-        for table in self.catalog.tables.values() {
-            self.context.deregister_table(table.name.as_str())?;
-            self.context.register_table(table.name.as_str(), Arc::new(EmptyTable::new(table.schema.clone())))?;
+        // Names as they are (not parsed, which would lowercase them), and none left over from
+        // a table or view dropped since.
+        let registered = self.context.catalog("datafusion").and_then(|c| c.schema("public"));
+        for name in registered.map(|schema| schema.table_names()).unwrap_or_default() {
+            self.context.deregister_table(TableReference::bare(name))?;
         }
-        for view in self.catalog.views.values() {
-            self.context.deregister_table(view.name.as_str())?;
-            let statements = Parser::parse_sql(&GenericDialect {}, &view.query).map_err(syntax_error)?;
-            let Some(query) = statements.into_iter().next() else {
-                return plan_err!("view '{}' has no query", view.name);
-            };
-            let state = self.context.state();
-            let plan = state.statement_to_plan(DFStatement::Statement(Box::new(query))).await?;
-            self.context
-                .register_table(view.name.as_str(), Arc::new(ViewTable::new(plan, Some(view.query.clone()))))?;
+        for table in self.catalog.tables.values() {
+            let empty = EmptyTable::new(table.schema.clone());
+            self.context.register_table(TableReference::bare(table.name.as_str()), Arc::new(empty))?;
+        }
+        // A view may read views: each is planned once those it reads are (in rounds, until a
+        // round makes no progress; then the first failure is the error).
+        let mut pending: Vec<&ViewDef> = self.catalog.views.values().collect();
+        while !pending.is_empty() {
+            let round = pending.len();
+            let mut failed = Vec::new();
+            let mut first_error = None;
+            for view in pending {
+                match self.plan_view(view).await {
+                    Ok(plan) => {
+                        let table = ViewTable::new(plan, Some(view.query.clone()));
+                        self.context.register_table(TableReference::bare(view.name.as_str()), Arc::new(table))?;
+                    }
+                    Err(error) => {
+                        first_error.get_or_insert(error);
+                        failed.push(view);
+                    }
+                }
+            }
+            if let Some(error) = first_error.filter(|_| failed.len() == round) {
+                return Err(error);
+            }
+            pending = failed;
         }
         Ok(())
+    }
+
+    /// The plan of a view's query, its names read as when it was created.
+    async fn plan_view(&self, view: &ViewDef) -> Result<LogicalPlan> {
+        let statements = Parser::parse_sql(&GenericDialect {}, &view.query).map_err(syntax_error)?;
+        let Some(query) = statements.into_iter().next() else {
+            return plan_err!("view '{}' has no query", view.name);
+        };
+        let mut state = self.context.state();
+        state.config_mut().options_mut().sql_parser.enable_ident_normalization = view.identifiers.lowercases();
+        Ok(state.statement_to_plan(DFStatement::Statement(Box::new(query))).await?)
     }
 
     /// Numbers the next pipelines after `n` (their names are `<pipeline.name>-<number>`): a
@@ -750,35 +815,47 @@ fn reading_of(table: &TableDef) -> Result<String> {
 /// written `PARTITIONED BY (...)`.
 const PARTITION_FIELDS: &str = "partition.fields";
 
-/// Gives each time clause to the CREATE TABLE it was written in (the last statement starting
-/// before it): WATERMARK FOR as `event_time` and `watermark_delay` options, `pt AS PROCTIME()`
-/// as the `proctime` option.
-fn attach_time_clauses(statements: &mut [Statement], clauses: Vec<TimeClause>) -> Result<()> {
+/// The clauses of each statement: each time clause belongs to the CREATE TABLE it was written
+/// in (the last statement starting before it).
+fn clauses_by_statement(statements: &[Statement], clauses: Vec<TimeClause>) -> Result<Vec<Vec<TimeClause>>> {
+    let mut by_statement = vec![Vec::new(); statements.len()];
     for clause in clauses {
         let at = (clause.line, clause.col);
         // Statements without a known position (sqlparser leaves some spans empty) cannot own it.
         let owner = statements
-            .iter_mut()
-            .filter(|s| {
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
                 let start = s.span().start;
                 start.line > 0 && (start.line, start.column) <= at
             })
-            .max_by_key(|s| {
+            .max_by_key(|(_, s)| {
                 let start = s.span().start;
                 (start.line, start.column)
             });
-        let Some(Statement::CreateTable(create)) = owner else {
+        let Some((index, Statement::CreateTable(_))) = owner else {
             return Err(Error::Syntax {
                 message: "WATERMARK FOR and PROCTIME() columns belong in the column list of a CREATE TABLE".into(),
                 line: clause.line,
                 column: clause.col,
             });
         };
+        by_statement[index].push(clause);
+    }
+    Ok(by_statement)
+}
+
+/// Gives a CREATE TABLE its time clauses: WATERMARK FOR as `event_time` and
+/// `watermark_delay` options, `pt AS PROCTIME()` as the `proctime` option, computed columns as
+/// `computed_columns`; the columns named by the rule `names`.
+fn attach_time_clauses(statement: &mut Statement, clauses: Vec<TimeClause>, names: IdentifierCase) -> Result<()> {
+    let Statement::CreateTable(create) = statement else { return Ok(()) };
+    for clause in clauses {
         let options = match clause.kind {
             ClauseKind::Watermark { column, delay } => {
-                vec![("event_time", column), ("watermark_delay", format!("{} ms", delay.as_millis()))]
+                vec![("event_time", names.name(&column)), ("watermark_delay", format!("{} ms", delay.as_millis()))]
             }
-            ClauseKind::ProcessingTime { column } => vec![("proctime", column)],
+            ClauseKind::ProcessingTime { column } => vec![("proctime", names.name(&column))],
             ClauseKind::Computed { columns } => vec![(crate::computed_columns::OPTION, columns)],
         };
         let names: Vec<&str> = options.iter().map(|(key, _)| *key).collect();
@@ -797,12 +874,12 @@ fn attach_time_clauses(statements: &mut [Statement], clauses: Vec<TimeClause>) -
                 if names.iter().any(|name| given(name)) {
                     return plan_err!(
                         "table '{}': give its time as a clause (WATERMARK FOR, AS PROCTIME()) or as options, not both",
-                        name_of(&create.name)
+                        create.name
                     );
                 }
                 list.extend(new);
             }
-            _ => return plan_err!("table '{}': give its options as WITH (name = 'value', ...)", name_of(&create.name)),
+            _ => return plan_err!("table '{}': give its options as WITH (name = 'value', ...)", create.name),
         }
     }
     Ok(())
@@ -1034,6 +1111,56 @@ mod tests {
         let description = pipeline.graph.describe(true);
         assert_eq!(description.matches("task [nexmark]").count(), 1, "{description}");
         assert!(description.contains("-> bids]") && description.contains("-> persons]"), "{description}");
+        // A statement set is a pipeline of its own, even between other INSERTs.
+        let outputs = run(
+            &mut session,
+            "INSERT INTO bids SELECT bid.price FROM nexmark WHERE event_type = 2;
+             EXECUTE STATEMENT SET BEGIN
+               INSERT INTO bids SELECT bid.price FROM nexmark WHERE event_type = 2;
+               INSERT INTO persons SELECT person.id FROM nexmark WHERE event_type = 0;
+             END;
+             INSERT INTO persons SELECT person.id FROM nexmark WHERE event_type = 0",
+        )
+        .await;
+        let inserts: Vec<usize> = outputs
+            .iter()
+            .map(|o| match o {
+                Output::Pipeline(p) => p.sql.matches("INSERT").count(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(inserts, vec![1, 2, 1]);
+    }
+
+    /// Flink's rule for names survives a replay of the catalog log: the SET that chose it is
+    /// logged, views keep the rule they were made under, computed columns read alike under both.
+    #[tokio::test]
+    async fn names_read_by_flinks_rule_plan_again_in_a_new_session() {
+        let mut session = Session::new();
+        run(
+            &mut session,
+            "SET 'sql.dialect' = 'flink';
+             CREATE TABLE Events (bid ROW<auction BIGINT, dateTime TIMESTAMP(3)>, `dateTime` AS bid.dateTime, WATERMARK FOR dateTime AS dateTime) WITH ('connector' = 'nexmark', 'events' = '10');
+             CREATE VIEW Bids AS SELECT bid.auction, dateTime FROM Events;
+             SET 'sql.identifiers' = 'lowercase';
+             CREATE VIEW bids_again AS SELECT * FROM \"Bids\"",
+        )
+        .await;
+        assert_eq!(
+            session.catalog_log.iter().filter(|sql| sql.starts_with("SET")).count(),
+            2,
+            "{:?}",
+            session.catalog_log
+        );
+        let mut again = Session::new();
+        for sql in &session.catalog_log {
+            again.execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
+        assert_eq!(again.options.identifier_case(), IdentifierCase::Lowercase);
+        assert_eq!(again.catalog.tables["Events"].event_time.as_ref().map(|(c, _)| c.as_str()), Some("dateTime"));
+        run(&mut again, "SELECT auction, \"dateTime\" FROM bids_again").await;
+        let error = again.execute("SELECT dateTime FROM bids_again").await.unwrap_err().to_string();
+        assert!(error.contains("datetime"), "{error}");
     }
 
     #[tokio::test]

@@ -6,7 +6,10 @@
 
 use std::time::Duration;
 
+use datafusion::sql::sqlparser::ast::Ident;
+
 use crate::error::{Error, Result};
+use crate::identifiers::written_ident;
 use weir_connectors::options::parse_duration;
 
 /// One clause: what it says, and where it started (1-based line and column).
@@ -19,10 +22,11 @@ pub struct TimeClause {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClauseKind {
-    /// `WATERMARK FOR column AS column - INTERVAL ...`: the event time and its delay.
-    Watermark { column: String, delay: Duration },
+    /// `WATERMARK FOR column AS column - INTERVAL ...`: the event time and its delay (the
+    /// column as written: the session's rule for names reads it).
+    Watermark { column: Ident, delay: Duration },
     /// `column AS PROCTIME()`: a processing-time column.
-    ProcessingTime { column: String },
+    ProcessingTime { column: Ident },
     /// A table's computed columns, `expression AS name, ...` (`computed_columns`).
     Computed { columns: String },
 }
@@ -39,15 +43,15 @@ fn clause_error(sql: &str, offset: usize, message: String) -> Error {
     Error::Syntax { message, line, column }
 }
 
-/// Byte offsets of the text that is SQL code: not inside a string, a quoted identifier or a
-/// comment.
+/// Byte offsets of the text that is SQL code: not inside a string, a quoted identifier (double
+/// quotes or Flink's backticks) or a comment.
 fn code_positions(sql: &str) -> Vec<bool> {
     let bytes = sql.as_bytes();
     let mut code = vec![true; bytes.len()];
     let mut i = 0;
     while i < bytes.len() {
         let skip_to = match bytes[i] {
-            quote @ (b'\'' | b'"') => {
+            quote @ (b'\'' | b'"' | b'`') => {
                 bytes[i + 1..].iter().position(|b| *b == quote).map_or(bytes.len(), |p| i + p + 2)
             }
             b'-' if bytes.get(i + 1) == Some(&b'-') => {
@@ -84,7 +88,7 @@ fn find_clause(upper: &str, code: &[bool], from: usize) -> Option<usize> {
 }
 
 /// Parses "WATERMARK FOR col AS col [- INTERVAL 'n' [unit]]".
-fn parse_clause(text: &str) -> std::result::Result<(String, Duration), String> {
+fn parse_clause(text: &str) -> std::result::Result<(Ident, Duration), String> {
     let expected = "expected WATERMARK FOR column AS column - INTERVAL 'n' UNIT";
     let words: Vec<&str> = text.split_whitespace().collect();
     let [watermark, for_, column, as_, rest @ ..] = words.as_slice() else { return Err(expected.to_string()) };
@@ -94,13 +98,13 @@ fn parse_clause(text: &str) -> std::result::Result<(String, Duration), String> {
     {
         return Err(expected.to_string());
     }
-    let written = column.trim_matches('"');
+    let column = written_ident(column);
+    let written = &column.value;
     let rest = rest.join(" ");
-    let Some(rest) = rest.strip_prefix(*column).or_else(|| rest.strip_prefix(&format!("\"{written}\""))) else {
+    let same = [written.clone(), format!("\"{written}\""), format!("`{written}`")];
+    let Some(rest) = same.iter().find_map(|name| rest.strip_prefix(name.as_str())) else {
         return Err(format!("the watermark of '{written}' must be '{written}' minus an interval ({expected})"));
     };
-    // An unquoted name is lowercased, as DataFusion names the table's columns.
-    let column = if column.starts_with('"') { written.to_string() } else { written.to_lowercase() };
     let rest = rest.trim();
     if rest.is_empty() {
         return Ok((column, Duration::ZERO));
@@ -120,7 +124,7 @@ fn parse_clause(text: &str) -> std::result::Result<(String, Duration), String> {
 
 /// Finds "<column> AS PROCTIME()" (any case, in code) at or after `from`: the column's start,
 /// its name, and the end of the clause.
-fn find_proctime(sql: &str, upper: &str, code: &[bool], from: usize) -> Option<(usize, String, usize)> {
+fn find_proctime(sql: &str, upper: &str, code: &[bool], from: usize) -> Option<(usize, Ident, usize)> {
     let mut search = from;
     while let Some(found) = upper[search..].find("PROCTIME") {
         let at = search + found;
@@ -145,21 +149,16 @@ fn find_proctime(sql: &str, upper: &str, code: &[bool], from: usize) -> Option<(
             continue;
         };
         let name_part = name_part.trim_end();
-        let (name_start, column) = match name_part.strip_suffix('"') {
-            Some(quoted) => {
-                let open = quoted.rfind('"')?;
-                (open, quoted[open + 1..].to_string())
-            }
-            None => {
-                let start = name_part
-                    .char_indices()
-                    .rev()
-                    .find(|(_, c)| !(c.is_alphanumeric() || *c == '_'))
-                    .map_or(0, |(i, c)| i + c.len_utf8());
-                (start, name_part[start..].to_lowercase())
-            }
+        let name_start = match ['"', '`'].into_iter().find_map(|q| Some((q, name_part.strip_suffix(q)?))) {
+            Some((quote, quoted)) => quoted.rfind(quote)?,
+            None => name_part
+                .char_indices()
+                .rev()
+                .find(|(_, c)| !(c.is_alphanumeric() || *c == '_'))
+                .map_or(0, |(i, c)| i + c.len_utf8()),
         };
-        if !column.is_empty() {
+        let column = written_ident(&name_part[name_start..]);
+        if !column.value.is_empty() {
             return Some((name_start, column, end));
         }
     }
@@ -232,13 +231,20 @@ mod tests {
         let (text, clauses) = extract(sql).unwrap();
         assert_eq!(text.len(), sql.len());
         assert!(!text.contains("WATERMARK") && !text.contains("TIMESTAMP,"), "{text}");
-        let kind = ClauseKind::Watermark { column: "ts".into(), delay: Duration::from_secs(5) };
+        let kind = ClauseKind::Watermark { column: Ident::new("ts"), delay: Duration::from_secs(5) };
         assert_eq!(clauses, vec![TimeClause { kind, line: 3, col: 3 }]);
         let (_, plain) =
             extract("CREATE TABLE t (ts TIMESTAMP, watermark for ts as ts) WITH (connector = 'blackhole')").unwrap();
-        assert_eq!(plain[0].kind, ClauseKind::Watermark { column: "ts".into(), delay: Duration::ZERO });
+        assert_eq!(plain[0].kind, ClauseKind::Watermark { column: Ident::new("ts"), delay: Duration::ZERO });
         let (_, other) = extract("CREATE TABLE t (ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '200 ms')").unwrap();
-        assert_eq!(other[0].kind, ClauseKind::Watermark { column: "ts".into(), delay: Duration::from_millis(200) });
+        assert_eq!(
+            other[0].kind,
+            ClauseKind::Watermark { column: Ident::new("ts"), delay: Duration::from_millis(200) }
+        );
+        let (_, quoted) =
+            extract("CREATE TABLE t (`dateTime` TIMESTAMP, WATERMARK FOR `dateTime` AS `dateTime`)").unwrap();
+        let kind = ClauseKind::Watermark { column: Ident::with_quote('`', "dateTime"), delay: Duration::ZERO };
+        assert_eq!(quoted[0].kind, kind);
     }
 
     #[test]
@@ -247,12 +253,16 @@ mod tests {
             ("CREATE TABLE t (a BIGINT, pt AS PROCTIME())", "CREATE TABLE t (a BIGINT                  )", 27),
             ("CREATE TABLE t (pt AS proctime ( ), a BIGINT)", "CREATE TABLE t (                    a BIGINT)", 17),
             ("CREATE TABLE t (\"p t\" AS PROCTIME())", "CREATE TABLE t (                   )", 17),
+            ("CREATE TABLE t (`p t` AS PROCTIME())", "CREATE TABLE t (                   )", 17),
         ] {
             let (text, clauses) = extract(sql).unwrap();
             assert_eq!(text, blanked);
             assert_eq!(text.len(), sql.len(), "positions kept");
-            let column = if sql.contains("\"p t\"") { "p t" } else { "pt" };
-            assert_eq!(clauses[0].kind, ClauseKind::ProcessingTime { column: column.into() });
+            let column = match sql.find("p t") {
+                Some(at) => Ident::with_quote(sql.as_bytes()[at - 1] as char, "p t"),
+                None => Ident::new("pt"),
+            };
+            assert_eq!(clauses[0].kind, ClauseKind::ProcessingTime { column });
             assert_eq!((clauses[0].line, clauses[0].col), (1, col));
         }
         assert_eq!(extract("SELECT proctime FROM t").unwrap().1, vec![]);

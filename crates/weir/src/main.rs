@@ -74,6 +74,10 @@ enum Command {
         /// Rows printed per SELECT at most (the latest).
         #[arg(long, default_value_t = 20)]
         max_rows: usize,
+        /// The SQL the file is written in: 'weir', or 'flink' (Flink's rule for names: unquoted
+        /// names kept as written and matched exactly); as `SET 'sql.dialect' = '...'` first.
+        #[arg(long, default_value = "weir")]
+        dialect: String,
     },
     /// Copy a pipeline's checkpoint as a self-contained one: every table written whole, so the
     /// copy needs none of the older checkpoints an incremental checkpoint's files reach back
@@ -160,8 +164,8 @@ async fn server_main(command: Command) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("serving on {listen}"))
         }
-        Command::Run { file, data_dir, resume, max_rows } => {
-            run::run_file(&file, &run::RunOptions { data_dir, resume, max_rows }).await
+        Command::Run { file, data_dir, resume, max_rows, dialect } => {
+            run::run_file(&file, &run::RunOptions { data_dir, resume, max_rows, dialect }).await
         }
         Command::ExportCheckpoint { from, to, checkpoint } => export_checkpoint(&from, &to, checkpoint).await,
         Command::Sql(_) => Ok(()),

@@ -24,6 +24,8 @@ pub struct RunOptions {
     pub resume: bool,
     /// Rows printed per SELECT at most (the latest ones).
     pub max_rows: usize,
+    /// The `sql.dialect` the file is read in.
+    pub dialect: String,
 }
 
 struct Running {
@@ -46,6 +48,7 @@ pub async fn run_file(path: &Path, options: &RunOptions) -> anyhow::Result<()> {
     let name: String = stem.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
     let identity = run_identity(&options.data_dir.join("run").join(&stem))?;
     session.options.pipeline_name = Some(format!("run-{name}-{identity}"));
+    session.options.set("sql.dialect", &options.dialect).map_err(anyhow::Error::msg)?;
     let outputs = session.execute(&sql).await.with_context(|| format!("in {}", path.display()))?;
     let mut running = Vec::new();
     for output in outputs {
