@@ -5,6 +5,7 @@
 //! transactional-id prefixes it claims. The [`Registry`](crate::registry::Registry) holds every
 //! connector by name; the planner asks it, and knows no connector itself.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
@@ -115,6 +116,18 @@ pub trait Connector: Send + Sync {
     /// A prefix of options handed to its client unchecked (`kafka.` for librdkafka's).
     fn pass_through(&self) -> Option<&'static str> {
         None
+    }
+
+    /// Other names its tables may give as `connector` (Flink's `upsert-kafka` is `kafka`).
+    fn aliases(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Turns Flink's names and values of its options into its own, before they are checked;
+    /// `written`: the `connector` as written (its name or an alias).
+    fn take_flink_options(&self, written: &str, options: &mut BTreeMap<String, String>) -> Result<()> {
+        let _ = (written, options);
+        Ok(())
     }
 
     /// The schema of its tables when the connector fixes it (no column list is written).

@@ -1,8 +1,8 @@
 //! weir's sources and sinks, each behind the [`Connector`] trait and found by name in the
 //! [`Registry`]: the SQL layer plans tables through them and knows none by name.
 //!
-//! `nexmark`: the Nexmark generator, the embedded default source. `filesystem`: Parquet and
-//! JSON-lines files, a bounded source and an exactly-once sink. `kafka`: a source and a
+//! `nexmark`: the Nexmark generator, the embedded default source. `filesystem`: Parquet,
+//! JSON-lines and CSV files, a bounded source and an exactly-once sink. `kafka`: a source and a
 //! two-phase-commit sink, with the minimal protocol client that commits or aborts a
 //! transaction an earlier process began, and, behind the `testing` feature, the helper every
 //! Kafka test uses to reach the real broker of `tests/kafka/broker.sh`. `blackhole` and
@@ -10,6 +10,7 @@
 //! and read.
 
 pub mod connector;
+pub mod csv_format;
 pub mod declared_schema;
 pub mod error;
 pub mod filesystem;

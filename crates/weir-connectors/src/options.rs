@@ -46,13 +46,15 @@ pub const ANY_COUNT: Kind = Kind::Integer { min: 0, max: u64::MAX };
 
 /// Options every table accepts: which column is the event time, and how late its records may
 /// be (the watermark is the largest event time seen minus this delay); or the name of a
-/// processing-time column to add; and the columns computed from the others (SQL, `expression AS
-/// name, ...`: the SQL front end computes them after the source).
-pub const TIME: [OptionSpec; 4] = [
+/// processing-time column to add; the columns computed from the others (SQL, `expression AS
+/// name, ...`: the SQL front end computes them after the source); and the declared `PRIMARY KEY`
+/// (columns, comma-separated: what an upsert sink keys its records by).
+pub const TIME: [OptionSpec; 5] = [
     option("event_time", Kind::Text),
     option("watermark_delay", Kind::Duration),
     option("proctime", Kind::Text),
     option("computed_columns", Kind::Text),
+    option("primary_key", Kind::Text),
 ];
 
 /// A table's connector and its validated options.

@@ -38,8 +38,9 @@ impl Registry {
         self.connectors.push(connector);
     }
 
+    /// The connector of name (or alias) `name`.
     pub fn get(&self, name: &str) -> Option<&dyn Connector> {
-        self.connectors.iter().find(|c| c.name() == name).map(|c| c.as_ref())
+        self.connectors.iter().find(|c| c.name() == name || c.aliases().contains(&name)).map(|c| c.as_ref())
     }
 
     /// Every connector, in the order they are listed to users.
@@ -66,8 +67,10 @@ impl Registry {
         let connector = self.connector(&name)?;
         let mut values = options;
         values.remove("connector");
-        check_options(&name, connector.options(), connector.pass_through(), &values)?;
-        Ok(ConnectorOptions { connector: name, values })
+        connector.take_flink_options(&name, &mut values)?;
+        let name = connector.name();
+        check_options(name, connector.options(), connector.pass_through(), &values)?;
+        Ok(ConnectorOptions { connector: name.to_string(), values })
     }
 }
 
@@ -124,7 +127,7 @@ mod tests {
         assert!(error(&[("connector", "kafka"), ("speed", "1")]).ends_with(", or 'kafka.<client property>'"));
         assert_eq!(
             error(&[("connector", "kafka"), ("bootstrap.servers", "b"), ("topic", "t"), ("format", "xml")]),
-            "option 'format' = 'xml' is invalid: expected one of 'json', 'raw', 'debezium_json', 'upsert'"
+            "option 'format' = 'xml' is invalid: expected one of 'json', 'csv', 'raw', 'debezium_json', 'upsert'"
         );
         assert_eq!(
             error(&[("connector", "filesystem"), ("format", "json")]),

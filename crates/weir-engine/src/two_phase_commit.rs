@@ -79,6 +79,13 @@ pub trait TwoPhaseCommitter: Send {
 #[async_trait]
 pub trait BatchWriter: Send {
     async fn write(&mut self, batch: RecordBatch) -> Result<()>;
+
+    /// The input's watermark moved to `watermark` (`i64::MAX`: the input ended); a sink whose
+    /// commits depend on event time keeps it (the file sink's partition commit).
+    async fn watermark(&mut self, watermark: i64) -> Result<()> {
+        let _ = watermark;
+        Ok(())
+    }
 }
 
 /// The protocol's bookkeeping around a committer `C`.
@@ -173,6 +180,16 @@ impl<C: TwoPhaseCommitter + BatchWriter> Operator for TwoPhaseCommitSink<C> {
 
     async fn process_batch(&mut self, _input: usize, batch: RecordBatch, _out: &mut Collector) -> Result<()> {
         self.protocol.committer().write(batch).await
+    }
+
+    async fn process_watermark(&mut self, watermark: i64, _out: &mut Collector) -> Result<()> {
+        self.protocol.committer().watermark(watermark).await
+    }
+
+    /// All input is in (before a bounded run's final checkpoint): no event time will come
+    /// before any other, as the watermark of an ended input says.
+    async fn finish(&mut self, _out: &mut Collector) -> Result<()> {
+        self.protocol.committer().watermark(i64::MAX).await
     }
 
     async fn snapshot(&mut self, checkpoint_id: u64) -> Result<Vec<StateTable>> {

@@ -294,3 +294,85 @@ async fn every_file_of_a_directory_is_read_and_a_missing_path_is_an_error() {
     let error = weir_engine::start(planned.graph, config, store).unwrap().wait().await.unwrap_err().to_string();
     assert!(error.contains("notes.txt"), "{error}");
 }
+
+/// Nexmark q10 as nexmark-flink writes it: bids into CSV files partitioned by day and second,
+/// Flink's path URL and partition commit (`success-file` when the watermark passes the
+/// partition's time). Sampled at every completed checkpoint, a partition with its success file
+/// already holds all its rows; at the end every partition has one; read back through the same
+/// table, every bid once; and what the files hold is Flink's CSV.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_get_their_success_file_once_the_watermark_passes_them() {
+    let out = tempfile::tempdir().unwrap();
+    let mut session = Session::new();
+    session.preview_rows = 1_000_000;
+    session
+        .execute(&format!(
+            "CREATE TABLE nexmark (WATERMARK FOR date_time AS date_time - INTERVAL '1' SECOND)
+               WITH (connector = 'nexmark', events = '20000', rate = '2000', as_fast_as_possible = 'true', splits = '4', batch_size = '50');
+             CREATE TABLE q10 (auction BIGINT, bidder BIGINT, price BIGINT, `dateTime` TIMESTAMP(3), extra VARCHAR, dt STRING, hms STRING)
+               PARTITIONED BY (dt, hms) WITH (
+                 'connector' = 'filesystem', 'path' = 'file://{}/q10', 'format' = 'csv',
+                 'sink.partition-commit.trigger' = 'partition-time', 'sink.partition-commit.delay' = '1 s',
+                 'sink.partition-commit.policy.kind' = 'success-file',
+                 'partition.time-extractor.timestamp-pattern' = '$dt $hms',
+                 'sink.rolling-policy.rollover-interval' = '1min', 'sink.rolling-policy.check-interval' = '1min');
+             SET parallelism = 2",
+            out.path().display()
+        ))
+        .await
+        .unwrap();
+    let query = "SELECT bid.auction, bid.bidder, bid.price, date_time, bid.extra, DATE_FORMAT(date_time, 'yyyy-MM-dd'), DATE_FORMAT(date_time, 'HH:mm:ss') FROM nexmark WHERE event_type = 2";
+    let expected = rows_of(&mut session, query).await;
+    let per_partition = |rows: &[String]| {
+        let mut counts = std::collections::BTreeMap::<String, usize>::new();
+        for row in rows {
+            let fields: Vec<&str> = row.rsplitn(3, ' ').collect();
+            *counts.entry(format!("dt={}/hms={}", fields[1], fields[0].replace(':', "%3A"))).or_default() += 1;
+        }
+        counts
+    };
+    let expected_counts = per_partition(&expected);
+    assert!(expected_counts.len() >= 10, "bids over at least 10 seconds: {}", expected_counts.len());
+
+    let planned = pipeline(&mut session, &format!("INSERT INTO q10 {query}")).await;
+    let mut config = planned.config.clone();
+    config.checkpoint.interval = Some(Duration::from_millis(20));
+    let state = tempfile::tempdir().unwrap();
+    let store = weir_state::StateStore::local(state.path()).unwrap();
+    let handle = weir_engine::start(planned.graph, config, store).unwrap();
+    let table = out.path().join("q10");
+    let lines_in = |partition: &Path| -> usize {
+        std::fs::read_dir(partition)
+            .unwrap()
+            .flatten()
+            .filter(|f| f.file_name().to_string_lossy().ends_with(".csv"))
+            .map(|f| std::fs::read_to_string(f.path()).unwrap().lines().count())
+            .sum()
+    };
+    let mut marked_early = 0;
+    while !handle.is_finished() {
+        for (partition, rows) in &expected_counts {
+            let dir = table.join(partition);
+            if dir.join("_SUCCESS").exists() && !handle.is_finished() {
+                assert_eq!(lines_in(&dir), *rows, "{partition} was marked complete before all its rows were in");
+                marked_early += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    handle.wait().await.unwrap();
+    assert!(marked_early > 0, "no partition was marked before the end");
+    for partition in expected_counts.keys() {
+        assert!(table.join(partition).join("_SUCCESS").exists(), "{partition} has no success file at the end");
+    }
+    let written = rows_of(&mut session, "SELECT auction, bidder, price, `dateTime`, extra, dt, hms FROM q10").await;
+    assert_eq!(written, expected, "every bid once");
+    let first = expected_counts.keys().next().unwrap();
+    let file = std::fs::read_dir(table.join(first))
+        .unwrap()
+        .flatten()
+        .find(|f| f.file_name().to_string_lossy().ends_with(".csv"))
+        .unwrap();
+    let line = std::fs::read_to_string(file.path()).unwrap().lines().next().unwrap().to_string();
+    assert!(line.contains(",2023-11-14 22:13:") && !line.contains("dt="), "Flink's CSV, no partition values: {line}");
+}

@@ -656,3 +656,76 @@ async fn debezium_changes_are_read_as_a_changelog() {
         assert_eq!(rows, expected, "{query}");
     }
 }
+
+/// Kafka tables declared as Flink declares them: Flink's option names and values, CSV records
+/// read and written, an upsert-kafka table keyed by its PRIMARY KEY, a statement set writing
+/// both. What is read from the output topics with read_committed is exactly the input's.
+#[tokio::test]
+async fn flinks_kafka_declarations_run_as_written() {
+    let input = topic("flink-csv-in", 2).await;
+    let lines = [
+        "1,apple,2023-11-14 22:13:20.000",
+        "2,pear,2023-11-14 22:13:21.500",
+        "not,a,row",
+        "3,apple,2023-11-14 22:13:22.000",
+    ];
+    broker().produce(&input, lines.iter().enumerate().map(|(i, l)| ((i % 2) as i32, None, l.as_bytes()))).unwrap();
+    let (copies, counts) = (topic("flink-csv-out", 1).await, topic("flink-upsert-out", 1).await);
+    let bootstrap = broker().bootstrap();
+    let mut session = Session::new();
+    session
+        .execute(&format!(
+            "SET 'execution.checkpointing.interval' = '100ms';
+             CREATE TABLE fruit (id BIGINT, name STRING, ts TIMESTAMP(3)) WITH (
+               'connector' = 'kafka', 'topic' = '{input}', 'properties.bootstrap.servers' = '{bootstrap}',
+               'properties.group.id' = 'flink-declared', 'scan.startup.mode' = 'earliest-offset',
+               'scan.bounded.mode' = 'latest-offset', 'format' = 'csv', 'csv.ignore-parse-errors' = 'true');
+             CREATE TABLE fruit_copy (id BIGINT, name STRING, ts TIMESTAMP(3)) WITH (
+               'connector' = 'kafka', 'topic' = '{copies}', 'properties.bootstrap.servers' = '{bootstrap}',
+               'value.format' = 'csv', 'csv.field-delimiter' = '|',
+               'sink.delivery-guarantee' = 'exactly-once', 'sink.transactional-id-prefix' = 'flink-declared');
+             CREATE TABLE fruit_counts (name STRING, n BIGINT, PRIMARY KEY (name) NOT ENFORCED) WITH (
+               'connector' = 'upsert-kafka', 'topic' = '{counts}', 'properties.bootstrap.servers' = '{bootstrap}',
+               'key.format' = 'json', 'value.format' = 'json');",
+        ))
+        .await
+        .unwrap();
+    let planned = pipeline(
+        &mut session,
+        "EXECUTE STATEMENT SET BEGIN
+           INSERT INTO fruit_copy SELECT id, name, ts FROM fruit;
+           INSERT INTO fruit_counts SELECT name, count(*) FROM fruit GROUP BY name;
+         END;",
+    )
+    .await
+    .unwrap();
+    let (bad, result) = run(planned).await;
+    result.unwrap();
+    assert_eq!(bad, 1, "the line that is not a row is skipped and counted");
+    let mut copied = values(&copies);
+    copied.sort();
+    assert_eq!(
+        copied,
+        ["1|apple|2023-11-14 22:13:20.000", "2|pear|2023-11-14 22:13:21.500", "3|apple|2023-11-14 22:13:22.000"]
+    );
+    let mut latest = BTreeMap::new();
+    for record in broker().read_to_end(&counts, "read_committed").unwrap() {
+        let key = String::from_utf8(record.key.unwrap()).unwrap();
+        latest.insert(key, String::from_utf8(record.value.unwrap()).unwrap());
+    }
+    assert_eq!(
+        latest.into_iter().collect::<Vec<_>>(),
+        vec![
+            (r#"{"name":"apple"}"#.to_string(), r#"{"name":"apple","n":2}"#.to_string()),
+            (r#"{"name":"pear"}"#.into(), r#"{"name":"pear","n":1}"#.into()),
+        ]
+    );
+    let error = session
+        .execute(&format!(
+            "CREATE TABLE keyless (name STRING, n BIGINT) WITH ('connector' = 'upsert-kafka', 'topic' = '{counts}', 'properties.bootstrap.servers' = '{bootstrap}', 'key.format' = 'json', 'value.format' = 'json')"
+        ))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("PRIMARY KEY (column, ...) NOT ENFORCED"), "{error}");
+}

@@ -15,8 +15,9 @@ use datafusion::logical_expr::{DdlStatement, ExprSchemable, LogicalPlan};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{
-    CreateTable, CreateTableOptions, DataType as SqlType, Expr, HiveDistributionStyle, Ident, Insert, ObjectName,
-    ObjectType, SelectItem, Set, SetExpr, Spanned, SqlOption, Statement, TableObject, Value, ValueWithSpan,
+    ColumnOption, CreateTable, CreateTableOptions, DataType as SqlType, Expr, HiveDistributionStyle, Ident, Insert,
+    ObjectName, ObjectType, PrimaryKeyConstraint, SelectItem, Set, SetExpr, Spanned, SqlOption, Statement,
+    TableConstraint, TableObject, Value, ValueWithSpan,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
@@ -285,7 +286,8 @@ impl Session {
                         _ => false,
                     };
                     let text = logged.then(|| other.to_string());
-                    outputs.push(self.run(other).await?);
+                    // Boxed: a statement's planning is a deep future, kept off the caller's stack.
+                    outputs.push(Box::pin(self.run(other)).await?);
                     self.catalog_log.extend(text);
                 }
             }
@@ -467,6 +469,11 @@ impl Session {
             return plan_err!("'{name}' exists already; use CREATE OR REPLACE TABLE to replace it");
         }
         let mut options = table_options(&name, &create.table_options)?;
+        // PRIMARY KEY (...) NOT ENFORCED, as Flink declares it: what an upsert sink keys by.
+        let key = primary_key(&create, self.names());
+        if !key.is_empty() && options.insert("primary_key".into(), key.join(",")).is_some() {
+            return plan_err!("table '{name}': give its primary key once, as PRIMARY KEY (...) or 'primary_key'");
+        }
         // Flink's PARTITIONED BY (a, b) is the option partition.fields = 'a,b'.
         if let HiveDistributionStyle::PARTITIONED { columns } = &create.hive_distribution {
             let registry = Registry::built_in();
@@ -650,7 +657,7 @@ impl Session {
 
     /// The optimised logical plan of `query` (a SELECT) writing to `sink`.
     async fn query(&mut self, query: Statement, sink: SinkTarget) -> Result<(LogicalPlan, SinkTarget)> {
-        self.register_catalog().await?;
+        Box::pin(self.register_catalog()).await?;
         let state = self.context.state();
         let plan = state.statement_to_plan(DFStatement::Statement(Box::new(query))).await.map_err(located)?;
         let plan = state.optimize(&plan)?;
@@ -814,6 +821,29 @@ fn reading_of(table: &TableDef) -> Result<String> {
 /// The option a connector whose tables are partitioned takes its partition columns in, also
 /// written `PARTITIONED BY (...)`.
 const PARTITION_FIELDS: &str = "partition.fields";
+
+/// The columns of a CREATE TABLE's primary key, as a constraint or a column's option.
+fn primary_key(create: &CreateTable, names: IdentifierCase) -> Vec<String> {
+    let of_constraint = |key: &PrimaryKeyConstraint| -> Vec<String> {
+        key.columns
+            .iter()
+            .map(|c| match &c.column.expr {
+                Expr::Identifier(ident) => names.name(ident),
+                other => other.to_string(),
+            })
+            .collect()
+    };
+    let constraint = create.constraints.iter().find_map(|c| match c {
+        TableConstraint::PrimaryKey(key) => Some(of_constraint(key)),
+        _ => None,
+    });
+    let columns = create
+        .columns
+        .iter()
+        .filter(|c| c.options.iter().any(|o| matches!(o.option, ColumnOption::PrimaryKey(_))))
+        .map(|c| names.name(&c.name));
+    constraint.unwrap_or_else(|| columns.collect())
+}
 
 /// The clauses of each statement: each time clause belongs to the CREATE TABLE it was written
 /// in (the last statement starting before it).

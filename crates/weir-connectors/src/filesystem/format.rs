@@ -12,35 +12,31 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
+use crate::csv_format::CsvFormat;
 use crate::json_type::{JsonColumnEncoders, JsonColumns};
 use crate::{Error, Result};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FileFormat {
     Parquet,
     /// One JSON object per line, decoded into the table's schema.
     Json,
+    /// One row per line, as Flink's CSV format writes it.
+    Csv(CsvFormat),
 }
 
 impl FileFormat {
-    pub fn parse(name: &str) -> Option<FileFormat> {
-        match name {
-            "parquet" => Some(FileFormat::Parquet),
-            "json" => Some(FileFormat::Json),
-            _ => None,
-        }
-    }
-
-    pub fn extension(self) -> &'static str {
+    pub fn extension(&self) -> &'static str {
         match self {
             FileFormat::Parquet => "parquet",
             FileFormat::Json => "json",
+            FileFormat::Csv(_) => "csv",
         }
     }
 
     /// Every batch of the file at `path`, as `schema` (JSON is decoded into it; Parquet must
     /// have its columns).
-    pub fn read(self, path: &Path, schema: &SchemaRef, batch_size: usize) -> Result<Vec<RecordBatch>> {
+    pub fn read(&self, path: &Path, schema: &SchemaRef, batch_size: usize) -> Result<Vec<RecordBatch>> {
         let file = File::open(path).map_err(Error::file(path))?;
         let batches: std::result::Result<Vec<RecordBatch>, _> = match self {
             FileFormat::Parquet => ParquetRecordBatchReaderBuilder::try_new(file)
@@ -55,6 +51,9 @@ impl FileFormat {
                     .map_err(Error::file(path))?
                     .collect(),
             },
+            FileFormat::Csv(csv) => {
+                return csv.read(BufReader::new(file), schema, batch_size).map_err(Error::file(path));
+            }
         };
         let batches = batches.map_err(Error::file(path))?;
         batches
@@ -75,7 +74,7 @@ impl FileFormat {
     }
 
     /// Writes `batches` to a new file at `path` and syncs it to disk.
-    pub fn write(self, path: &Path, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<()> {
+    pub fn write(&self, path: &Path, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<()> {
         let file = File::create(path).map_err(Error::file(path))?;
         match self {
             FileFormat::Parquet => {
@@ -95,6 +94,11 @@ impl FileFormat {
                 let refs: Vec<&RecordBatch> = batches.iter().collect();
                 writer.write_batches(&refs).map_err(Error::file(path))?;
                 writer.finish().map_err(Error::file(path))?;
+                out.flush().map_err(Error::file(path))?;
+            }
+            FileFormat::Csv(csv) => {
+                let mut out = BufWriter::new(file.try_clone().map_err(Error::file(path))?);
+                csv.write(&mut out, batches).map_err(Error::file(path))?;
                 out.flush().map_err(Error::file(path))?;
             }
         }

@@ -1,16 +1,19 @@
-//! The `filesystem` connector: Parquet or JSON-lines files in a directory, as a bounded source
+//! The `filesystem` connector: Parquet, JSON-lines or CSV files in a directory, as a bounded source
 //! (each subtask reads its share of the files, its position in each checkpointed) and as an
 //! exactly-once sink (a two-phase commit by rename: rows of checkpoint n go to pending files,
-//! renamed into place when n completes), both with Hive-style partition directories.
+//! renamed into place when n completes), both with Hive-style partition directories, and
+//! Flink's partition commit (`_SUCCESS` files) for the sink.
 
 mod connector;
 mod format;
+mod partition_commit;
 mod partitions;
 mod sink;
 mod source;
 
 pub use connector::FilesystemConnector;
 pub use format::FileFormat;
+pub use partition_commit::{PartitionCommit, Trigger};
 pub use partitions::HivePartitions;
 pub use sink::{FileSink, FileSinkConfig};
 pub use source::FileSource;

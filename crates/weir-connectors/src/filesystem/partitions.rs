@@ -95,6 +95,20 @@ impl HivePartitions {
         Ok(parts)
     }
 
+    /// The partition values of `directory` (`dt=x/hr=y`), in the PARTITIONED BY order (NULL as
+    /// Flink's default partition name).
+    pub fn values(&self, directory: &str) -> Result<Vec<(String, String)>> {
+        let found: BTreeMap<&str, &str> = directory.split('/').filter_map(|part| part.split_once('=')).collect();
+        self.fields
+            .iter()
+            .map(|(_, field)| {
+                let value = found.get(field.name().as_str()).copied().unwrap_or(NULL_VALUE);
+                let value = if value == NULL_VALUE { value.to_string() } else { unescape(value)? };
+                Ok((field.name().clone(), value))
+            })
+            .collect()
+    }
+
     /// The table's rows of a file's `batch` found under `directory` (relative to the table's
     /// root): the partition columns filled in from the directory names.
     pub fn complete(&self, directory: &str, batch: RecordBatch) -> Result<RecordBatch> {

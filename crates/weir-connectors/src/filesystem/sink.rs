@@ -23,11 +23,12 @@ use weir_engine::state_column as column;
 use weir_engine::two_phase_commit::{BatchWriter, Committable, TwoPhaseCommitter};
 use weir_engine::{RestoredState, SubtaskInfo};
 
+use super::partition_commit::{PartitionCommit, Trigger};
 use super::partitions::HivePartitions;
 use super::{FileFormat, blocking, files_under, subtask_error};
 use crate::Error;
 
-const PENDING_DIR: &str = ".pending";
+pub(super) const PENDING_DIR: &str = ".pending";
 const IN_PROGRESS: &str = ".inprogress-";
 
 /// Where and how a sink writes.
@@ -40,6 +41,8 @@ pub struct FileSinkConfig {
     pub partitioning: Option<HivePartitions>,
     /// A partition's buffered rows are written out once they take this many bytes in memory.
     pub rolling_bytes: usize,
+    /// Success files into complete partitions (`partition_commit.rs`).
+    pub commit: Option<PartitionCommit>,
 }
 
 /// Rows waiting for their file.
@@ -59,6 +62,12 @@ pub struct FileSink {
     in_progress: Vec<String>,
     /// Numbers in-progress files within this run of the subtask.
     written: u64,
+    /// The latest watermark, and the one at each checkpoint's barrier (partition commit).
+    watermark: i64,
+    watermarks: BTreeMap<u64, i64>,
+    /// Partitions whose files this subtask committed, with when it first did (partition
+    /// commit by processing time).
+    committed_at: BTreeMap<String, i64>,
 }
 
 /// A pre-committed file: its path relative to `.pending/` (and to the table's directory once
@@ -104,7 +113,66 @@ fn commit(dir: &Path, file: &str) -> crate::Result<()> {
 
 impl FileSink {
     pub fn new(config: FileSinkConfig) -> Self {
-        Self { config, info: None, buffers: BTreeMap::new(), in_progress: Vec::new(), written: 0 }
+        Self {
+            config,
+            info: None,
+            buffers: BTreeMap::new(),
+            in_progress: Vec::new(),
+            written: 0,
+            watermark: i64::MIN,
+            watermarks: BTreeMap::new(),
+            committed_at: BTreeMap::new(),
+        }
+    }
+
+    /// Writes success files into the partitions complete once checkpoint `checkpoint`'s files
+    /// (`due`) are in place.
+    async fn commit_partitions(&mut self, checkpoint: u64, due: &[PendingFile]) -> weir_engine::Result<()> {
+        let (Some(commit), Some(partitioning)) = (self.config.commit.clone(), self.config.partitioning.clone()) else {
+            return Ok(());
+        };
+        // The watermark at this checkpoint's barrier (an aborted one's files come with this one).
+        let watermark = self.watermarks.range(..=checkpoint).next_back().map_or(i64::MIN, |(_, w)| *w);
+        self.watermarks = self.watermarks.split_off(&(checkpoint + 1));
+        let dir = self.config.dir.clone();
+        let (subtask, parallelism) = self.info.as_ref().map_or((0, 1), |i| (i.subtask, i.parallelism));
+        let marked = match commit.trigger {
+            Trigger::PartitionTime => {
+                blocking(move || {
+                    let Some(least) = PartitionCommit::shared_watermark(&dir, subtask, parallelism, watermark)? else {
+                        return Ok(());
+                    };
+                    for directory in commit.uncommitted(&dir)? {
+                        let time = commit.partition_time(&partitioning.values(&directory)?);
+                        // A partition whose time cannot be read is committed at the end only.
+                        let due = time.map_or(least == i64::MAX, |t| t.saturating_add(commit.delay_ms) <= least);
+                        if due {
+                            commit.mark(&dir, &directory)?;
+                        }
+                    }
+                    Ok(())
+                })
+                .await
+            }
+            Trigger::ProcessTime => {
+                let now = weir_engine::operators::state_ttl::now_ms();
+                for PendingFile(file) in due {
+                    if let Some((directory, _)) = file.rsplit_once('/') {
+                        self.committed_at.entry(directory.to_string()).or_insert(now);
+                    }
+                }
+                let ended = watermark == i64::MAX;
+                let ready: Vec<String> = self
+                    .committed_at
+                    .iter()
+                    .filter(|(_, at)| ended || at.saturating_add(commit.delay_ms) <= now)
+                    .map(|(directory, _)| directory.clone())
+                    .collect();
+                self.committed_at.retain(|directory, _| !ready.contains(directory));
+                blocking(move || ready.iter().try_for_each(|directory| commit.mark(&dir, directory))).await
+            }
+        };
+        marked.map_err(|e| self.error(e))
     }
 
     fn error(&self, error: impl std::fmt::Display) -> weir_engine::Error {
@@ -126,7 +194,7 @@ impl FileSink {
             Some(partitioning) => partitioning.file_schema().clone(),
             None => self.config.schema.clone(),
         };
-        let format = self.config.format;
+        let format = self.config.format.clone();
         blocking(move || {
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent).map_err(Error::file(parent))?;
@@ -179,6 +247,9 @@ impl TwoPhaseCommitter for FileSink {
     /// Pre-commit: every buffer to a file, this epoch's files named for the checkpoint (and
     /// recorded in the snapshot by the protocol).
     async fn pre_commit(&mut self, checkpoint_id: u64) -> weir_engine::Result<Vec<PendingFile>> {
+        if self.config.commit.is_some() {
+            self.watermarks.insert(checkpoint_id, self.watermark);
+        }
         let directories: Vec<String> = self.buffers.keys().cloned().collect();
         for directory in directories {
             self.roll(directory).await?;
@@ -214,10 +285,12 @@ impl TwoPhaseCommitter for FileSink {
 
     /// Commit: every file due (pending up to the completed checkpoint: an aborted checkpoint's
     /// rows are part of the next one that completes) renamed into the table's directory.
-    async fn commit(&mut self, _checkpoint_id: u64, due: Vec<PendingFile>) -> weir_engine::Result<()> {
+    async fn commit(&mut self, checkpoint_id: u64, due: Vec<PendingFile>) -> weir_engine::Result<()> {
         let dir = self.config.dir.clone();
-        let committed = blocking(move || due.iter().try_for_each(|PendingFile(file)| commit(&dir, file))).await;
-        committed.map_err(|e| self.error(e))
+        let files = due.clone();
+        let committed = blocking(move || files.iter().try_for_each(|PendingFile(file)| commit(&dir, file))).await;
+        committed.map_err(|e| self.error(e))?;
+        self.commit_partitions(checkpoint_id, &due).await
     }
 
     /// Nothing to abort: files not yet pre-committed are deleted by the next recovery.
@@ -251,6 +324,11 @@ impl BatchWriter for FileSink {
                 self.roll(directory).await?;
             }
         }
+        Ok(())
+    }
+
+    async fn watermark(&mut self, watermark: i64) -> weir_engine::Result<()> {
+        self.watermark = self.watermark.max(watermark);
         Ok(())
     }
 }

@@ -110,7 +110,7 @@ impl Source for FileSource {
             let Some((name, skip)) = self.files.get(self.next_file).cloned() else { return Ok(SourceEvent::End) };
             self.next_file += 1;
             let path = if name.is_empty() { self.path.clone() } else { self.path.join(&name) };
-            let (format, batch_size, partitioning) = (self.format, self.batch_size, self.partitioning.clone());
+            let (format, batch_size, partitioning) = (self.format.clone(), self.batch_size, self.partitioning.clone());
             let schema = partitioning.as_ref().map_or_else(|| self.schema.clone(), |p| p.file_schema().clone());
             let directory = name.rsplit_once('/').map_or(String::new(), |(directory, _)| directory.to_string());
             let batches = blocking(move || {

@@ -4,6 +4,7 @@
 //! brokers can answer before a pipeline starts (the timeout within the broker's maximum, the
 //! topics there).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -19,6 +20,7 @@ use super::{
 use crate::connector::{
     Connector, ConnectorTable, NodeContext, PlanOptions, PlannedSink, PlannedSource, Preflight, PreflightPhase,
 };
+use crate::csv_format::{self, CsvFormat};
 use crate::options::{ANY_COUNT, Kind, OptionSpec, option, required};
 use crate::{Error, Result, plan_err};
 
@@ -129,6 +131,7 @@ fn source_config(
     let options_of = &table.options;
     let format = match options_of.get("format") {
         Some("json") => SourceFormat::Json,
+        Some("csv") => SourceFormat::Csv(csv_of(table)?),
         Some("raw") => SourceFormat::Raw,
         Some("debezium_json") => {
             if let Some(field) = table.schema.fields().iter().find(|f| crate::json_type::is_json(f)) {
@@ -141,7 +144,7 @@ fn source_config(
         }
         Some(other) => {
             return plan_err!(
-                "table '{name}': reading format '{other}' is not supported yet (a source reads 'json', 'raw' or 'debezium_json')"
+                "table '{name}': reading format '{other}' is not supported yet (a source reads 'json', 'csv', 'raw' or 'debezium_json')"
             );
         }
         None => return plan_err!("table '{name}': option 'format' is required"),
@@ -234,8 +237,12 @@ fn sink_config(
     node: &str,
 ) -> Result<(KafkaSinkConfig, Option<TransactionTimeout>)> {
     let name = &table.name;
-    let Some(format) = table.options.get("format").and_then(SinkFormat::parse) else {
-        return plan_err!("table '{name}': option 'format' must be 'json', 'raw', 'upsert' or 'debezium_json'");
+    let format = match table.options.get("format") {
+        Some("csv") => Some(SinkFormat::Csv(csv_of(table)?)),
+        other => other.and_then(SinkFormat::parse),
+    };
+    let Some(format) = format else {
+        return plan_err!("table '{name}': option 'format' must be 'json', 'csv', 'raw', 'upsert' or 'debezium_json'");
     };
     if updating && !format.takes_updates() {
         return plan_err!(
@@ -399,7 +406,7 @@ pub struct KafkaConnector;
 const OPTIONS: &[OptionSpec] = &[
     required("bootstrap.servers", Kind::Text),
     required("topic", Kind::Text),
-    required("format", Kind::OneOf(&["json", "raw", "debezium_json", "upsert"])),
+    required("format", Kind::OneOf(&["json", "csv", "raw", "debezium_json", "upsert"])),
     option("scan.startup.mode", Kind::OneOf(&["earliest", "latest", "group", "timestamp"])),
     option("scan.startup.timestamp_ms", ANY_COUNT),
     option("group.id", Kind::Text),
@@ -418,7 +425,18 @@ const OPTIONS: &[OptionSpec] = &[
     option("watermark.idle_timeout", Kind::Duration),
     option("scan.partition_discovery.interval", Kind::Duration),
     option("batch_size", Kind::Integer { min: 1, max: 1_000_000 }),
+    csv_format::OPTIONS[0],
+    csv_format::OPTIONS[1],
+    csv_format::OPTIONS[2],
+    csv_format::OPTIONS[3],
+    csv_format::OPTIONS[4],
+    csv_format::OPTIONS[5],
 ];
+
+/// The CSV dialect of a table with `format = 'csv'`.
+fn csv_of(table: &ConnectorTable) -> Result<CsvFormat> {
+    CsvFormat::of(&table.options, &table.schema).map_err(|e| Error::Plan(format!("table '{}': {e}", table.name)))
+}
 
 /// The checks a table's pre-flight runs: its transaction timeout (when it writes
 /// transactionally), then its topics.
@@ -439,6 +457,14 @@ impl Connector for KafkaConnector {
     /// librdkafka's own properties, as `kafka.<property>`.
     fn pass_through(&self) -> Option<&'static str> {
         Some("kafka.")
+    }
+
+    fn aliases(&self) -> &'static [&'static str] {
+        &["upsert-kafka"]
+    }
+
+    fn take_flink_options(&self, written: &str, options: &mut BTreeMap<String, String>) -> Result<()> {
+        super::flink_options::from_flink(written, options)
     }
 
     fn reading(&self, table: &ConnectorTable) -> String {

@@ -14,6 +14,7 @@ use datafusion::arrow::json::ReaderBuilder;
 use datafusion::arrow::record_batch::RecordBatch;
 use weir_engine::changelog::{Change, change_array, changelog_schema};
 
+use crate::csv_format::CsvFormat;
 use crate::json_type::JsonColumns;
 use crate::{Error, Result};
 
@@ -107,6 +108,48 @@ fn decode_one(schema: &SchemaRef, value: Option<&[u8]>) -> std::result::Result<R
     }
     let batch = decoder.flush().map_err(|e| format!("does not fit the table: {e}"))?;
     batch.filter(|b| b.num_rows() == 1).ok_or_else(|| "the value is not exactly one JSON object".into())
+}
+
+/// The `csv` format: each value one CSV row. All at once first; if that fails, record by record
+/// to tell the bad ones (a value that is not one row of the table's columns).
+pub(crate) fn decode_csv(csv: &CsvFormat, schema: &SchemaRef, values: &[Option<&[u8]>]) -> Result<Decoded> {
+    let one = |value: Option<&[u8]>| -> std::result::Result<RecordBatch, String> {
+        let value = value.ok_or("the record has no value")?;
+        if value.iter().filter(|b| **b == b'\n').count() > usize::from(value.ends_with(b"\n")) {
+            return Err("the value is not exactly one CSV row".into());
+        }
+        let batches = csv.read(value, schema, 2)?;
+        let batch = concat_batches(schema, &batches).map_err(|e| e.to_string())?;
+        match batch.num_rows() {
+            1 => Ok(batch),
+            _ => Err("the value is not exactly one CSV row".into()),
+        }
+    };
+    // The fast path: the values as lines of one text, if that reads as one row each.
+    let single_lines = values.iter().all(|v| v.is_some_and(|v| !v.contains(&b'\n') && !v.contains(&b'\r')));
+    if single_lines {
+        let text: Vec<u8> = values.iter().flatten().flat_map(|v| v.iter().copied().chain([b'\n'])).collect();
+        if let Ok(batches) = csv.read(text.as_slice(), schema, values.len().max(1))
+            && let Ok(batch) = concat_batches(schema, &batches)
+            && batch.num_rows() == values.len()
+        {
+            return Ok(Decoded { batch, rows_from: (0..values.len()).collect(), bad: Vec::new() });
+        }
+    }
+    let mut good = Vec::new();
+    let mut rows_from = Vec::new();
+    let mut bad = Vec::new();
+    for (i, value) in values.iter().enumerate() {
+        match one(*value) {
+            Ok(batch) => {
+                good.push(batch);
+                rows_from.push(i);
+            }
+            Err(reason) => bad.push((i, reason)),
+        }
+    }
+    let batch = concat_batches(schema, &good)?;
+    Ok(Decoded { batch, rows_from, bad })
 }
 
 /// The `raw` format: the value as the table's one text or binary column.

@@ -22,19 +22,23 @@ use datafusion::arrow::record_batch::RecordBatch;
 use crate::{Error, Result};
 use weir_engine::changelog::{Change, changes, is_changelog};
 
+use crate::csv_format::CsvFormat;
 use crate::json_type::JsonColumnEncoders;
 
 use super::producer_pool::OutRecord;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SinkFormat {
     Json,
     Raw,
     Upsert,
     DebeziumJson,
+    /// One CSV row per record, append-only (Flink's `csv` format).
+    Csv(CsvFormat),
 }
 
 impl SinkFormat {
+    /// The format of a name other than `csv` (whose dialect comes from the table's options).
     pub fn parse(value: &str) -> Option<Self> {
         match value {
             "json" => Some(Self::Json),
@@ -46,7 +50,7 @@ impl SinkFormat {
     }
 
     /// Whether the format can carry an updating result (a changelog).
-    pub fn takes_updates(self) -> bool {
+    pub fn takes_updates(&self) -> bool {
         matches!(self, Self::Upsert | Self::DebeziumJson)
     }
 }
@@ -96,7 +100,14 @@ impl Encoder {
         let rows = RecordBatch::try_new(self.schema.clone(), columns)?;
         let keys = if self.key.is_empty() { None } else { Some(json_lines(&rows.project(&self.key)?)?) };
         let key_of = |row: usize| keys.as_ref().map(|k| k[row].clone());
-        match self.format {
+        match &self.format {
+            SinkFormat::Csv(csv) => {
+                if kinds.iter().any(|k| k.is_retraction()) {
+                    return Err(Error::Format("format 'csv' received a retraction: the result is updating".into()));
+                }
+                let values = csv.lines(&rows).map_err(Error::Format)?;
+                Ok(values.into_iter().enumerate().map(|(row, value)| record(key_of(row), Some(value))).collect())
+            }
             SinkFormat::Raw => {
                 let column = rows.column(0);
                 let values: Vec<Option<Vec<u8>>> = if let Some(text) = column.as_any().downcast_ref::<StringArray>() {

@@ -16,6 +16,7 @@ mod connection;
 mod connector;
 mod decode;
 mod encode;
+mod flink_options;
 mod producer_pool;
 mod sasl;
 pub mod security;

@@ -38,21 +38,24 @@ use weir_engine::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo, s
 
 use super::blocking::blocking;
 use super::connection::{KafkaConnection, QuietContext, TopicCreation, TopicError};
-use super::decode::{Decoded, decode_debezium, decode_json, decode_raw};
+use super::decode::{Decoded, decode_csv, decode_debezium, decode_json, decode_raw};
 use super::producer_pool::{Delivery, KafkaWriter, OutRecord};
 use crate::Error;
+use crate::csv_format::CsvFormat;
 
 const OFFSETS: &str = "offsets";
 /// How long one `next` call may collect records.
 const POLL_FOR: Duration = Duration::from_millis(50);
 const METADATA_TIMEOUT: Duration = Duration::from_secs(30);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourceFormat {
     Json,
     Raw,
     /// Debezium change events: the source emits a changelog.
     DebeziumJson,
+    /// One CSV row per record (Flink's `csv` format).
+    Csv(CsvFormat),
 }
 
 /// Where partitions without a checkpointed offset start.
@@ -348,10 +351,11 @@ impl KafkaSource {
     async fn rows(&mut self, polled: &Polled) -> weir_engine::Result<Option<RecordBatch>> {
         let values: Vec<Option<&[u8]>> =
             polled.value.iter().map(|r| r.as_ref().map(|r| &polled.buffer[r.clone()])).collect();
-        let decoded = match self.config.format {
+        let decoded = match &self.config.format {
             SourceFormat::Json => decode_json(&self.value_schema, &values),
             SourceFormat::Raw => decode_raw(&self.value_schema, &values),
             SourceFormat::DebeziumJson => decode_debezium(&self.value_schema, &values),
+            SourceFormat::Csv(csv) => decode_csv(csv, &self.value_schema, &values),
         }
         .map_err(|e| self.error(e))?;
         self.bad_records(polled, &values, &decoded).await?;

@@ -40,7 +40,8 @@ fn serve_refuses_a_bad_listen_address() {
 }
 
 /// Every file in sql-examples/ runs to the end with `weir run` and prints its rows, run from the
-/// repository root as the README's commands are (a side input's path is relative to it).
+/// repository root as the README's commands are (a side input's path is relative to it); the
+/// `flink_*` files, Flink jobs as written, in Flink's dialect.
 #[test]
 fn every_sql_example_runs() {
     // The kafka_* examples use the broker, which a crash test restarts.
@@ -55,9 +56,11 @@ fn every_sql_example_runs() {
     assert!(files.len() >= 3, "{files:?}");
     let data = tempfile::tempdir().unwrap();
     for file in files {
+        let name = file.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+        let dialect = if name.starts_with("flink_") { "flink" } else { "weir" };
         let output = Command::new(WEIR)
             .current_dir(examples.join(".."))
-            .args(["run", "--max-rows", "5", "--data-dir"])
+            .args(["run", "--dialect", dialect, "--max-rows", "5", "--data-dir"])
             .arg(data.path())
             .arg(&file)
             .output()
