@@ -6,31 +6,53 @@
 //! | `MOD(a, b)` | `a % b` |
 //! | `YEAR(t)`, `QUARTER`, `MONTH`, `WEEK`, `DAYOFYEAR`, `DAYOFMONTH`, `HOUR`, `MINUTE`, `SECOND` | `CAST(date_part('...', t) AS BIGINT)` |
 //! | `DAYOFWEEK(t)` (1 is Sunday) | `CAST(date_part('dow', t) AS BIGINT) + 1` |
+//! | `FLOOR(t TO HOUR)`, `CEIL(t TO DAY)`... | `date_trunc`, and one unit more unless already on it |
+//! | `TIMESTAMPADD(HOUR, n, t)`, `TIMESTAMPDIFF(MINUTE, t1, t2)` | `t + CAST(concat(n, ' hour') AS INTERVAL)`, whole units between epochs (months for MONTH, QUARTER, YEAR) |
+//! | `UNIX_TIMESTAMP([s[, format]])`, `TO_TIMESTAMP_LTZ(n, 0 or 3)` | epoch seconds of now or of `s`; `to_timestamp_seconds` / `_millis` |
+//! | `LOCALTIMESTAMP`, `LOCALTIME` | `now()`, `current_time()` |
 //! | `SPLIT_INDEX(s, sep, i)` (0-based; NULL out of range) | the `i + 1`th element of `string_to_array(s, sep)` |
 //! | `REGEXP_EXTRACT(s, r[, i])` (group `i`, 1 by default, 0 the whole match) | an element of `regexp_match` |
+//! | `REGEXP(s, r)`, `LOCATE(sub, s[, from])`, `ELT(i, a, ...)` | `regexp_like`, `strpos`, `CASE` |
+//! | `TO_BASE64(s)`, `FROM_BASE64(s)` | `encode`/`decode` base64 (padded, as Java's) |
+//! | `PARSE_URL(url, 'HOST' / 'PATH' / 'QUERY' / ..., [key])` | `regexp_match` of the part (RFC 3986's form) |
 //! | `DATE_FORMAT(t, 'yyyy-MM-dd HH:mm')` (Java's pattern letters) | `to_char(t, '%Y-%m-%d %H:%M')` |
+//! | `IF(c, a, b)`, `IS_ALPHA(s)`, `IS_DIGIT(s)`, `IS_DECIMAL(s)` | `CASE`, Unicode-class `regexp_like`, `TRY_CAST` (NULL is false) |
+//! | `CEILING`, `SIGN`, `E()`, `TRUNCATE(x, d)`, `RAND_INTEGER(n)`, `ELEMENT(a)` | `ceil`, `signum`, `exp(1)`, `trunc`, `floor(random() * n)`, the single element |
+//! | `SHA1(s)` (weir's `sha1`, `sha1_function.rs`), `SHA2(s, bits)` | the hex of `digest(s, 'sha<bits>')` |
+//! | `JSON_VALUE(j, '$.a.b' [RETURNING type])`, `JSON_QUERY(j, path)`, `JSON_EXISTS(j, path)` | `json_as_text` (cast to the type), `json_get_json`, `json_contains` of the path's keys |
 //! | `TUMBLE_START(...)`, `HOP_START`, `SESSION_START` (legacy group windows) | `tumble(...)`, `hop`, `session`: the window start GROUP BY has |
 //! | `TUMBLE_ROWTIME(...)`, `HOP_ROWTIME`, `SESSION_ROWTIME` | `tumble_end(...) - INTERVAL '1' MILLISECOND` (a time attribute) |
+//!
+//! Where DataFusion has a function of the same name that means something else, the Flink
+//! meaning applies in Flink's dialect only (`sql.dialect = 'flink'`): `LOG(x)` (Flink's is the
+//! natural logarithm, DataFusion's base 10), `SHA224`..`SHA512` (Flink's give hex text,
+//! DataFusion's bytes), `FROM_UNIXTIME(n[, format])` (Flink's gives text), `TO_DATE(s, format)` and
+//! `TO_TIMESTAMP(s[, format])` (Flink's formats are Java's; its timestamps milliseconds).
 //!
 //! (`TUMBLE(...)` in GROUP BY and `TUMBLE_END(...)` are weir's own window functions already;
 //! `window_functions.rs`.)
 //!
 //! The rewrite builds each replacement as SQL text around its arguments' text and parses it,
-//! so the arguments are written once and the result reads like what a user would write.
+//! so the arguments are written once and the result reads like what a user would write. A
+//! DataFusion function whose name Flink's dialect rewrites is written quoted (`"to_date"(...)`),
+//! and a quoted name is never rewritten: the statement's text, stored and planned again on a
+//! resume, gives the same plan.
 
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Statement, Value, ValueWithSpan, visit_expressions_mut,
+    CeilFloorKind, DateTimeField, Expr, FunctionArg, FunctionArgExpr, FunctionArgumentClause, FunctionArguments,
+    Statement, Value, ValueWithSpan, visit_expressions_mut,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
 use crate::error::{Error, Result};
+use crate::identifiers::Dialect;
 
-/// Rewrites every call of one of Flink's functions in `statement`.
-pub fn rewrite(statement: &mut Statement) -> Result<()> {
-    let flow = visit_expressions_mut(statement, |expr| match replacement(expr) {
+/// Rewrites every call of one of Flink's functions in `statement`, read in `dialect`.
+pub fn rewrite(statement: &mut Statement, dialect: Dialect) -> Result<()> {
+    let flow = visit_expressions_mut(statement, |expr| match replacement(expr, dialect) {
         Ok(Some(new)) => {
             *expr = new;
             ControlFlow::Continue(())
@@ -44,62 +66,246 @@ pub fn rewrite(statement: &mut Statement) -> Result<()> {
     }
 }
 
-/// The DataFusion expression for `expr` if it calls one of Flink's functions.
-fn replacement(expr: &Expr) -> Result<Option<Expr>> {
-    let Expr::Function(function) = expr else { return Ok(None) };
-    let name = function.name.to_string().to_ascii_uppercase();
-    let FunctionArguments::List(list) = &function.args else { return Ok(None) };
+/// The text of a string literal argument, if it is one.
+fn literal(arg: Option<&FunctionArg>) -> Option<String> {
+    match arg {
+        Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(ValueWithSpan {
+            value: Value::SingleQuotedString(text),
+            ..
+        })))) => Some(text.clone()),
+        _ => None,
+    }
+}
+
+/// A string as an SQL literal.
+fn quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// The DataFusion expression for `expr` if it is one of Flink's functions.
+fn replacement(expr: &Expr, dialect: Dialect) -> Result<Option<Expr>> {
+    let sql = match expr {
+        Expr::Function(function) => {
+            // Only an unquoted, unqualified name is Flink's.
+            let [part] = function.name.0.as_slice() else { return Ok(None) };
+            let Some(ident) = part.as_ident().filter(|i| i.quote_style.is_none()) else { return Ok(None) };
+            let upper = ident.value.to_ascii_uppercase();
+            let FunctionArguments::List(list) = &function.args else {
+                // SQL's niladic functions: sqlparser reads them as calls without arguments.
+                return match (upper.as_str(), &function.args) {
+                    ("LOCALTIMESTAMP", FunctionArguments::None) => parse("LOCALTIMESTAMP", "now()").map(Some),
+                    ("LOCALTIME", FunctionArguments::None) => parse("LOCALTIME", "current_time()").map(Some),
+                    _ => Ok(None),
+                };
+            };
+            let returning = list.clauses.iter().find_map(|c| match c {
+                FunctionArgumentClause::JsonReturningClause(r) => Some(r.data_type.to_string()),
+                _ => None,
+            });
+            match call(&upper, &list.args, returning, dialect)? {
+                Some(sql) => sql,
+                None => return Ok(None),
+            }
+        }
+        Expr::Floor { expr, field: CeilFloorKind::DateTimeField(unit) } if *unit != DateTimeField::NoDateTime => {
+            format!("date_trunc('{}', {expr})", unit.to_string().to_lowercase())
+        }
+        Expr::Ceil { expr, field: CeilFloorKind::DateTimeField(unit) } if *unit != DateTimeField::NoDateTime => {
+            let unit = unit.to_string().to_lowercase();
+            format!(
+                "CASE WHEN date_trunc('{unit}', {expr}) = {expr} THEN {expr} ELSE date_trunc('{unit}', {expr}) + INTERVAL '1' {unit} END"
+            )
+        }
+        _ => return Ok(None),
+    };
+    parse("a Flink function", &sql).map(Some)
+}
+
+/// UNIX_TIMESTAMP(): the epoch seconds of now.
+const UNIX_NOW: &str = "CAST(date_part('epoch', now()) AS BIGINT)";
+
+fn parse(name: &str, sql: &str) -> Result<Expr> {
+    Parser::new(&GenericDialect {})
+        .try_with_sql(sql)
+        .and_then(|mut parser| parser.parse_expr())
+        .map_err(|e| Error::Plan(format!("{name}: {e}")))
+}
+
+/// The DataFusion SQL for Flink's function `name` called with `list`, if it is one.
+fn call(name: &str, list: &[FunctionArg], returning: Option<String>, dialect: Dialect) -> Result<Option<String>> {
     let args: Vec<String> = list
-        .args
         .iter()
         .filter_map(|arg| match arg {
             FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(format!("({e})")),
             _ => None,
         })
         .collect();
-    if args.len() != list.args.len() {
+    if args.len() != list.len() {
         return Ok(None);
     }
+    let flink = dialect == Dialect::Flink;
     let date_part = |part: &str| match args.as_slice() {
         [t] => Ok(format!("CAST(date_part('{part}', {t}) AS BIGINT)")),
-        _ => arity(&name, "one timestamp"),
+        _ => arity(name, "one timestamp"),
     };
-    let sql = match name.as_str() {
+    // A Java date format argument, as chrono's.
+    let format_at = |index: usize| match literal(list.get(index)) {
+        Some(format) => Ok(chrono_format(&format)),
+        None => {
+            plan_error(&format!("{name} takes a quoted format such as 'yyyy-MM-dd HH:mm:ss' as argument {}", index + 1))
+        }
+    };
+    let sql = match name {
         "MOD" => match args.as_slice() {
             [a, b] => format!("{a} % {b}"),
-            _ => return arity(&name, "two numbers"),
+            _ => return arity(name, "two numbers"),
         },
         "YEAR" | "QUARTER" | "MONTH" | "WEEK" | "HOUR" | "MINUTE" | "SECOND" => date_part(&name.to_lowercase())?,
         "DAYOFYEAR" => date_part("doy")?,
         "DAYOFMONTH" => date_part("day")?,
         "DAYOFWEEK" => format!("{} + 1", date_part("dow")?),
+        "TIMESTAMPADD" => match (list.first().map(ToString::to_string), args.as_slice()) {
+            (Some(unit), [_, n, t]) => {
+                let (count, unit) = interval_unit(&unit)?;
+                format!("{t} + CAST(concat({n} * {count}, ' {unit}') AS INTERVAL)")
+            }
+            _ => return arity(name, "a unit (SECOND .. YEAR), a count and a timestamp"),
+        },
+        "TIMESTAMPDIFF" => match (list.first().map(ToString::to_string), args.as_slice()) {
+            (Some(unit), [_, from, to]) => timestamp_diff(&unit, from, to)?,
+            _ => return arity(name, "a unit (SECOND .. YEAR) and two timestamps"),
+        },
+        "UNIX_TIMESTAMP" => match args.as_slice() {
+            [] => UNIX_NOW.to_string(),
+            [s] => format!("CAST(date_part('epoch', \"to_timestamp\"({s})) AS BIGINT)"),
+            [s, _] => format!("CAST(date_part('epoch', {}) AS BIGINT)", parse_time(s, &format_at(1)?)),
+            _ => return arity(name, "nothing, a timestamp text, or a text and its format"),
+        },
+        "TO_TIMESTAMP_LTZ" => match (args.as_slice(), list.get(1).map(ToString::to_string).as_deref()) {
+            ([n, _], Some("3")) => format!("to_timestamp_millis({n})"),
+            ([n, _], Some("0")) => format!("to_timestamp_seconds({n})"),
+            _ => return arity(name, "epoch seconds and 0, or epoch milliseconds and 3"),
+        },
+        "FROM_UNIXTIME" if flink => match args.as_slice() {
+            [n] => format!("to_char(to_timestamp_seconds({n}), '%Y-%m-%d %H:%M:%S')"),
+            [n, _] => format!("to_char(to_timestamp_seconds({n}), {})", quoted(&format_at(1)?)),
+            _ => return arity(name, "epoch seconds and an optional format"),
+        },
+        "TO_DATE" if flink && args.len() == 2 => format!("\"to_date\"({}, {})", args[0], quoted(&format_at(1)?)),
+        "TO_TIMESTAMP" if flink => match args.as_slice() {
+            [s] => format!("to_timestamp_millis({s})"),
+            [s, _] => parse_time(s, &format_at(1)?),
+            _ => return arity(name, "a timestamp text and an optional format"),
+        },
+        "LOG" if flink && args.len() == 1 => format!("ln({})", args[0]),
+        "SHA224" | "SHA256" | "SHA384" | "SHA512" if flink => match args.as_slice() {
+            [s] => format!("encode(digest({s}, '{}'), 'hex')", name.to_lowercase()),
+            _ => return arity(name, "one text"),
+        },
+        "SHA2" => match (args.as_slice(), list.get(1).map(ToString::to_string).as_deref()) {
+            ([s, _], Some(bits @ ("224" | "256" | "384" | "512"))) => {
+                format!("encode(digest({s}, 'sha{bits}'), 'hex')")
+            }
+            ([s, _], Some("0")) => format!("encode(digest({s}, 'sha256'), 'hex')"),
+            _ => return arity(name, "a text and a number of bits (224, 256, 384 or 512)"),
+        },
         "SPLIT_INDEX" => match args.as_slice() {
             [s, separator, index] => format!(
                 "CASE WHEN {index} < 0 THEN NULL ELSE array_element(string_to_array({s}, {separator}), {index} + 1) END"
             ),
-            _ => return arity(&name, "a string, a separator and a 0-based index"),
+            _ => return arity(name, "a string, a separator and a 0-based index"),
         },
         "REGEXP_EXTRACT" => {
             let (s, regex, index) = match args.as_slice() {
                 [s, regex] => (s, regex, "1".to_string()),
                 [s, regex, index] => (s, regex, index.clone()),
-                _ => return arity(&name, "a string, a regular expression and an optional group index"),
+                _ => return arity(name, "a string, a regular expression and an optional group index"),
             };
             format!(
                 "CASE WHEN {index} = 0 THEN array_element(regexp_match({s}, concat('(', {regex}, ')')), 1) \
                  ELSE array_element(regexp_match({s}, {regex}), {index}) END"
             )
         }
-        "DATE_FORMAT" => {
-            let format = match list.args.get(1) {
-                Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(ValueWithSpan {
-                    value: Value::SingleQuotedString(format),
-                    ..
-                })))) => format.clone(),
-                _ => return plan_error("DATE_FORMAT takes a timestamp and a quoted format such as 'yyyy-MM-dd HH:mm'"),
+        "REGEXP" => match args.as_slice() {
+            [s, regex] => format!("regexp_like({s}, {regex})"),
+            _ => return arity(name, "a string and a regular expression"),
+        },
+        "LOCATE" => match args.as_slice() {
+            [sub, s] => format!("strpos({s}, {sub})"),
+            [sub, s, from] => format!(
+                "CASE WHEN strpos(substr({s}, {from}), {sub}) = 0 THEN 0 ELSE strpos(substr({s}, {from}), {sub}) + {from} - 1 END"
+            ),
+            _ => return arity(name, "a string to find, a string and an optional start"),
+        },
+        "ELT" => match args.split_first() {
+            Some((index, values)) if !values.is_empty() => {
+                let whens: String =
+                    values.iter().enumerate().map(|(i, v)| format!(" WHEN {} THEN {v}", i + 1)).collect();
+                format!("CASE {index}{whens} END")
+            }
+            _ => return arity(name, "an index and one or more values"),
+        },
+        "TO_BASE64" => match args.as_slice() {
+            [s] => {
+                format!("rpad(encode({s}, 'base64'), CAST((length(encode({s}, 'base64')) + 3) / 4 * 4 AS INT), '=')")
+            }
+            _ => return arity(name, "one text"),
+        },
+        "FROM_BASE64" => match args.as_slice() {
+            [s] => format!("CAST(decode(rtrim({s}, '='), 'base64') AS VARCHAR)"),
+            _ => return arity(name, "one text"),
+        },
+        "PARSE_URL" => parse_url(&args, list)?,
+        "DATE_FORMAT" => match args.first() {
+            Some(t) if args.len() == 2 => format!("to_char(CAST({t} AS TIMESTAMP), {})", quoted(&format_at(1)?)),
+            _ => return arity(name, "a timestamp and a quoted format such as 'yyyy-MM-dd HH:mm'"),
+        },
+        "IF" => match args.as_slice() {
+            [condition, then, otherwise] => format!("CASE WHEN {condition} THEN {then} ELSE {otherwise} END"),
+            _ => return arity(name, "a condition and two values"),
+        },
+        "IS_ALPHA" | "IS_DIGIT" => match args.as_slice() {
+            [s] => {
+                let class = if name == "IS_ALPHA" { "\\p{L}" } else { "\\p{Nd}" };
+                format!("COALESCE(regexp_like({s}, '^{class}+$'), false)")
+            }
+            _ => return arity(name, "one text"),
+        },
+        "IS_DECIMAL" => match args.as_slice() {
+            [s] => {
+                format!("COALESCE(TRY_CAST({s} AS DOUBLE) IS NOT NULL AND NOT isnan(TRY_CAST({s} AS DOUBLE)), false)")
+            }
+            _ => return arity(name, "one text"),
+        },
+        "CEILING" => format!("ceil({})", args.join(", ")),
+        "SIGN" => format!("signum({})", args.join(", ")),
+        "E" if args.is_empty() => "exp(1)".to_string(),
+        "TRUNCATE" => format!("trunc({})", args.join(", ")),
+        "RAND_INTEGER" => match args.as_slice() {
+            [n] => format!("CAST(floor(random() * {n}) AS INT)"),
+            _ => return arity(name, "a bound (a seed is not supported)"),
+        },
+        "ELEMENT" => match args.as_slice() {
+            [a] => format!("CASE WHEN cardinality({a}) = 1 THEN {a}[1] END"),
+            _ => return arity(name, "one array"),
+        },
+        "JSON_VALUE" | "JSON_QUERY" | "JSON_EXISTS" => {
+            let (Some(json), Some(path)) = (args.first(), literal(list.get(1))) else {
+                return arity(name, "a JSON text and a quoted path such as '$.a.b'");
             };
-            let Some(t) = args.first() else { return arity(&name, "a timestamp and a format") };
-            format!("to_char(CAST({t} AS TIMESTAMP), '{}')", chrono_format(&format).replace('\'', "''"))
+            let keys = json_path_keys(&path).map_err(|e| Error::Plan(format!("{name}: {e}")))?;
+            let keys: String = keys.iter().map(|k| format!(", {k}")).collect();
+            match name {
+                "JSON_VALUE" => {
+                    let text = format!("json_as_text({json}{keys})");
+                    match returning {
+                        Some(data_type) => format!("CAST({text} AS {data_type})"),
+                        None => text,
+                    }
+                }
+                "JSON_QUERY" => format!("json_get_json({json}{keys})"),
+                _ => format!("COALESCE(json_contains({json}{keys}), false)"),
+            }
         }
         "TUMBLE_START" | "HOP_START" | "SESSION_START" => {
             format!("{}({})", name.trim_end_matches("_START").to_lowercase(), args.join(", "))
@@ -114,13 +320,151 @@ fn replacement(expr: &Expr) -> Result<Option<Expr>> {
                 "{name} is not supported: a window's processing time has no meaning in weir, whose windows close on the watermark; use {window}_END or {window}_ROWTIME"
             ));
         }
+        "STR_TO_MAP" | "JSON_OBJECT" | "JSON_ARRAY" | "JSON_STRING" | "JSON_OBJECTAGG" | "JSON_ARRAYAGG"
+        | "CONVERT_TZ" => {
+            return plan_error(&format!("{name} is not supported yet ({})", missing_because(name)));
+        }
         _ => return Ok(None),
     };
-    let parsed = Parser::new(&GenericDialect {})
-        .try_with_sql(&sql)
-        .and_then(|mut parser| parser.parse_expr())
-        .map_err(|e| Error::Plan(format!("{name}: {e}")))?;
-    Ok(Some(parsed))
+    Ok(Some(sql))
+}
+
+/// Why a Flink function weir refuses is missing, and what to use.
+fn missing_because(name: &str) -> &'static str {
+    match name {
+        "STR_TO_MAP" => "weir has no MAP type; split the text with string_to_array or SPLIT_INDEX",
+        "CONVERT_TZ" => "weir's timestamps are UTC; shift by a fixed interval",
+        _ => "weir reads JSON with JSON_VALUE and JSON_QUERY but does not build it; write the text with concat",
+    }
+}
+
+/// `text` (a Java-formatted time) as a timestamp of milliseconds; a format without time of day
+/// is read as a date.
+fn parse_time(text: &str, chrono: &str) -> String {
+    match ["%H", "%I", "%M", "%S"].iter().any(|spec| chrono.contains(spec)) {
+        true => format!("to_timestamp_millis({text}, {})", quoted(chrono)),
+        false => format!("CAST(\"to_date\"({text}, {}) AS TIMESTAMP(3))", quoted(chrono)),
+    }
+}
+
+/// A TIMESTAMPADD unit as (count per unit, interval unit).
+fn interval_unit(unit: &str) -> Result<(u32, &'static str)> {
+    Ok(match unit.to_ascii_uppercase().as_str() {
+        "SECOND" => (1, "second"),
+        "MINUTE" => (1, "minute"),
+        "HOUR" => (1, "hour"),
+        "DAY" => (1, "day"),
+        "WEEK" => (7, "day"),
+        "MONTH" => (1, "month"),
+        "QUARTER" => (3, "month"),
+        "YEAR" => (12, "month"),
+        other => {
+            return plan_error(&format!(
+                "'{other}' is not a unit of time: SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, QUARTER or YEAR"
+            ));
+        }
+    })
+}
+
+/// TIMESTAMPDIFF: whole units from `from` to `to` (truncated toward zero, as Flink's).
+fn timestamp_diff(unit: &str, from: &str, to: &str) -> Result<String> {
+    let seconds =
+        |per: u64| format!("CAST(trunc((date_part('epoch', {to}) - date_part('epoch', {from})) / {per}) AS INT)");
+    // Months between, less one where the later one's day and time of month are not reached.
+    let months = |per: u32| {
+        let month = |t: &str| format!("(date_part('year', {t}) * 12 + date_part('month', {t}))");
+        let rest = |t: &str| format!("(date_part('epoch', {t}) - date_part('epoch', date_trunc('month', {t})))");
+        let whole = format!("({} - {})", month(to), month(from));
+        format!(
+            "CAST(trunc((CASE WHEN {whole} > 0 AND {rest_to} < {rest_from} THEN {whole} - 1 \
+             WHEN {whole} < 0 AND {rest_to} > {rest_from} THEN {whole} + 1 ELSE {whole} END) / {per}) AS INT)",
+            rest_to = rest(to),
+            rest_from = rest(from),
+        )
+    };
+    Ok(match unit.to_ascii_uppercase().as_str() {
+        "SECOND" => seconds(1),
+        "MINUTE" => seconds(60),
+        "HOUR" => seconds(3600),
+        "DAY" => seconds(86_400),
+        "WEEK" => seconds(604_800),
+        "MONTH" => months(1),
+        "QUARTER" => months(3),
+        "YEAR" => months(12),
+        other => {
+            return plan_error(&format!(
+                "'{other}' is not a unit of time: SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, QUARTER or YEAR"
+            ));
+        }
+    })
+}
+
+/// PARSE_URL(url, part[, key]): the part of the URL, each by a regular expression of one group
+/// (arrow's `regexp_match` leaves out groups that did not take part, so one expression with a
+/// group per part would number them differently URL by URL).
+fn parse_url(args: &[String], list: &[FunctionArg]) -> Result<String> {
+    let (Some(url), Some(part)) = (args.first(), literal(list.get(1))) else {
+        return arity(
+            "PARSE_URL",
+            "a URL, a quoted part ('HOST', 'PATH', 'QUERY', ...) and for 'QUERY' an optional key",
+        );
+    };
+    let first = |regex: &str| format!("array_element(regexp_match({url}, '{regex}'), 1)");
+    Ok(match (part.as_str(), args.get(2)) {
+        ("QUERY", Some(key)) => format!("array_element(regexp_match({url}, concat('[?&]', {key}, '=([^&#]*)')), 1)"),
+        ("PROTOCOL", _) => first("^([^:/?#]+):"),
+        ("USERINFO", _) => first("^[^:/?#]+://([^/?#@]*)@"),
+        ("HOST", _) => first("^[^:/?#]+://(?:[^/?#@]*@)?([^/?#:]*)"),
+        ("AUTHORITY", _) => first("^[^:/?#]+://([^/?#]*)"),
+        ("PATH", _) => first("^(?:[^:/?#]+:)?(?://[^/?#]*)?([^?#]*)"),
+        ("FILE", _) => first("^(?:[^:/?#]+:)?(?://[^/?#]*)?([^#]*)"),
+        ("QUERY", None) => first("\\?([^#]*)"),
+        ("REF", _) => first("#(.*)$"),
+        (other, _) => {
+            return plan_error(&format!(
+                "PARSE_URL: part '{other}' is not one of HOST, PATH, QUERY, REF, PROTOCOL, FILE, AUTHORITY, USERINFO"
+            ));
+        }
+    })
+}
+
+/// A JSON path of keys and indices (`$.a.b`, `$['a'][0]`) as the literal arguments of
+/// datafusion-functions-json (`'a', 'b'`; `'a', 0`).
+fn json_path_keys(path: &str) -> std::result::Result<Vec<String>, String> {
+    let unsupported =
+        || format!("path '{path}' is not supported: weir reads paths of keys and indices, such as '$.a.b[0]'");
+    let rest = path.trim().strip_prefix('$').ok_or_else(unsupported)?;
+    let chars: Vec<char> = rest.chars().collect();
+    let mut keys = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '.' => {
+                let end = chars[i + 1..].iter().position(|c| *c == '.' || *c == '[').map_or(chars.len(), |p| i + 1 + p);
+                let key: String = chars[i + 1..end].iter().collect();
+                if key.is_empty() || key == "*" {
+                    return Err(unsupported());
+                }
+                keys.push(quoted(&key));
+                i = end;
+            }
+            '[' => {
+                let end = chars[i..].iter().position(|c| *c == ']').map(|p| i + p).ok_or_else(unsupported)?;
+                let inner: String = chars[i + 1..end].iter().collect();
+                let inner = inner.trim();
+                if let Ok(index) = inner.parse::<u64>() {
+                    keys.push(index.to_string());
+                } else if let Some(key) = inner.strip_prefix('\'').and_then(|k| k.strip_suffix('\'')) {
+                    keys.push(quoted(key));
+                } else {
+                    return Err(unsupported());
+                }
+                i = end + 1;
+            }
+            _ => return Err(unsupported()),
+        }
+    }
+    Ok(keys)
 }
 
 fn arity<T>(name: &str, takes: &str) -> Result<T> {
@@ -184,10 +528,14 @@ fn chrono_format(java: &str) -> String {
 mod tests {
     use super::*;
 
-    fn rewritten(sql: &str) -> String {
+    fn rewritten_in(sql: &str, dialect: Dialect) -> String {
         let mut statement = Parser::parse_sql(&GenericDialect {}, sql).unwrap().remove(0);
-        rewrite(&mut statement).unwrap();
+        rewrite(&mut statement, dialect).unwrap();
         statement.to_string()
+    }
+
+    fn rewritten(sql: &str) -> String {
+        rewritten_in(sql, Dialect::Weir)
     }
 
     #[test]
@@ -206,6 +554,20 @@ mod tests {
             "SELECT session((ts), (INTERVAL '10' SECOND)), hop_end((ts), (INTERVAL '1' SECOND), (INTERVAL '5' SECOND)) - INTERVAL '1' MILLISECOND FROM t"
         );
         assert_eq!(chrono_format("yyyy-MM-dd HH:mm:ss.SSS"), "%Y-%m-%d %H:%M:%S.%3f");
+        assert_eq!(json_path_keys("$.a['b c'][2].d"), Ok(vec!["'a'".into(), "'b c'".into(), "2".into(), "'d'".into()]));
+        assert!(json_path_keys("$.a[*]").is_err() && json_path_keys("a.b").is_err());
         assert_eq!(chrono_format("HH'h'mm"), "%Hh%M");
+    }
+
+    /// Names DataFusion has with another meaning are Flink's in Flink's dialect only, and what
+    /// the rewrite writes is not rewritten again when the statement's text is planned again.
+    #[test]
+    fn clashing_names_are_flinks_in_its_dialect_and_a_rewrite_is_stable() {
+        let sql = "SELECT LOG(x), SHA256(s), TO_TIMESTAMP(s, 'yyyyMMdd'), FROM_UNIXTIME(n) FROM t";
+        assert_eq!(rewritten(sql), sql, "weir's dialect keeps DataFusion's functions");
+        let once = rewritten_in(sql, Dialect::Flink);
+        assert!(once.contains("ln((x))") && once.contains("digest((s), 'sha256')"), "{once}");
+        assert!(once.contains("\"to_date\"((s), '%Y%m%d')"), "{once}");
+        assert_eq!(rewritten_in(&once, Dialect::Flink), once, "stable when planned again");
     }
 }

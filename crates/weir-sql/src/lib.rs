@@ -22,6 +22,7 @@ pub mod pipeline_options;
 pub mod pipeline_statements;
 pub mod planner;
 pub mod session;
+mod sha1_function;
 #[cfg(test)]
 mod slt;
 pub mod time_clauses;

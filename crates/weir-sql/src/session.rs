@@ -219,6 +219,7 @@ impl Session {
         for function in crate::window_functions::window_end_functions() {
             context.register_udaf(function);
         }
+        context.register_udf(crate::sha1_function::sha1_function());
         Self {
             catalog: Catalog::default(),
             options: PipelineOptions::default(),
@@ -242,14 +243,10 @@ impl Session {
         let taken = pipeline_statements::take_commands(tokens)?;
         let mut commands = taken.commands;
         commands.reverse();
-        let mut statements = Parser::new(&GenericDialect {})
+        let statements = Parser::new(&GenericDialect {})
             .with_tokens_with_locations(taken.tokens)
             .parse_statements()
             .map_err(syntax_error)?;
-        for statement in &mut statements {
-            crate::field_names::name_fields(statement);
-            crate::flink_functions::rewrite(statement)?;
-        }
         let mut clauses = clauses_by_statement(&statements, clauses)?;
         let mut outputs = Vec::new();
         // Consecutive INSERTs make one pipeline, sharing the sources they read.
@@ -268,7 +265,10 @@ impl Session {
             if taken.set_bounds.contains(&index) && !inserts.is_empty() {
                 outputs.push(self.insert_pipeline(std::mem::take(&mut inserts)).await?);
             }
-            // Read by the rule for names in force now (a SET before may have changed it).
+            // Read by the dialect and the rule for names in force now (a SET before may have
+            // changed them).
+            crate::field_names::name_fields(&mut statement);
+            crate::flink_functions::rewrite(&mut statement, self.options.dialect.unwrap_or_default())?;
             attach_time_clauses(&mut statement, std::mem::take(&mut clauses[index]), self.names())?;
             match statement {
                 Statement::Insert(insert) => inserts.push(insert),

@@ -383,12 +383,15 @@ fn committed_records(outputs: &[String]) -> usize {
 /// Kills the pipeline with SIGKILL `kills` times (each run restarted with `--resume`), each
 /// time at a random moment after a checkpoint of that run completed, so every kill lands in
 /// the middle of a run that is making progress; then lets it finish. Returns how many kills
-/// landed before it finished, and asserts that the committed output grew between kills:
-/// between at least a third of them (measured: 11 of 12), or for a windowed query (`windowed`)
-/// at all. A window's rows come only once the watermark passes its end, and every run starts
-/// its watermarks over, waiting for a record from every partition: a run killed soon after its
-/// first checkpoint may commit none (measured on a fresh clone: grew between 3 of 12; on an
-/// idle machine 8 of 12).
+/// landed before it finished, and asserts that the committed output never went back and grew
+/// between at least a third of the kills (measured: 11 of 12). Not for a windowed query
+/// (`windowed`): a window's rows come only once the watermark passes its end, and every run
+/// starts its watermarks over, waiting for a record from every partition, so a run killed soon
+/// after its first checkpoint often commits nothing; its progress is the windows' state, which
+/// the checkpoint each run completed before its kill holds (measured at 0-300 ms: the output
+/// grew between 1 to 6 of 12 kills on an idle machine, the same before and after the Flink
+/// dialect's changes, and 0 of 12 once on a loaded fresh-clone run). The final audit is what
+/// proves it exactly-once.
 fn kill_at_random(runs: &Runs, outputs: &[String], kills: usize, windowed: bool) -> usize {
     let mut rng = rand::rng();
     let mut landed = 0;
@@ -419,8 +422,7 @@ fn kill_at_random(runs: &Runs, outputs: &[String], kills: usize, windowed: bool)
     let grew = committed.windows(2).filter(|w| w[1] > w[0]).count();
     eprintln!("committed records after each kill: {committed:?}");
     assert!(committed.windows(2).all(|w| w[1] >= w[0]), "committed output went back: {committed:?}");
-    let enough = if windowed { grew >= 1 } else { grew * 3 >= landed };
-    assert!(enough, "the output grew between only {grew} of {landed} kills: {committed:?}");
+    assert!(windowed || grew * 3 >= landed, "the output grew between only {grew} of {landed} kills: {committed:?}");
     runs.finish();
     landed
 }
