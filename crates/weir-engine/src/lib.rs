@@ -46,4 +46,4 @@ pub use partition::Partitioning;
 #[cfg(feature = "testkit")]
 pub use pipeline::start_with_failures;
 pub use pipeline::{PipelineConfig, PipelineHandle, PipelineState, PipelineStatus, RestartPolicy, start};
-pub use processing_time::ProcessingTime;
+pub use processing_time::{ProcessingTime, ProcessingTimeStamp};

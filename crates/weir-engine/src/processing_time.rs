@@ -5,6 +5,11 @@
 //! event time. While the source is idle the watermark keeps moving with the clock (every
 //! [`IDLE_WATERMARK_MS`]), so a processing-time window closes on time without new records.
 //! Times never go backwards, even if the wall clock does.
+//!
+//! `PROCTIME()` in a query (Flink's `CREATE VIEW v AS SELECT *, PROCTIME() AS pt FROM t`) is
+//! [`ProcessingTimeStamp`], an operator doing the same to the rows that reach it: their
+//! stream's watermark becomes processing time from there on (the event time's watermarks it
+//! receives only move its clock along, as ticks, and the end of input still ends it).
 
 use std::sync::Arc;
 
@@ -14,37 +19,29 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::Result;
-use crate::operator::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
+use crate::operator::{Collector, Operator, RestoredState, Source, SourceEvent, StateTable, SubtaskInfo};
 use crate::operators::state_ttl::now_ms;
 
 /// How often an idle source's watermark follows the clock.
 pub const IDLE_WATERMARK_MS: i64 = 100;
 
-pub struct ProcessingTime {
-    inner: Box<dyn Source>,
-    /// The inner source's columns and the processing-time column last.
-    schema: SchemaRef,
-    /// A watermark to emit before reading on.
-    pending_watermark: Option<i64>,
-    /// The latest time given to a batch.
+/// Times that never go back, and watermarks just behind them.
+#[derive(Clone)]
+struct Clock {
+    /// The latest time given.
     last_time: i64,
     last_watermark: i64,
-    clock: fn() -> i64,
+    read: fn() -> i64,
 }
 
-impl ProcessingTime {
-    /// `schema`: the inner source's columns followed by the processing-time column.
-    pub fn new(inner: Box<dyn Source>, schema: SchemaRef) -> Self {
-        Self::with_clock(inner, schema, now_ms)
-    }
-
-    fn with_clock(inner: Box<dyn Source>, schema: SchemaRef, clock: fn() -> i64) -> Self {
-        Self { inner, schema, pending_watermark: None, last_time: i64::MIN, last_watermark: i64::MIN, clock }
+impl Clock {
+    fn new(read: fn() -> i64) -> Self {
+        Self { last_time: i64::MIN, last_watermark: i64::MIN, read }
     }
 
     /// The time now, never before the last one given.
     fn now(&mut self) -> i64 {
-        self.last_time = self.last_time.max((self.clock)());
+        self.last_time = self.last_time.max((self.read)());
         self.last_time
     }
 
@@ -56,6 +53,90 @@ impl ProcessingTime {
             self.last_watermark = watermark;
             watermark
         })
+    }
+
+    /// A watermark following the clock while no records come, at most every
+    /// [`IDLE_WATERMARK_MS`].
+    fn idle_watermark(&mut self) -> Option<i64> {
+        let now = self.now();
+        match now.saturating_sub(self.last_watermark) > IDLE_WATERMARK_MS {
+            true => self.watermark_behind(now),
+            false => None,
+        }
+    }
+
+    /// `batch` with a last column of the time now (the columns of `schema`).
+    fn stamp(&mut self, batch: &RecordBatch, schema: &SchemaRef) -> Result<(RecordBatch, i64)> {
+        let time = self.now();
+        let mut columns = batch.columns().to_vec();
+        let times: ArrayRef = Arc::new(TimestampMillisecondArray::from(vec![time; batch.num_rows()]));
+        columns.push(times);
+        Ok((RecordBatch::try_new(schema.clone(), columns)?, time))
+    }
+}
+
+pub struct ProcessingTime {
+    inner: Box<dyn Source>,
+    /// The inner source's columns and the processing-time column last.
+    schema: SchemaRef,
+    /// A watermark to emit before reading on.
+    pending_watermark: Option<i64>,
+    clock: Clock,
+}
+
+impl ProcessingTime {
+    /// `schema`: the inner source's columns followed by the processing-time column.
+    pub fn new(inner: Box<dyn Source>, schema: SchemaRef) -> Self {
+        Self::with_clock(inner, schema, now_ms)
+    }
+
+    fn with_clock(inner: Box<dyn Source>, schema: SchemaRef, clock: fn() -> i64) -> Self {
+        Self { inner, schema, pending_watermark: None, clock: Clock::new(clock) }
+    }
+}
+
+/// `PROCTIME()` in a query: each batch gets a last column of the time it reached this
+/// operator, followed by a watermark just behind it.
+#[derive(Clone)]
+pub struct ProcessingTimeStamp {
+    /// The input's columns and the processing-time column last.
+    schema: SchemaRef,
+    clock: Clock,
+}
+
+impl ProcessingTimeStamp {
+    /// `schema`: the input's columns followed by the processing-time column.
+    pub fn new(schema: SchemaRef) -> Self {
+        Self::with_clock(schema, now_ms)
+    }
+
+    fn with_clock(schema: SchemaRef, clock: fn() -> i64) -> Self {
+        Self { schema, clock: Clock::new(clock) }
+    }
+}
+
+#[async_trait]
+impl Operator for ProcessingTimeStamp {
+    async fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Collector) -> Result<()> {
+        let (stamped, time) = self.clock.stamp(&batch, &self.schema)?;
+        out.emit(stamped);
+        if let Some(watermark) = self.clock.watermark_behind(time) {
+            out.emit_watermark(watermark);
+        }
+        Ok(())
+    }
+
+    /// The input's own event time is not this stream's time any more: its watermarks only
+    /// tick the clock, and its end (`i64::MAX`) ends this one.
+    async fn process_watermark(&mut self, watermark: i64, out: &mut Collector) -> Result<()> {
+        let next = match watermark {
+            i64::MAX => Some(i64::MAX),
+            _ => self.clock.idle_watermark(),
+        };
+        if let Some(watermark) = next {
+            out.emit_watermark(watermark);
+        }
+        Ok(())
     }
 }
 
@@ -71,20 +152,13 @@ impl Source for ProcessingTime {
         }
         match self.inner.next().await? {
             SourceEvent::Batch(batch) => {
-                let time = self.now();
-                let mut columns = batch.columns().to_vec();
-                let times: ArrayRef = Arc::new(TimestampMillisecondArray::from(vec![time; batch.num_rows()]));
-                columns.push(times);
-                self.pending_watermark = self.watermark_behind(time);
-                Ok(SourceEvent::Batch(RecordBatch::try_new(self.schema.clone(), columns)?))
+                let (stamped, time) = self.clock.stamp(&batch, &self.schema)?;
+                self.pending_watermark = self.clock.watermark_behind(time);
+                Ok(SourceEvent::Batch(stamped))
             }
             // The inner source's own event time, if it has one, is not this table's time.
             SourceEvent::Watermark(_) | SourceEvent::Idle => {
-                let now = self.now();
-                match now.saturating_sub(self.last_watermark) > IDLE_WATERMARK_MS {
-                    true => Ok(self.watermark_behind(now).map_or(SourceEvent::Idle, SourceEvent::Watermark)),
-                    false => Ok(SourceEvent::Idle),
-                }
+                Ok(self.clock.idle_watermark().map_or(SourceEvent::Idle, SourceEvent::Watermark))
             }
             SourceEvent::End => Ok(SourceEvent::End),
         }
@@ -156,5 +230,37 @@ mod tests {
         assert!(matches!(source.next().await.unwrap(), SourceEvent::Watermark(1_199)), "idle, the clock moves it");
         CLOCK.store(500, Ordering::SeqCst);
         assert!(matches!(source.next().await.unwrap(), SourceEvent::Idle), "a clock going back moves nothing");
+    }
+
+    static STAMP_CLOCK: AtomicI64 = AtomicI64::new(5_000);
+
+    fn stamp_clock() -> i64 {
+        STAMP_CLOCK.load(Ordering::SeqCst)
+    }
+
+    /// PROCTIME() in a query: rows get the time they came, the event time's watermarks only
+    /// tick the clock, and the end of input passes.
+    #[tokio::test]
+    async fn rows_are_stamped_where_proctime_is_called_and_event_time_no_longer_counts() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, false),
+            Field::new("pt", DataType::Timestamp(TimeUnit::Millisecond, None), false),
+        ]));
+        let input = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(input, vec![Arc::new(Int64Array::from(vec![1, 2]))]).unwrap();
+        let mut stamp = ProcessingTimeStamp::with_clock(schema, stamp_clock);
+        let mut out = Collector::default();
+        stamp.process_batch(0, batch, &mut out).await.unwrap();
+        let times = out.batches[0].column(1).as_any().downcast_ref::<TimestampMillisecondArray>().unwrap();
+        assert_eq!((times.value(0), times.value(1)), (5_000, 5_000));
+        assert_eq!(out.watermark, Some(4_999));
+        let mut out = Collector::default();
+        stamp.process_watermark(1_700_000_000_000, &mut out).await.unwrap();
+        assert_eq!(out.watermark, None, "an event time's watermark is not this stream's");
+        STAMP_CLOCK.store(5_500, Ordering::SeqCst);
+        stamp.process_watermark(1_700_000_000_001, &mut out).await.unwrap();
+        assert_eq!(out.watermark, Some(5_499), "but it ticks the clock");
+        stamp.process_watermark(i64::MAX, &mut out).await.unwrap();
+        assert_eq!(out.watermark, Some(i64::MAX), "the end of input ends it");
     }
 }

@@ -21,6 +21,7 @@ mod lag;
 pub mod pipeline_options;
 pub mod pipeline_statements;
 pub mod planner;
+mod proctime_function;
 pub mod session;
 mod sha1_function;
 #[cfg(test)]

@@ -262,6 +262,11 @@ pub(crate) fn unaliased(expr: &Expr) -> &Expr {
     }
 }
 
+/// Whether a projection's expression is a call of `PROCTIME()`.
+fn is_proctime(expr: &Expr) -> bool {
+    matches!(unaliased(expr), Expr::ScalarFunction(f) if f.name() == crate::proctime_function::PROCTIME)
+}
+
 /// The window function call of a GROUP BY expression, if it is one.
 fn window_call(expr: &Expr) -> Option<&ScalarFunction> {
     match unaliased(expr) {
@@ -492,6 +497,40 @@ impl Planner<'_> {
         node
     }
 
+    /// A projection calling `PROCTIME()`: the rows are stamped by a processing-time operator,
+    /// whose column the calls read; its watermarks follow the clock from there on, so the
+    /// column is the stream's only time attribute (an event time before it no longer is).
+    fn processing_time(&mut self, projection: &datafusion::logical_expr::Projection, stream: Stream) -> Result<Stream> {
+        if stream.updating {
+            return plan_err!(
+                "PROCTIME() over an updating result (a changelog) is not supported: call it over the rows of a table"
+            );
+        }
+        let input = projection.input.schema();
+        let width = input.fields().len();
+        let mut fields = input.as_arrow().fields().to_vec();
+        fields.push(Arc::new(Field::new("__proctime", DataType::Timestamp(TimeUnit::Millisecond, None), false)));
+        let stamped = Arc::new(Schema::new(fields));
+        let rows = self.materialize(stream, "project");
+        let operator = weir_engine::ProcessingTimeStamp::new(stamped);
+        let name = self.name("proctime");
+        let node =
+            self.graph.add_operator(&name, self.parallelism(), 1, Arc::new(move |_| Ok(Box::new(operator.clone()))));
+        self.graph.connect(rows, node, 0, Partitioning::Forward);
+        let mut exprs: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
+        let mut times = HashMap::new();
+        for (i, expr) in projection.expr.iter().enumerate() {
+            if is_proctime(expr) {
+                exprs.push(Arc::new(PhysicalColumn::new("__proctime", width)));
+                times.insert(i, TimeAttr::EventTime);
+            } else {
+                exprs.push(self.physical(expr, input)?);
+            }
+        }
+        let schema = Arc::new(projection.schema.as_arrow().clone());
+        Ok(Stream { node, steps: vec![Step::Project { exprs, schema }], times, updating: false })
+    }
+
     fn physical(&self, expr: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
         Ok(self.state.create_physical_expr(expr.clone(), schema)?)
     }
@@ -640,6 +679,9 @@ impl Planner<'_> {
             }
             LogicalPlan::Projection(projection) => {
                 let mut stream = self.plan(&projection.input)?;
+                if projection.expr.iter().any(is_proctime) {
+                    return self.processing_time(projection, stream);
+                }
                 let input = projection.input.schema();
                 let exprs = projection.expr.iter().map(|e| self.physical(e, input)).collect::<Result<Vec<_>>>()?;
                 let mut times = HashMap::new();

@@ -220,6 +220,7 @@ impl Session {
             context.register_udaf(function);
         }
         context.register_udf(crate::sha1_function::sha1_function());
+        context.register_udf(crate::proctime_function::proctime_function());
         Self {
             catalog: Catalog::default(),
             options: PipelineOptions::default(),
