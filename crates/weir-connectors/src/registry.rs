@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 
 use crate::connector::Connector;
+use crate::datagen::DatagenConnector;
 use crate::filesystem::FilesystemConnector;
 use crate::kafka::KafkaConnector;
 use crate::nexmark::NexmarkConnector;
@@ -22,6 +23,7 @@ static BUILT_IN: LazyLock<Registry> = LazyLock::new(|| {
     registry.register(Arc::new(NexmarkConnector));
     registry.register(Arc::new(KafkaConnector));
     registry.register(Arc::new(FilesystemConnector));
+    registry.register(Arc::new(DatagenConnector));
     registry.register(Arc::new(PreviewConnector));
     registry.register(Arc::new(BlackholeConnector));
     registry
@@ -113,7 +115,7 @@ mod tests {
         let error = |pairs: &[(&str, &str)]| validate(pairs).unwrap_err().to_string();
         assert_eq!(
             error(&[("connector", "kafak")]),
-            "connector 'kafak' is unknown: expected one of nexmark, kafka, filesystem, preview, blackhole"
+            "connector 'kafak' is unknown: expected one of nexmark, kafka, filesystem, datagen, preview, blackhole"
         );
         assert!(error(&[]).contains("option 'connector' is missing"));
         assert_eq!(

@@ -729,3 +729,49 @@ async fn flinks_kafka_declarations_run_as_written() {
         .to_string();
     assert!(error.contains("PRIMARY KEY (column, ...) NOT ENFORCED"), "{error}");
 }
+
+/// Flink's metadata columns: each row tells the topic, partition and offset of its record and
+/// the record's timestamp; a table with them is refused as a sink, and an unknown key by name.
+#[tokio::test]
+async fn metadata_columns_read_where_each_record_is() {
+    let input = topic("flink-metadata", 2).await;
+    let records = [r#"{"id":1}"#, r#"{"id":2}"#, r#"{"id":3}"#];
+    broker().produce(&input, records.iter().enumerate().map(|(i, r)| ((i % 2) as i32, None, r.as_bytes()))).unwrap();
+    let mut session = Session::new();
+    session
+        .execute(&format!(
+            "SET 'sql.dialect' = 'flink';
+             CREATE TABLE located (
+               id BIGINT,
+               `timestamp` TIMESTAMP_LTZ(3) METADATA,
+               part INT METADATA FROM 'partition' VIRTUAL,
+               `offset` BIGINT METADATA VIRTUAL,
+               src STRING METADATA FROM 'topic' VIRTUAL
+             ) WITH ({}, 'format' = 'json', 'scan.bounded.mode' = 'latest-offset')",
+            kafka(&input, "")
+        ))
+        .await
+        .unwrap();
+    let planned =
+        pipeline(&mut session, "SELECT id, part, `offset`, src, `timestamp` IS NOT NULL FROM located").await.unwrap();
+    let preview = planned.preview.clone().unwrap().buffer;
+    run(planned).await.1.unwrap();
+    let mut rows: Vec<String> = final_rows(&preview.batches()).unwrap().into_iter().map(|r| r.join(" ")).collect();
+    rows.sort();
+    assert_eq!(rows, [format!("1 0 0 {input} true"), format!("2 1 0 {input} true"), format!("3 0 1 {input} true")]);
+    let error = session
+        .execute(&format!(
+            "CREATE TABLE headed (id BIGINT, h STRING METADATA FROM 'headers') WITH ({}, 'format' = 'json')",
+            kafka(&input, "")
+        ))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("metadata key 'headers' is not supported"), "{error}");
+    let error = session
+        .execute("INSERT INTO located SELECT id, `timestamp`, part, `offset`, src FROM located")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("has metadata columns (timestamp=timestamp,part=partition"), "{error}");
+}

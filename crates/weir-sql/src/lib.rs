@@ -18,6 +18,7 @@ pub mod identifiers;
 #[cfg(test)]
 mod kafka_roundtrip;
 mod lag;
+mod metadata_columns;
 pub mod pipeline_options;
 pub mod pipeline_statements;
 pub mod planner;

@@ -241,6 +241,8 @@ impl Session {
         crate::flink_refusals::check(&tokens)?;
         let (tokens, computed) = crate::computed_columns::extract(tokens);
         clauses.extend(computed);
+        let (tokens, metadata) = crate::metadata_columns::extract(tokens)?;
+        clauses.extend(metadata);
         let taken = pipeline_statements::take_commands(tokens)?;
         let mut commands = taken.commands;
         commands.reverse();
@@ -888,6 +890,13 @@ fn attach_time_clauses(statement: &mut Statement, clauses: Vec<TimeClause>, name
             }
             ClauseKind::ProcessingTime { column } => vec![("proctime", names.name(&column))],
             ClauseKind::Computed { columns } => vec![(crate::computed_columns::OPTION, columns)],
+            ClauseKind::Metadata { columns } => {
+                let read = |pair: &str| match pair.trim().split_once('=') {
+                    Some((name, key)) => format!("{}={key}", names.written(name)),
+                    None => pair.to_string(),
+                };
+                vec![(crate::metadata_columns::OPTION, columns.split(", ").map(read).collect::<Vec<_>>().join(","))]
+            }
         };
         let names: Vec<&str> = options.iter().map(|(key, _)| *key).collect();
         let new: Vec<SqlOption> = options

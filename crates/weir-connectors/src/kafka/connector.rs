@@ -8,14 +8,15 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use datafusion::arrow::datatypes::DataType;
 
 use std::sync::Arc;
 
 use weir_engine::two_phase_commit::TwoPhaseCommitSink;
 
 use super::{
-    BadRecords, Delivery, KafkaConnection, KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig, SinkFormat,
-    SourceFormat, StartupMode, TopicCreation, TopicError, pool_size,
+    BadRecords, Delivery, KafkaConnection, KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig, RecordMetadata,
+    SinkFormat, SourceFormat, StartupMode, TopicCreation, TopicError, pool_size,
 };
 use crate::connector::{
     Connector, ConnectorTable, NodeContext, PlanOptions, PlannedSink, PlannedSource, Preflight, PreflightPhase,
@@ -182,7 +183,15 @@ fn source_config(
         BadRecords::DeadLetter { .. } => transaction_timeout(table, options)?,
         _ => (DEFAULT_TRANSACTION_TIMEOUT_MS as u32, None),
     };
-    let timestamp_column = options_of.get("timestamp_column").map(str::to_string);
+    let MetadataColumns { timestamp: mut timestamp_column, place: metadata } = metadata_columns(table)?;
+    if let Some(column) = options_of.get("timestamp_column") {
+        if timestamp_column.is_some() {
+            return plan_err!(
+                "table '{name}': give its timestamp column once, as 'timestamp_column' or METADATA FROM 'timestamp'"
+            );
+        }
+        timestamp_column = Some(column.to_string());
+    }
     if let Some(column) = &timestamp_column
         && table.schema.field_with_name(column).is_err()
     {
@@ -214,6 +223,7 @@ fn source_config(
             .duration("scan.partition_discovery.interval")
             .unwrap_or(DEFAULT_DISCOVERY_INTERVAL),
         timestamp_column,
+        metadata,
         batch_size: options_of.integer("batch_size", 4096) as usize,
     };
     if dead_letter_prefix(&config).is_some() {
@@ -254,6 +264,11 @@ fn sink_config(
     if topic.contains(',') {
         return plan_err!(
             "table '{name}': a sink writes one topic; '{topic}' names several (make one table per topic)"
+        );
+    }
+    if let Some(columns) = table.options.get("metadata_columns") {
+        return plan_err!(
+            "table '{name}' has metadata columns ({columns}): they are read from the records' place in Kafka; weir does not write them yet (write to a table without them)"
         );
     }
     let (timeout_ms, check) = transaction_timeout(table, options)?;
@@ -422,6 +437,7 @@ const OPTIONS: &[OptionSpec] = &[
     option("key.fields", Kind::Text),
     option("scan.bounded.mode", Kind::OneOf(&["unbounded", "latest"])),
     option("timestamp_column", Kind::Text),
+    option("metadata_columns", Kind::Text),
     option("watermark.idle_timeout", Kind::Duration),
     option("scan.partition_discovery.interval", Kind::Duration),
     option("batch_size", Kind::Integer { min: 1, max: 1_000_000 }),
@@ -432,6 +448,54 @@ const OPTIONS: &[OptionSpec] = &[
     csv_format::OPTIONS[4],
     csv_format::OPTIONS[5],
 ];
+
+/// A table's metadata columns: the one of the record timestamp, and those of where the record is.
+struct MetadataColumns {
+    timestamp: Option<String>,
+    place: Vec<(String, RecordMetadata)>,
+}
+
+/// A table's metadata columns (`metadata_columns`, `name=key,...`, from Flink's `METADATA FROM
+/// 'key'`).
+fn metadata_columns(table: &ConnectorTable) -> Result<MetadataColumns> {
+    let name = &table.name;
+    let (mut timestamp, mut metadata) = (None, Vec::new());
+    for pair in table.options.list("metadata_columns") {
+        let Some((column, key)) = pair.split_once('=') else {
+            return plan_err!("table '{name}': metadata column '{pair}' is not written name=key");
+        };
+        let Ok(field) = table.schema.field_with_name(column) else {
+            return plan_err!("table '{name}': metadata column '{column}' is not a column of the table");
+        };
+        let fits = |ok: bool, wanted: &str| match ok {
+            true => Ok(()),
+            false => plan_err!(
+                "table '{name}': metadata column '{column}' ({key}) must be {wanted}, not {}",
+                field.data_type()
+            ),
+        };
+        match (key, RecordMetadata::of_key(key)) {
+            ("timestamp", _) => {
+                fits(matches!(field.data_type(), DataType::Timestamp(..)), "a TIMESTAMP")?;
+                timestamp = Some(column.to_string());
+            }
+            (_, Some(RecordMetadata::Topic)) => {
+                fits(matches!(field.data_type(), DataType::Utf8 | DataType::LargeUtf8), "text")?;
+                metadata.push((column.to_string(), RecordMetadata::Topic));
+            }
+            (_, Some(kind)) => {
+                fits(field.data_type().is_integer(), "an integer type")?;
+                metadata.push((column.to_string(), kind));
+            }
+            (other, None) => {
+                return plan_err!(
+                    "table '{name}': metadata key '{other}' is not supported: weir's Kafka tables read 'timestamp', 'partition', 'offset' and 'topic' (no headers: weir has no MAP type)"
+                );
+            }
+        }
+    }
+    Ok(MetadataColumns { timestamp, place: metadata })
+}
 
 /// The CSV dialect of a table with `format = 'csv'`.
 fn csv_of(table: &ConnectorTable) -> Result<CsvFormat> {
@@ -461,6 +525,11 @@ impl Connector for KafkaConnector {
 
     fn aliases(&self) -> &'static [&'static str] {
         &["upsert-kafka"]
+    }
+
+    /// Metadata columns name keys weir reads, on columns of fitting types.
+    fn check(&self, table: &ConnectorTable) -> Result<()> {
+        metadata_columns(table).map(|_| ())
     }
 
     fn take_flink_options(&self, written: &str, options: &mut BTreeMap<String, String>) -> Result<()> {

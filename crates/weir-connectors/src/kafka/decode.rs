@@ -67,11 +67,20 @@ fn decode_typed(schema: &SchemaRef, values: &[Option<&[u8]>]) -> Result<Decoded>
     if let Some(batch) = decode_all(schema, values) {
         return Ok(Decoded { batch, rows_from: (0..values.len()).collect(), bad: Vec::new() });
     }
+    one_by_one(schema, values, |value| decode_one(schema, value))
+}
+
+/// Decodes each value on its own with `one`: the rows of those that fit, why the others did not.
+fn one_by_one(
+    schema: &SchemaRef,
+    values: &[Option<&[u8]>],
+    one: impl Fn(Option<&[u8]>) -> std::result::Result<RecordBatch, String>,
+) -> Result<Decoded> {
     let mut good = Vec::new();
     let mut rows_from = Vec::new();
     let mut bad = Vec::new();
     for (i, value) in values.iter().enumerate() {
-        match decode_one(schema, *value) {
+        match one(*value) {
             Ok(batch) => {
                 good.push(batch);
                 rows_from.push(i);
@@ -136,20 +145,7 @@ pub(crate) fn decode_csv(csv: &CsvFormat, schema: &SchemaRef, values: &[Option<&
             return Ok(Decoded { batch, rows_from: (0..values.len()).collect(), bad: Vec::new() });
         }
     }
-    let mut good = Vec::new();
-    let mut rows_from = Vec::new();
-    let mut bad = Vec::new();
-    for (i, value) in values.iter().enumerate() {
-        match one(*value) {
-            Ok(batch) => {
-                good.push(batch);
-                rows_from.push(i);
-            }
-            Err(reason) => bad.push((i, reason)),
-        }
-    }
-    let batch = concat_batches(schema, &good)?;
-    Ok(Decoded { batch, rows_from, bad })
+    one_by_one(schema, values, one)
 }
 
 /// The `raw` format: the value as the table's one text or binary column.

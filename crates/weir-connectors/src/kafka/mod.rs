@@ -34,7 +34,7 @@ pub use encode::SinkFormat;
 pub use producer_pool::{Delivery, pool_size};
 pub use security::ClientSecurity;
 pub use sink::{KafkaSink, KafkaSinkConfig};
-pub use source::{BadRecords, KafkaSource, KafkaSourceConfig, SourceFormat, StartupMode};
+pub use source::{BadRecords, KafkaSource, KafkaSourceConfig, RecordMetadata, SourceFormat, StartupMode};
 pub use transactions::{
     EndTxnOutcome, PendingTransaction, TransactionDescription, TransactionResult, TransactionState, TransactionsClient,
 };

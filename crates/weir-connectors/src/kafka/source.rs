@@ -107,7 +107,29 @@ pub struct KafkaSourceConfig {
     pub discovery_interval: Duration,
     /// The column filled with the Kafka record timestamp instead of from the value.
     pub timestamp_column: Option<String>,
+    /// Columns filled with where the record is (Flink's metadata columns).
+    pub metadata: Vec<(String, RecordMetadata)>,
     pub batch_size: usize,
+}
+
+/// Where a record is, as a metadata column reads it (Flink's keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordMetadata {
+    Topic,
+    Partition,
+    Offset,
+}
+
+impl RecordMetadata {
+    /// The metadata of Flink's key `key`, if weir reads it (`timestamp` is the timestamp column).
+    pub fn of_key(key: &str) -> Option<Self> {
+        match key {
+            "topic" => Some(Self::Topic),
+            "partition" => Some(Self::Partition),
+            "offset" => Some(Self::Offset),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -172,6 +194,7 @@ impl KafkaSource {
                 .fields()
                 .iter()
                 .filter(|f| Some(f.name()) != config.timestamp_column.as_ref())
+                .filter(|f| config.metadata.iter().all(|(column, _)| column != f.name()))
                 .cloned()
                 .collect::<Vec<_>>(),
         ));
@@ -430,15 +453,33 @@ impl KafkaSource {
     }
 
     /// The decoded rows in the table's column order, with the timestamp column filled from the
-    /// records' Kafka timestamps.
+    /// records' Kafka timestamps and the metadata columns from where each record is.
     fn with_timestamp_column(&self, polled: &Polled, decoded: &Decoded) -> weir_engine::Result<RecordBatch> {
-        let Some(name) = &self.config.timestamp_column else { return Ok(decoded.batch.clone()) };
+        if self.config.timestamp_column.is_none() && self.config.metadata.is_empty() {
+            return Ok(decoded.batch.clone());
+        }
         let schema = &self.config.schema;
-        let millis: TimestampMillisecondArray = decoded.rows_from.iter().map(|i| polled.timestamp[*i]).collect();
+        let rows = &decoded.rows_from;
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
         for field in schema.fields() {
-            let column = if field.name() == name {
+            let metadata = self.config.metadata.iter().find(|(column, _)| column == field.name()).map(|(_, m)| *m);
+            let column: ArrayRef = if Some(field.name()) == self.config.timestamp_column.as_ref() {
+                let millis: TimestampMillisecondArray = rows.iter().map(|i| polled.timestamp[*i]).collect();
                 cast(&millis, field.data_type())?
+            } else if let Some(metadata) = metadata {
+                let of = |i: &usize| &self.partitions[polled.partition[*i]];
+                let values: ArrayRef = match metadata {
+                    RecordMetadata::Topic => {
+                        Arc::new(StringArray::from_iter_values(rows.iter().map(|i| of(i).topic.as_str())))
+                    }
+                    RecordMetadata::Partition => {
+                        Arc::new(Int32Array::from_iter_values(rows.iter().map(|i| of(i).partition)))
+                    }
+                    RecordMetadata::Offset => {
+                        Arc::new(Int64Array::from_iter_values(rows.iter().map(|i| polled.offset[*i])))
+                    }
+                };
+                cast(&values, field.data_type())?
             } else {
                 decoded
                     .batch
@@ -714,6 +755,7 @@ mod tests {
             idle_timeout: Duration::from_secs(5),
             discovery_interval: Duration::from_secs(10),
             timestamp_column: None,
+            metadata: Vec::new(),
             batch_size: 100,
         };
         let mut source = KafkaSource::new(config);

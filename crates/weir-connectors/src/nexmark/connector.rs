@@ -5,7 +5,7 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::SchemaRef;
 
 use super::generator::{AUCTION_PROPORTION, GROUP, NexmarkConfig, PERSON_PROPORTION, nexmark_schema};
-use super::source::NexmarkSource;
+use super::{NexmarkGenerator, NexmarkSource};
 use weir_engine::operator::Source;
 
 use crate::connector::{Connector, ConnectorTable, NodeContext, PlannedSource};
@@ -134,7 +134,7 @@ impl Connector for NexmarkConnector {
         let conform = (!conform.is_identity(&produced)).then_some(conform);
         Ok(PlannedSource {
             factory: Arc::new(move |_| {
-                let source = NexmarkSource::new(config.clone());
+                let source = NexmarkSource::new(NexmarkGenerator::new(config.clone()));
                 let source: Box<dyn Source> = match delay_ms {
                     Some(delay_ms) => Box::new(source.with_watermarks(delay_ms)),
                     None => Box::new(source),

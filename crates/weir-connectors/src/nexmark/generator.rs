@@ -15,6 +15,9 @@ use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, T
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::record_batch::RecordBatch;
 
+use crate::generated_source::{Pacing, RowGenerator};
+use crate::replayable_random::Random;
+
 pub(crate) const PERSON_PROPORTION: u64 = 1;
 pub(crate) const AUCTION_PROPORTION: u64 = 3;
 pub(crate) const GROUP: u64 = 50;
@@ -141,64 +144,6 @@ pub fn nexmark_schema() -> SchemaRef {
     ]))
 }
 
-/// SplitMix64: tiny, fast, and (unlike library generators, which may change between versions)
-/// fixed forever, so a replay after an upgrade still produces the same events.
-struct Random(u64);
-
-impl Random {
-    fn for_event(seed: u64, n: u64) -> Self {
-        let mut random = Random(seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        random.next();
-        random
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Letters padding an event toward its average size: `base` plus up to `spread` more.
-    fn write_padding(&mut self, out: &mut StringBuilder, base: usize, spread: u64) -> std::fmt::Result {
-        let len = base + self.below(spread) as usize;
-        self.write_letters(out, len)
-    }
-
-    /// Writes `len` lowercase letters into the value `out` is building (one draw each).
-    fn write_letters(&mut self, out: &mut impl Write, len: usize) -> std::fmt::Result {
-        let mut chunk = [0u8; 64];
-        let mut left = len;
-        while left > 0 {
-            let n = left.min(chunk.len());
-            for byte in &mut chunk[..n] {
-                *byte = b'a' + self.below(26) as u8;
-            }
-            out.write_str(std::str::from_utf8(&chunk[..n]).map_err(|_| std::fmt::Error)?)?;
-            left -= n;
-        }
-        Ok(())
-    }
-
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.below(items.len() as u64) as usize]
-    }
-
-    /// Heavy-tailed prices: about 10^(6u) * 100.
-    fn price(&mut self) -> i64 {
-        (10f64.powf(self.unit() * 6.0) * 100.0).round() as i64
-    }
-}
-
 /// Makes events and batches of events.
 #[derive(Debug, Clone)]
 pub struct NexmarkGenerator {
@@ -212,6 +157,31 @@ fn persons_before(n: u64) -> u64 {
 
 fn auctions_before(n: u64) -> u64 {
     (n / GROUP) * AUCTION_PROPORTION + (n % GROUP).saturating_sub(PERSON_PROPORTION).min(AUCTION_PROPORTION)
+}
+
+impl RowGenerator for NexmarkGenerator {
+    fn name(&self) -> &'static str {
+        "nexmark"
+    }
+
+    fn pacing(&self) -> Pacing {
+        let config = &self.config;
+        Pacing {
+            rate: config.rate,
+            as_fast_as_possible: config.as_fast_as_possible,
+            rows: config.events,
+            splits: config.splits,
+            batch_size: config.batch_size,
+        }
+    }
+
+    fn batch(&self, rows: &[u64]) -> Result<RecordBatch, ArrowError> {
+        NexmarkGenerator::batch(self, rows)
+    }
+
+    fn row_time_ms(&self, n: u64) -> Option<i64> {
+        Some(self.event_time_ms(n))
+    }
 }
 
 impl NexmarkGenerator {
@@ -250,7 +220,7 @@ impl NexmarkGenerator {
         for &n in numbers {
             let kind = event_kind(n);
             let time = self.event_time_ms(n);
-            let mut random = Random::for_event(self.config.seed, n);
+            let mut random = Random::for_row(self.config.seed, n);
             kinds.push(kind);
             times.append_value(time);
             let written = match kind {

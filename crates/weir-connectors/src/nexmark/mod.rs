@@ -8,8 +8,8 @@
 
 mod connector;
 mod generator;
-mod source;
 
 pub use connector::NexmarkConnector;
 pub use generator::{NexmarkConfig, NexmarkGenerator, event_kind, nexmark_schema};
-pub use source::NexmarkSource;
+/// The Nexmark source: the generator's events, split, paced and checkpointed.
+pub type NexmarkSource = crate::generated_source::GeneratedSource<NexmarkGenerator>;

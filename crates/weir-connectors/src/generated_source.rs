@@ -1,6 +1,7 @@
-//! The Nexmark generator as a weir source. The event space is cut into splits (event n in
-//! split n mod splits); a subtask reads the splits s with s mod parallelism = its index, in
-//! turn, a batch at a time. Its snapshot holds the next event number of each split, so a
+//! A generator of rows as a weir source (the Nexmark generator, Flink's datagen): row n is a
+//! function of n alone ([`RowGenerator`]). The rows are cut into splits (row n in split n mod
+//! splits); a subtask reads the splits s with s mod parallelism = its index, in turn, a batch
+//! at a time, paced to the rate. Its snapshot holds the next row number of each split, so a
 //! restore, at any parallelism up to the number of splits, continues every split exactly.
 
 use std::collections::BTreeMap;
@@ -10,19 +11,48 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use datafusion::arrow::array::{UInt32Array, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::record_batch::RecordBatch;
 use weir_engine::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo, state_column};
 
-use super::generator::{NexmarkConfig, NexmarkGenerator};
-
 const POSITIONS: &str = "positions";
+
+/// How a generated source paces and splits its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pacing {
+    /// Rows per second of wall-clock time over all subtasks, unless `as_fast_as_possible`.
+    pub rate: u64,
+    pub as_fast_as_possible: bool,
+    /// How many rows there are; unbounded if `None`.
+    pub rows: Option<u64>,
+    pub splits: u32,
+    pub batch_size: usize,
+}
+
+/// Rows that are a function of their number alone.
+pub trait RowGenerator: Send + Sync + 'static {
+    /// The connector's name, for errors.
+    fn name(&self) -> &'static str;
+
+    fn pacing(&self) -> Pacing;
+
+    /// The rows numbered `rows`.
+    fn batch(&self, rows: &[u64]) -> Result<RecordBatch, ArrowError>;
+
+    /// The event time of row `n`, for a source that emits its own watermarks (rows in time
+    /// order per split).
+    fn row_time_ms(&self, n: u64) -> Option<i64> {
+        let _ = n;
+        None
+    }
+}
 
 /// The longest a paced source waits in one call (the engine wants it back within about 100 ms).
 const MAX_WAIT: Duration = Duration::from_millis(100);
 
-/// One subtask of the Nexmark source.
-pub struct NexmarkSource {
-    generator: NexmarkGenerator,
+/// One subtask of a generated source.
+pub struct GeneratedSource<G: RowGenerator> {
+    generator: G,
     /// Next event number of each split this subtask reads.
     next: BTreeMap<u32, u64>,
     turn: usize,
@@ -45,27 +75,20 @@ struct SplitWatermarks {
     emitted: i64,
 }
 
-impl NexmarkSource {
-    pub fn new(config: NexmarkConfig) -> Self {
-        Self {
-            generator: NexmarkGenerator::new(config),
-            next: BTreeMap::new(),
-            turn: 0,
-            started: None,
-            rate: 0.0,
-            watermarks: None,
-        }
+impl<G: RowGenerator> GeneratedSource<G> {
+    pub fn new(generator: G) -> Self {
+        Self { generator, next: BTreeMap::new(), turn: 0, started: None, rate: 0.0, watermarks: None }
     }
 
-    /// Emits watermarks itself, per split, for event time on `date_time` with `delay_ms` of
-    /// allowed lateness.
+    /// Emits watermarks itself, per split, for event time on the rows' times
+    /// ([`RowGenerator::row_time_ms`]) with `delay_ms` of allowed lateness.
     pub fn with_watermarks(mut self, delay_ms: i64) -> Self {
         self.watermarks = Some(SplitWatermarks { delay_ms, emitted: i64::MIN });
         self
     }
 
     fn limit(&self) -> u64 {
-        self.generator.config().events.unwrap_or(u64::MAX)
+        self.generator.pacing().rows.unwrap_or(u64::MAX)
     }
 
     /// The watermark to emit now, if it moved: the least next event time over the splits not
@@ -73,12 +96,18 @@ impl NexmarkSource {
     /// less the delay, as one watermark over all the events would end.
     fn watermark_due(&mut self) -> Option<i64> {
         let limit = self.limit();
-        let stride = u64::from(self.generator.config().splits.max(1));
+        let stride = u64::from(self.generator.pacing().splits.max(1));
         let watermarks = self.watermarks.as_mut()?;
-        let open = self.next.values().filter(|n| **n < limit).map(|n| self.generator.event_time_ms(*n) - 1).min();
+        let open = self
+            .next
+            .values()
+            .filter(|n| **n < limit)
+            .filter_map(|n| self.generator.row_time_ms(*n))
+            .map(|t| t - 1)
+            .min();
         let last_emitted = || {
             let emitted = self.next.iter().filter(|(split, n)| **n > u64::from(**split)).map(|(_, n)| *n - stride);
-            emitted.map(|n| self.generator.event_time_ms(n)).max()
+            emitted.filter_map(|n| self.generator.row_time_ms(n)).max()
         };
         let watermark = open.or_else(last_emitted)?.saturating_sub(watermarks.delay_ms);
         (watermark > watermarks.emitted).then(|| {
@@ -89,13 +118,14 @@ impl NexmarkSource {
 }
 
 #[async_trait]
-impl Source for NexmarkSource {
+impl<G: RowGenerator> Source for GeneratedSource<G> {
     async fn open(&mut self, info: &SubtaskInfo, restored: RestoredState) -> weir_engine::Result<()> {
-        let config = self.generator.config();
+        let config = self.generator.pacing();
         let splits = config.splits.max(1);
         if info.parallelism > splits as usize {
             return Err(info.error(format!(
-                "nexmark has {splits} splits and cannot run at parallelism {}; raise its 'splits' option",
+                "{} has {splits} splits and cannot run at parallelism {}; raise its 'splits' option",
+                self.generator.name(),
                 info.parallelism
             )));
         }
@@ -124,7 +154,7 @@ impl Source for NexmarkSource {
         if open.is_empty() {
             return Ok(SourceEvent::End);
         }
-        let config = self.generator.config();
+        let config = self.generator.pacing();
         let stride = u64::from(config.splits.max(1));
         let mut batch_size = config.batch_size.max(1);
         if !config.as_fast_as_possible {
@@ -175,6 +205,13 @@ mod tests {
     use datafusion::arrow::util::display::array_value_to_string;
 
     use super::*;
+    use crate::nexmark::{NexmarkConfig, NexmarkGenerator};
+
+    type NexmarkSource = GeneratedSource<NexmarkGenerator>;
+
+    fn nexmark(config: NexmarkConfig) -> NexmarkSource {
+        GeneratedSource::new(NexmarkGenerator::new(config))
+    }
 
     fn config(events: u64) -> NexmarkConfig {
         NexmarkConfig {
@@ -219,7 +256,7 @@ mod tests {
     async fn the_measured_rate_is_the_configured_rate() {
         for rate in [100, 1_000, 100_000] {
             let config = NexmarkConfig { rate, splits: 4, batch_size: 1000, ..NexmarkConfig::default() };
-            let mut source = NexmarkSource::new(config);
+            let mut source = nexmark(config);
             source.open(&info(0, 1), RestoredState::default()).await.unwrap();
             let started = Instant::now();
             let (mut events, mut longest) = (0u64, Duration::ZERO);
@@ -244,7 +281,7 @@ mod tests {
         let mut seen = Vec::new();
         let mut snapshots = Vec::new();
         for subtask in 0..2 {
-            let mut source = NexmarkSource::new(config(1000));
+            let mut source = nexmark(config(1000));
             source.open(&info(subtask, 2), RestoredState::default()).await.unwrap();
             seen.extend(drain(&mut source, 10).await);
             snapshots.extend(source.snapshot(1).await.unwrap().remove(0).batches);
@@ -252,7 +289,7 @@ mod tests {
         let restored =
             RestoredState { checkpoint_id: Some(1), tables: HashMap::from([(POSITIONS.to_string(), snapshots)]) };
         for subtask in 0..3 {
-            let mut source = NexmarkSource::new(config(1000));
+            let mut source = nexmark(config(1000));
             source.open(&info(subtask, 3), restored.clone()).await.unwrap();
             seen.extend(drain(&mut source, 1000).await);
         }
@@ -278,7 +315,7 @@ mod tests {
         let restored =
             RestoredState { checkpoint_id: Some(1), tables: HashMap::from([(POSITIONS.to_string(), vec![positions])]) };
         let config = NexmarkConfig { splits: 2, ..config(1000) };
-        let mut source = NexmarkSource::new(config).with_watermarks(10);
+        let mut source = nexmark(config).with_watermarks(10);
         source.open(&info(0, 1), restored).await.unwrap();
         let (mut watermark, mut events, mut watermarks) = (i64::MIN, 0, 0);
         loop {
@@ -306,7 +343,7 @@ mod tests {
 
     #[tokio::test]
     async fn more_subtasks_than_splits_is_an_error_that_names_the_option() {
-        let mut source = NexmarkSource::new(config(10));
+        let mut source = nexmark(config(10));
         let error = source.open(&info(0, 7), RestoredState::default()).await.unwrap_err();
         assert!(error.to_string().contains("raise its 'splits' option"), "{error}");
     }
@@ -315,7 +352,7 @@ mod tests {
     async fn the_rate_paces_the_source_in_wall_clock_time() {
         let config =
             NexmarkConfig { events: Some(600), rate: 2_000, splits: 1, batch_size: 100, ..NexmarkConfig::default() };
-        let mut source = NexmarkSource::new(config);
+        let mut source = nexmark(config);
         source.open(&info(0, 1), RestoredState::default()).await.unwrap();
         let started = Instant::now();
         assert_eq!(drain(&mut source, 100).await.len(), 600);
