@@ -711,16 +711,16 @@ impl Session {
         let Some(table) = self.catalog.tables.get(&target).cloned() else {
             return plan_err!("INSERT INTO {target}: there is no table named '{target}'");
         };
-        if let Some(column) = &table.proctime {
-            return plan_err!(
-                "table '{target}' has a processing-time column ({column} AS PROCTIME()): it is filled in as the table is read, so the table cannot be written to"
-            );
-        }
-        if let Some((column, _)) = table.computed.first() {
-            return plan_err!(
-                "table '{target}' has computed columns ({column}, ...): they are computed as the table is read; weir does not write to such a table yet (write to a table without them)"
-            );
-        }
+        // Its computed and processing-time columns are made as it is read: an INSERT gives the
+        // others, as in Flink.
+        let written = table.connector_view();
+        let table = TableDef {
+            schema: written.schema,
+            event_time: written.event_time,
+            proctime: None,
+            computed: Vec::new(),
+            ..table
+        };
         let Some(source) = insert.source else {
             return plan_err!("INSERT INTO {target} needs a SELECT, as in INSERT INTO {target} SELECT ...");
         };
