@@ -63,6 +63,13 @@ impl Registry {
     /// Validates a table's WITH options against its connector's; the error names the option and
     /// what it accepts.
     pub fn validate(&self, options: BTreeMap<String, String>) -> Result<ConnectorOptions> {
+        // Flink's legacy (pre-1.11) property names: 'connector.type', 'connector.path', 'format.type'.
+        let mut options = options;
+        for (legacy, name) in [("connector.type", "connector"), ("connector.path", "path"), ("format.type", "format")] {
+            if let Some(value) = options.remove(legacy) {
+                options.entry(name.to_string()).or_insert(value);
+            }
+        }
         let Some(name) = options.get("connector").cloned() else {
             return Err(Error::Options(format!("option 'connector' is missing: expected one of {}", self.names())));
         };

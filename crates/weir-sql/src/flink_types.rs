@@ -27,6 +27,7 @@ const CONSTRAINTS: [&str; 9] =
 
 /// `tokens` with Flink's type spellings rewritten (see the module's doc).
 pub fn rewrite(mut tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
+    quote_keyword_columns(&mut tokens);
     let starts = type_starts(&tokens);
     if starts.is_empty() {
         return Ok(tokens);
@@ -46,6 +47,30 @@ pub fn rewrite(mut tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan>> {
         }
     }
     Ok(out)
+}
+
+/// Words Flink takes as column names that sqlparser reads as the start of a constraint
+/// (`key BIGINT` is a column to Flink, `KEY (...)` an index to sqlparser).
+const KEYWORD_COLUMNS: [&str; 1] = ["KEY"];
+
+/// Quotes a column named one of [`KEYWORD_COLUMNS`] (lowercase, as an unquoted name reads).
+fn quote_keyword_columns(tokens: &mut [TokenWithSpan]) {
+    for i in 0..tokens.len() {
+        if !is_word(tokens.get(i), "CREATE") {
+            continue;
+        }
+        for element in column_list(tokens, i).unwrap_or_default() {
+            let ElementKind::Column { .. } = element.kind else { continue };
+            if let Token::Word(word) = &mut tokens[element.start].token
+                && word.quote_style.is_none()
+                && KEYWORD_COLUMNS.iter().any(|k| word.value.eq_ignore_ascii_case(k))
+            {
+                word.value = word.value.to_lowercase();
+                word.quote_style = Some('"');
+                word.keyword = datafusion::sql::sqlparser::keywords::Keyword::NoKeyword;
+            }
+        }
+    }
 }
 
 /// Where a type starts: after each column name of a CREATE TABLE's column list, and after the
