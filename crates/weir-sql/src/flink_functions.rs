@@ -18,7 +18,8 @@
 //! | `DATE_FORMAT(t, 'yyyy-MM-dd HH:mm')` (Java's pattern letters) | `to_char(t, '%Y-%m-%d %H:%M')` |
 //! | `IF(c, a, b)`, `IS_ALPHA(s)`, `IS_DIGIT(s)`, `IS_DECIMAL(s)` | `CASE`, Unicode-class `regexp_like`, `TRY_CAST` (NULL is false) |
 //! | `CEILING`, `SIGN`, `E()`, `TRUNCATE(x, d)`, `RAND_INTEGER(n)`, `ELEMENT(a)` | `ceil`, `signum`, `exp(1)`, `trunc`, `floor(random() * n)`, the single element |
-//! | `SHA1(s)` (weir's `sha1`, `sha1_function.rs`), `SHA2(s, bits)` | the hex of `digest(s, 'sha<bits>')` |
+//! | `SHA1(s)` (weir's `sha1`, `flink_udfs.rs`), `SHA2(s, bits)` | the hex of `digest(s, 'sha<bits>')` |
+//! | `JSON_STRING(v)`, `JSON_OBJECT(k VALUE v, ... [NULL/ABSENT ON NULL])`, `JSON_ARRAY(v, ...)` | `json_string` (weir's) of each value, joined |
 //! | `JSON_VALUE(j, '$.a.b' [RETURNING type])`, `JSON_QUERY(j, path)`, `JSON_EXISTS(j, path)` | `json_as_text` (cast to the type), `json_get_json`, `json_contains` of the path's keys |
 //! | `TUMBLE_START(...)`, `HOP_START`, `SESSION_START` (legacy group windows) | `tumble(...)`, `hop`, `session`: the window start GROUP BY has |
 //! | `TUMBLE_ROWTIME(...)`, `HOP_ROWTIME`, `SESSION_ROWTIME` | `tumble_end(...) - INTERVAL '1' MILLISECOND` (a time attribute) |
@@ -41,8 +42,8 @@
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    CeilFloorKind, DateTimeField, Expr, FunctionArg, FunctionArgExpr, FunctionArgumentClause, FunctionArguments,
-    Statement, Value, ValueWithSpan, visit_expressions_mut,
+    CeilFloorKind, DateTimeField, Expr, FunctionArg, FunctionArgExpr, FunctionArgOperator, FunctionArgumentClause,
+    FunctionArguments, JsonNullClause, Statement, Value, ValueWithSpan, visit_expressions_mut,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -102,6 +103,13 @@ fn replacement(expr: &Expr, dialect: Dialect) -> Result<Option<Expr>> {
                 FunctionArgumentClause::JsonReturningClause(r) => Some(r.data_type.to_string()),
                 _ => None,
             });
+            let absent_on_null = list.clauses.iter().find_map(|c| match c {
+                FunctionArgumentClause::JsonNullClause(clause) => Some(*clause == JsonNullClause::AbsentOnNull),
+                _ => None,
+            });
+            if let Some(sql) = json_builder(&upper, &list.args, absent_on_null)? {
+                return parse(&upper, &sql).map(Some);
+            }
             match call(&upper, &list.args, returning, dialect)? {
                 Some(sql) => sql,
                 None => return Ok(None),
@@ -329,12 +337,71 @@ fn call(name: &str, list: &[FunctionArg], returning: Option<String>, dialect: Di
     Ok(Some(sql))
 }
 
+/// JSON_OBJECT and JSON_ARRAY (their keys and values as JSON text by `json_string`, joined;
+/// NULL values written as `null` or left out, by the NULL ON NULL / ABSENT ON NULL clause,
+/// Flink's defaults NULL for objects and ABSENT for arrays), and JSON_STRING.
+fn json_builder(name: &str, list: &[FunctionArg], absent_on_null: Option<bool>) -> Result<Option<String>> {
+    let value = |text: &str, absent: bool| match absent {
+        true => format!("json_string({text})"),
+        false => format!("coalesce(json_string({text}), 'null')"),
+    };
+    let sql = match name {
+        "JSON_STRING" => match list {
+            [FunctionArg::Unnamed(FunctionArgExpr::Expr(v))] => format!("json_string({v})"),
+            _ => return arity(name, "one value"),
+        },
+        "JSON_OBJECT" => {
+            let absent = absent_on_null.unwrap_or(false);
+            let mut pairs = Vec::new();
+            for arg in list {
+                let (key, v) = match arg {
+                    FunctionArg::ExprNamed {
+                        name,
+                        arg: FunctionArgExpr::Expr(v),
+                        operator: FunctionArgOperator::Value,
+                    } => (name.to_string(), v),
+                    FunctionArg::Named {
+                        name,
+                        arg: FunctionArgExpr::Expr(v),
+                        operator: FunctionArgOperator::Value,
+                    } => (quoted(&name.value), v),
+                    _ => return arity(name, "pairs of a key and a value, as in JSON_OBJECT('k' VALUE v)"),
+                };
+                let pair =
+                    format!("concat(json_string(CAST(({key}) AS VARCHAR)), ':', {})", value(&format!("({v})"), false));
+                pairs.push(match absent {
+                    true => format!("CASE WHEN ({v}) IS NULL THEN NULL ELSE {pair} END"),
+                    false => pair,
+                });
+            }
+            format!(
+                "concat('{{', concat_ws(',', {}), '}}')",
+                if pairs.is_empty() { "NULL".into() } else { pairs.join(", ") }
+            )
+        }
+        "JSON_ARRAY" => {
+            let absent = absent_on_null.unwrap_or(true);
+            let mut values = Vec::new();
+            for arg in list {
+                let FunctionArg::Unnamed(FunctionArgExpr::Expr(v)) = arg else { return arity(name, "values") };
+                values.push(value(&format!("({v})"), absent));
+            }
+            format!(
+                "concat('[', concat_ws(',', {}), ']')",
+                if values.is_empty() { "NULL".into() } else { values.join(", ") }
+            )
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(sql))
+}
+
 /// Why a Flink function weir refuses is missing, and what to use.
 fn missing_because(name: &str) -> &'static str {
     match name {
         "STR_TO_MAP" => "weir has no MAP type; split the text with string_to_array or SPLIT_INDEX",
         "CONVERT_TZ" => "weir's timestamps are UTC; shift by a fixed interval",
-        _ => "weir reads JSON with JSON_VALUE and JSON_QUERY but does not build it; write the text with concat",
+        _ => "aggregate a JSON text with string_agg over json_string(...) values instead",
     }
 }
 

@@ -14,6 +14,7 @@ mod filesystem_roundtrip;
 mod flink_functions;
 mod flink_refusals;
 mod flink_types;
+mod flink_udfs;
 pub mod identifiers;
 #[cfg(test)]
 mod kafka_roundtrip;
@@ -24,7 +25,6 @@ pub mod pipeline_statements;
 pub mod planner;
 mod proctime_function;
 pub mod session;
-mod sha1_function;
 #[cfg(test)]
 mod slt;
 pub mod time_clauses;

@@ -219,7 +219,9 @@ impl Session {
         for function in crate::window_functions::window_end_functions() {
             context.register_udaf(function);
         }
-        context.register_udf(crate::sha1_function::sha1_function());
+        for function in crate::flink_udfs::flink_udfs() {
+            context.register_udf(function);
+        }
         context.register_udf(crate::proctime_function::proctime_function());
         Self {
             catalog: Catalog::default(),
