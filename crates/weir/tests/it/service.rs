@@ -247,7 +247,16 @@ fn every_route_works_over_http() {
         server.json("POST", &format!("/api/v1/pipelines/{id}/resume"), Some(json!({"parallelism": 2})));
     assert_eq!(status, 204, "{body}");
     server.wait_for_status(id, "running", Duration::from_secs(10));
-    let (_, view) = server.json("GET", &format!("/api/v1/pipelines/{id}"), None);
+    // A pipeline is "running" from its start, and knows the checkpoint it restored once its
+    // first attempt has read it (milliseconds later: a fresh-clone run once saw it unset).
+    let started = std::time::Instant::now();
+    let view = loop {
+        let (_, view) = server.json("GET", &format!("/api/v1/pipelines/{id}"), None);
+        if view["restored_from"].is_u64() || started.elapsed() > Duration::from_secs(10) {
+            break view;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert!(view["restored_from"].is_u64(), "resumed from its savepoint: {view}");
     assert_eq!(view["parallelism"], 2);
     let statuses: Vec<&str> =
