@@ -204,61 +204,45 @@ impl RowGenerator for DatagenGenerator {
         for (index, (column, field)) in self.columns.iter().zip(self.schema.fields()).enumerate() {
             // Each column draws from its own generator of (seed, row), so adding a column
             // changes no other column's values.
-            let random = |n: u64| Random::for_row(self.seed ^ (index as u64).wrapping_mul(0xA24B_AED4_963E_E407), n);
-            let is_null = |n: u64| column.null_rate > 0.0 && random(n).unit() < column.null_rate;
+            // Row n's first draw decides NULL (by the null rate); its value comes from the rest.
+            let draw = |n: u64| {
+                let mut random = Random::for_row(self.seed ^ (index as u64).wrapping_mul(0xA24B_AED4_963E_E407), n);
+                let null = random.unit() < column.null_rate;
+                (!null).then_some(random)
+            };
             let array: ArrayRef = match &column.values {
                 Values::Sequence { start } => {
-                    let values = rows.iter().map(|&n| (!is_null(n)).then_some(*start + n as i64));
-                    Arc::new(values.collect::<Int64Array>())
+                    Arc::new(rows.iter().map(|&n| draw(n).map(|_| *start + n as i64)).collect::<Int64Array>())
                 }
                 Values::Integer { min, max } => {
                     let span = (*max as i128 - *min as i128 + 1).max(1) as u128;
-                    let values = rows.iter().map(|&n| {
-                        let mut draw = random(n);
-                        draw.next();
-                        (!is_null(n)).then(|| (*min as i128 + (u128::from(draw.next()) % span) as i128) as i64)
-                    });
-                    Arc::new(values.collect::<Int64Array>())
+                    let value = |mut d: Random| (*min as i128 + (u128::from(d.next()) % span) as i128) as i64;
+                    Arc::new(rows.iter().map(|&n| draw(n).map(value)).collect::<Int64Array>())
                 }
-                Values::Float { min, max } => {
-                    let values = rows.iter().map(|&n| {
-                        let mut draw = random(n);
-                        draw.next();
-                        (!is_null(n)).then(|| min + draw.unit() * (max - min))
-                    });
-                    Arc::new(values.collect::<Float64Array>())
-                }
+                Values::Float { min, max } => Arc::new(
+                    rows.iter().map(|&n| draw(n).map(|mut d| min + d.unit() * (max - min))).collect::<Float64Array>(),
+                ),
                 Values::Text { length } => {
                     let mut builder = datafusion::arrow::array::StringBuilder::new();
                     for &n in rows {
-                        if is_null(n) {
+                        let Some(mut d) = draw(n) else {
                             builder.append_null();
                             continue;
-                        }
-                        let mut draw = random(n);
-                        draw.next();
-                        draw.write_letters(&mut builder, *length)
-                            .map_err(|e| ArrowError::ComputeError(e.to_string()))?;
+                        };
+                        d.write_letters(&mut builder, *length).map_err(|e| ArrowError::ComputeError(e.to_string()))?;
                         builder.append_value("");
                     }
                     Arc::new(builder.finish())
                 }
                 Values::Boolean => {
-                    let values = rows.iter().map(|&n| {
-                        let mut draw = random(n);
-                        draw.next();
-                        (!is_null(n)).then(|| draw.next() & 1 == 1)
-                    });
-                    Arc::new(values.collect::<BooleanArray>())
+                    Arc::new(rows.iter().map(|&n| draw(n).map(|mut d| d.next() & 1 == 1)).collect::<BooleanArray>())
                 }
                 Values::Time { max_past } => {
-                    let values = rows.iter().map(|&n| {
-                        let mut draw = random(n);
-                        draw.next();
-                        let back = if *max_past > 0 { (draw.next() % (*max_past as u64 + 1)) as i64 } else { 0 };
-                        (!is_null(n)).then_some(self.started_ms - back)
-                    });
-                    Arc::new(values.collect::<TimestampMillisecondArray>())
+                    let value = |mut d: Random| {
+                        let back = if *max_past > 0 { (d.next() % (*max_past as u64 + 1)) as i64 } else { 0 };
+                        self.started_ms - back
+                    };
+                    Arc::new(rows.iter().map(|&n| draw(n).map(value)).collect::<TimestampMillisecondArray>())
                 }
             };
             // A text sequence is the numbers' text; the rest casts to the column's type.

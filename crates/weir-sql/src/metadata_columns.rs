@@ -57,11 +57,11 @@ pub fn extract(tokens: Vec<TokenWithSpan>) -> Result<(Vec<TokenWithSpan>, Vec<Ti
             }
             keep[at..element.end].iter_mut().for_each(|k| *k = false);
             let key = key.unwrap_or_else(|| crate::identifiers::written_ident(&name).value);
-            columns.push(format!("{name}={key}"));
+            columns.push((name, key));
         }
         if let (false, Some(last)) = (columns.is_empty(), elements.last()) {
             let start = tokens[last.end].span.start;
-            let kind = ClauseKind::Metadata { columns: columns.join(", ") };
+            let kind = ClauseKind::Metadata { columns };
             clauses.push(TimeClause { kind, line: start.line, col: start.column });
         }
     }
@@ -86,8 +86,9 @@ mod tests {
             text,
             "CREATE TABLE t (id BIGINT, ts TIMESTAMP_LTZ(3) , `partition` INT , off BIGINT ) WITH (k = 'v')"
         );
-        let columns = "ts=timestamp, `partition`=partition, off=offset";
-        assert_eq!(clauses[0].kind, ClauseKind::Metadata { columns: columns.into() });
+        let columns = [("ts", "timestamp"), ("`partition`", "partition"), ("off", "offset")];
+        let columns = columns.iter().map(|(n, k)| (n.to_string(), k.to_string())).collect();
+        assert_eq!(clauses[0].kind, ClauseKind::Metadata { columns });
         let bad = "CREATE TABLE t (ts TIMESTAMP METADATA FROM timestamp)";
         let error = extract(Tokenizer::new(&GenericDialect {}, bad).tokenize_with_location().unwrap()).unwrap_err();
         assert!(error.to_string().contains("METADATA FROM takes a quoted key"), "{error}");

@@ -893,11 +893,9 @@ fn attach_time_clauses(statement: &mut Statement, clauses: Vec<TimeClause>, name
             ClauseKind::ProcessingTime { column } => vec![("proctime", names.name(&column))],
             ClauseKind::Computed { columns } => vec![(crate::computed_columns::OPTION, columns)],
             ClauseKind::Metadata { columns } => {
-                let read = |pair: &str| match pair.trim().split_once('=') {
-                    Some((name, key)) => format!("{}={key}", names.written(name)),
-                    None => pair.to_string(),
-                };
-                vec![(crate::metadata_columns::OPTION, columns.split(", ").map(read).collect::<Vec<_>>().join(","))]
+                let pairs: Vec<String> =
+                    columns.iter().map(|(name, key)| format!("{}={key}", names.written(name))).collect();
+                vec![(crate::metadata_columns::OPTION, pairs.join(","))]
             }
         };
         let names: Vec<&str> = options.iter().map(|(key, _)| *key).collect();

@@ -29,8 +29,8 @@ pub enum ClauseKind {
     ProcessingTime { column: Ident },
     /// A table's computed columns, `expression AS name, ...` (`computed_columns`).
     Computed { columns: String },
-    /// A table's metadata columns, `name=key, ...` (`metadata_columns.rs`), names as written.
-    Metadata { columns: String },
+    /// A table's metadata columns, (name as written, key) (`metadata_columns.rs`).
+    Metadata { columns: Vec<(String, String)> },
 }
 
 fn position(sql: &str, offset: usize) -> (u64, u64) {

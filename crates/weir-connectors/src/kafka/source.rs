@@ -385,7 +385,7 @@ impl KafkaSource {
         if decoded.batch.num_rows() == 0 {
             return Ok(None);
         }
-        let batch = self.with_timestamp_column(polled, &decoded)?;
+        let batch = self.with_record_columns(polled, &decoded)?;
         self.track_event_time(polled, &decoded.rows_from, &batch)?;
         Ok(Some(batch))
     }
@@ -454,7 +454,7 @@ impl KafkaSource {
 
     /// The decoded rows in the table's column order, with the timestamp column filled from the
     /// records' Kafka timestamps and the metadata columns from where each record is.
-    fn with_timestamp_column(&self, polled: &Polled, decoded: &Decoded) -> weir_engine::Result<RecordBatch> {
+    fn with_record_columns(&self, polled: &Polled, decoded: &Decoded) -> weir_engine::Result<RecordBatch> {
         if self.config.timestamp_column.is_none() && self.config.metadata.is_empty() {
             return Ok(decoded.batch.clone());
         }
