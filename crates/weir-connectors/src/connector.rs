@@ -81,6 +81,27 @@ pub enum PreflightPhase {
     Provision,
 }
 
+/// What a source's rows are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceRows {
+    Appends,
+    /// Changes, with a `_change` column: `+I`, `-U`, `+U`, `-D`.
+    Changes,
+    /// Upserts and deletes by this key (a `_change` column of `+U` and `-D` rows, a delete's
+    /// row holding only the key, every column nullable): the planner keeps each key's latest
+    /// row to make changes of them.
+    Upserts {
+        key: Vec<String>,
+    },
+}
+
+impl SourceRows {
+    /// Whether the rows have a `_change` column.
+    pub fn have_changes(&self) -> bool {
+        *self != Self::Appends
+    }
+}
+
 /// A table planned as a source.
 pub struct PlannedSource {
     pub factory: SourceFactory,
@@ -89,8 +110,7 @@ pub struct PlannedSource {
     /// It emits watermarks itself (Kafka, per partition); otherwise the planner adds a
     /// watermark assigner after it when the table has an event time.
     pub assigns_watermarks: bool,
-    /// Its rows are changes (a `_change` column), not appends.
-    pub changelog: bool,
+    pub rows: SourceRows,
     pub preflight: Vec<Arc<dyn Preflight>>,
     /// Prefixes of the transactional ids its exactly-once writers use (dead letters).
     pub transactional_prefixes: Vec<String>,

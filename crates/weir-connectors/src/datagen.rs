@@ -16,7 +16,7 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::record_batch::RecordBatch;
 
-use crate::connector::{Connector, ConnectorTable, NodeContext, PlannedSource};
+use crate::connector::{Connector, ConnectorTable, NodeContext, PlannedSource, SourceRows};
 use crate::generated_source::{GeneratedSource, Pacing, RowGenerator};
 use crate::options::{ANY_COUNT, ConnectorOptions, Kind, OptionSpec, option, parse_duration};
 use crate::replayable_random::Random;
@@ -287,7 +287,7 @@ impl Connector for DatagenConnector {
             factory: Arc::new(move |_| Ok(Box::new(GeneratedSource::new(generator.clone())))),
             state: "the next row number of each split".into(),
             assigns_watermarks: false,
-            changelog: false,
+            rows: SourceRows::Appends,
             preflight: Vec::new(),
             transactional_prefixes: Vec::new(),
         })

@@ -26,6 +26,7 @@ mod sinks;
 
 pub use connector::{
     Connector, ConnectorTable, NodeContext, PlanOptions, PlannedSink, PlannedSource, Preflight, PreflightPhase,
+    SourceRows,
 };
 pub use error::{Error, Result};
 pub use registry::Registry;

@@ -19,7 +19,12 @@
 //! | `IF(c, a, b)`, `IS_ALPHA(s)`, `IS_DIGIT(s)`, `IS_DECIMAL(s)` | `CASE`, Unicode-class `regexp_like`, `TRY_CAST` (NULL is false) |
 //! | `CEILING`, `SIGN`, `E()`, `TRUNCATE(x, d)`, `RAND_INTEGER(n)`, `ELEMENT(a)` | `ceil`, `signum`, `exp(1)`, `trunc`, `floor(random() * n)`, the single element |
 //! | `SHA1(s)` (weir's `sha1`, `flink_udfs.rs`), `SHA2(s, bits)` | the hex of `digest(s, 'sha<bits>')` |
+//! | `STR_TO_MAP(s[, pair delimiter, key-value delimiter])` | weir's `str_to_map` (`flink_udfs.rs`) |
 //! | `JSON_STRING(v)`, `JSON_OBJECT(k VALUE v, ... [NULL/ABSENT ON NULL])`, `JSON_ARRAY(v, ...)` | `json_string` (weir's) of each value, joined |
+//! | `JSON_OBJECTAGG(k VALUE v)`, `JSON_ARRAYAGG(v)` | `string_agg` of `json_string` members |
+//! | `HEX`, `BIN`, `URL_ENCODE`, `URL_DECODE`, `CONVERT_TZ` | weir's functions of those names (`flink_udfs.rs`) |
+//! | `MAP[k1, v1, ...]` (a value) | `make_map(k1, v1, ...)`, via [`map_constructors`] |
+//! | `s IS [NOT] JSON [VALUE / SCALAR / ARRAY / OBJECT]` | `[NOT] is_json(s, 'KIND')` (`flink_udfs.rs`), via [`is_json_predicates`] |
 //! | `JSON_VALUE(j, '$.a.b' [RETURNING type])`, `JSON_QUERY(j, path)`, `JSON_EXISTS(j, path)` | `json_as_text` (cast to the type), `json_get_json`, `json_contains` of the path's keys |
 //! | `TUMBLE_START(...)`, `HOP_START`, `SESSION_START` (legacy group windows) | `tumble(...)`, `hop`, `session`: the window start GROUP BY has |
 //! | `TUMBLE_ROWTIME(...)`, `HOP_ROWTIME`, `SESSION_ROWTIME` | `tumble_end(...) - INTERVAL '1' MILLISECOND` (a time attribute) |
@@ -47,9 +52,12 @@ use datafusion::sql::sqlparser::ast::{
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 
 use crate::error::{Error, Result};
+use crate::flink_types::{space, word};
 use crate::identifiers::Dialect;
+use crate::window_table_functions::{is_word, skip_space};
 
 /// Rewrites every call of one of Flink's functions in `statement`, read in `dialect`.
 pub fn rewrite(statement: &mut Statement, dialect: Dialect) -> Result<()> {
@@ -83,6 +91,98 @@ fn quoted(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }
 
+/// The marker function Flink's `IS JSON` predicate is parsed through (see [`is_json_predicates`]).
+const JSON_KIND: &str = "weir_json_kind";
+
+/// `x IS [NOT] JSON [VALUE | SCALAR | ARRAY | OBJECT]`, which sqlparser does not read, spelled
+/// as a predicate it does read with the same precedence: `x IS [NOT] DISTINCT FROM
+/// weir_json_kind('KIND')` (IS JSON is IS NOT DISTINCT, IS NOT JSON is IS DISTINCT), which
+/// [`rewrite`] then makes `is_json(x, 'KIND')` (`flink_udfs.rs`).
+pub fn is_json_predicates(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let mut out = Vec::with_capacity(tokens.len());
+    let mut i = 0;
+    while i < tokens.len() {
+        if !is_word(tokens.get(i), "IS") {
+            out.push(tokens[i].clone());
+            i += 1;
+            continue;
+        }
+        let mut j = skip_space(&tokens, i + 1);
+        let negated = is_word(tokens.get(j), "NOT");
+        if negated {
+            j = skip_space(&tokens, j + 1);
+        }
+        if !is_word(tokens.get(j), "JSON") {
+            out.push(tokens[i].clone());
+            i += 1;
+            continue;
+        }
+        let span = tokens[i].span;
+        let mut end = j + 1;
+        let mut kind = "VALUE".to_string();
+        let after = skip_space(&tokens, end);
+        if let Some(found) = ["VALUE", "SCALAR", "ARRAY", "OBJECT"].iter().find(|k| is_word(tokens.get(after), k)) {
+            kind = found.to_string();
+            end = after + 1;
+        }
+        let words: &[&str] = if negated { &["IS", "DISTINCT", "FROM"] } else { &["IS", "NOT", "DISTINCT", "FROM"] };
+        for w in words {
+            out.extend([word(w, span), space(span)]);
+        }
+        out.push(word(JSON_KIND, span));
+        out.push(TokenWithSpan { token: Token::LParen, span });
+        out.push(TokenWithSpan { token: Token::SingleQuotedString(kind), span });
+        out.push(TokenWithSpan { token: Token::RParen, span });
+        i = end;
+    }
+    out
+}
+
+/// Flink's map value constructor `MAP[k1, v1, k2, v2, ...]`, which sqlparser reads as a
+/// subscript, spelled as DataFusion's `make_map(k1, v1, ...)`. A subscript never has a comma
+/// between its brackets, so `map['k']` of a column named map is left alone.
+pub fn map_constructors(mut tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let mut i = 0;
+    while i < tokens.len() {
+        let open = skip_space(&tokens, i + 1);
+        if !is_word(tokens.get(i), "MAP") || tokens.get(open).map(|t| &t.token) != Some(&Token::LBracket) {
+            i += 1;
+            continue;
+        }
+        let (mut depth, mut comma, mut close) = (0i64, false, None);
+        for (j, token) in tokens.iter().enumerate().skip(open) {
+            match token.token {
+                Token::LBracket | Token::LParen | Token::LBrace => depth += 1,
+                Token::RBracket if depth == 1 => {
+                    close = Some(j);
+                    break;
+                }
+                Token::RBracket | Token::RParen | Token::RBrace => depth -= 1,
+                Token::Comma if depth == 1 => comma = true,
+                _ => {}
+            }
+        }
+        if let (Some(close), true) = (close, comma) {
+            let span = tokens[i].span;
+            tokens[i] = word("make_map", span);
+            tokens[open].token = Token::LParen;
+            tokens[close].token = Token::RParen;
+        }
+        i += 1;
+    }
+    tokens
+}
+
+/// The kind of an `IS JSON` marker, if `expr` is one.
+fn json_kind(expr: &Expr) -> Option<String> {
+    let Expr::Function(function) = expr else { return None };
+    if function.name.to_string() != JSON_KIND {
+        return None;
+    }
+    let FunctionArguments::List(list) = &function.args else { return None };
+    literal(list.args.first())
+}
+
 /// The DataFusion expression for `expr` if it is one of Flink's functions.
 fn replacement(expr: &Expr, dialect: Dialect) -> Result<Option<Expr>> {
     let sql = match expr {
@@ -114,6 +214,12 @@ fn replacement(expr: &Expr, dialect: Dialect) -> Result<Option<Expr>> {
                 Some(sql) => sql,
                 None => return Ok(None),
             }
+        }
+        Expr::IsNotDistinctFrom(value, marker) if json_kind(marker).is_some() => {
+            format!("is_json({value}, '{}')", json_kind(marker).unwrap_or_default())
+        }
+        Expr::IsDistinctFrom(value, marker) if json_kind(marker).is_some() => {
+            format!("NOT is_json({value}, '{}')", json_kind(marker).unwrap_or_default())
         }
         Expr::Floor { expr, field: CeilFloorKind::DateTimeField(unit) } if *unit != DateTimeField::NoDateTime => {
             format!("date_trunc('{}', {expr})", unit.to_string().to_lowercase())
@@ -328,10 +434,6 @@ fn call(name: &str, list: &[FunctionArg], returning: Option<String>, dialect: Di
                 "{name} is not supported: a window's processing time has no meaning in weir, whose windows close on the watermark; use {window}_END or {window}_ROWTIME"
             ));
         }
-        "STR_TO_MAP" | "JSON_OBJECT" | "JSON_ARRAY" | "JSON_STRING" | "JSON_OBJECTAGG" | "JSON_ARRAYAGG"
-        | "CONVERT_TZ" => {
-            return plan_error(&format!("{name} is not supported yet ({})", missing_because(name)));
-        }
         _ => return Ok(None),
     };
     Ok(Some(sql))
@@ -350,6 +452,7 @@ fn json_builder(name: &str, list: &[FunctionArg], absent_on_null: Option<bool>) 
             [FunctionArg::Unnamed(FunctionArgExpr::Expr(v))] => format!("json_string({v})"),
             _ => return arity(name, "one value"),
         },
+        "JSON_OBJECTAGG" | "JSON_ARRAYAGG" => return json_aggregate(name, list, absent_on_null).map(Some),
         "JSON_OBJECT" => {
             let absent = absent_on_null.unwrap_or(false);
             let mut pairs = Vec::new();
@@ -367,12 +470,7 @@ fn json_builder(name: &str, list: &[FunctionArg], absent_on_null: Option<bool>) 
                     } => (quoted(&name.value), v),
                     _ => return arity(name, "pairs of a key and a value, as in JSON_OBJECT('k' VALUE v)"),
                 };
-                let pair =
-                    format!("concat(json_string(CAST(({key}) AS VARCHAR)), ':', {})", value(&format!("({v})"), false));
-                pairs.push(match absent {
-                    true => format!("CASE WHEN ({v}) IS NULL THEN NULL ELSE {pair} END"),
-                    false => pair,
-                });
+                pairs.push(json_member(&key, &v.to_string(), absent));
             }
             format!(
                 "concat('{{', concat_ws(',', {}), '}}')",
@@ -396,12 +494,44 @@ fn json_builder(name: &str, list: &[FunctionArg], absent_on_null: Option<bool>) 
     Ok(Some(sql))
 }
 
-/// Why a Flink function weir refuses is missing, and what to use.
-fn missing_because(name: &str) -> &'static str {
-    match name {
-        "STR_TO_MAP" => "weir has no MAP type; split the text with string_to_array or SPLIT_INDEX",
-        "CONVERT_TZ" => "weir's timestamps are UTC; shift by a fixed interval",
-        _ => "aggregate a JSON text with string_agg over json_string(...) values instead",
+/// One `"key":value` member of a JSON object (NULL when the value is and NULLs are absent).
+fn json_member(key: &str, value: &str, absent: bool) -> String {
+    let pair = format!("concat(json_string(CAST(({key}) AS VARCHAR)), ':', coalesce(json_string(({value})), 'null'))");
+    match absent {
+        true => format!("CASE WHEN ({value}) IS NULL THEN NULL ELSE {pair} END"),
+        false => pair,
+    }
+}
+
+/// JSON_OBJECTAGG(k VALUE v) and JSON_ARRAYAGG(v): the group's members or elements joined by
+/// `string_agg` (which skips NULLs: an absent member), with Flink's defaults NULL ON NULL for
+/// objects and ABSENT ON NULL for arrays. (A key given twice is kept twice, where Flink fails.)
+fn json_aggregate(name: &str, list: &[FunctionArg], absent_on_null: Option<bool>) -> Result<String> {
+    match (name, list) {
+        ("JSON_ARRAYAGG", [FunctionArg::Unnamed(FunctionArgExpr::Expr(v))]) => {
+            let element = match absent_on_null.unwrap_or(true) {
+                true => format!("json_string(({v}))"),
+                false => format!("coalesce(json_string(({v})), 'null')"),
+            };
+            Ok(format!("concat('[', string_agg({element}, ','), ']')"))
+        }
+        ("JSON_ARRAYAGG", _) => arity(name, "one value"),
+        (_, [arg]) => {
+            let (key, v) = match arg {
+                FunctionArg::ExprNamed {
+                    name,
+                    arg: FunctionArgExpr::Expr(v),
+                    operator: FunctionArgOperator::Value,
+                } => (name.to_string(), v),
+                FunctionArg::Named { name, arg: FunctionArgExpr::Expr(v), operator: FunctionArgOperator::Value } => {
+                    (quoted(&name.value), v)
+                }
+                _ => return arity(name, "a key and a value, as in JSON_OBJECTAGG(k VALUE v)"),
+            };
+            let member = json_member(&key, &v.to_string(), absent_on_null.unwrap_or(false));
+            Ok(format!("concat('{{', string_agg({member}, ','), '}}')"))
+        }
+        _ => arity(name, "a key and a value, as in JSON_OBJECTAGG(k VALUE v)"),
     }
 }
 

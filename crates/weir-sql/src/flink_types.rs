@@ -6,13 +6,14 @@
 //! | `ROW<a INT, b STRING>`, `ROW(a INT, b STRING)` | `STRUCT<a INT, b STRING>` |
 //! | `TIMESTAMP_LTZ(3)`, `TIMESTAMP(3) WITH LOCAL TIME ZONE` | `TIMESTAMP(3) WITH TIME ZONE` |
 //! | `BYTES`, `BINARY(n)`, `VARBINARY(n)` | `BYTEA` |
+//! | `MAP<K, V>` | `MAP(K, V)` (a column's type: the session makes it Arrow's map) |
 //!
 //! (An instant is a timestamp in UTC here, as every timestamp of weir's: with no session time
 //! zone DataFusion types `WITH TIME ZONE` as a plain timestamp. `STRING`, `ARRAY<T>`, backtick
 //! identifiers and quoted option keys need nothing.) Only
 //! types are rewritten: the type of each column of a `CREATE TABLE` column list, and the target
 //! type of `CAST` / `TRY_CAST`, so a column named `bytes` or a `ROW(a, b)` value constructor is
-//! left alone. `MAP<K, V>` is refused with its position: weir has no map type yet.
+//! left alone.
 
 use std::collections::HashSet;
 
@@ -226,7 +227,7 @@ fn data_type(tokens: &mut Vec<TokenWithSpan>, i: usize, out: &mut Vec<TokenWithS
         j = next_copying(tokens, j, out);
         return close_angle(tokens, j, out);
     } else if is_word(tokens.get(i), "MAP") && bracket == Some(Token::Lt) {
-        return Err(syntax("MAP<...> is not supported: weir has no map type yet", span));
+        return map(tokens, i, after, out);
     } else if is_word(tokens.get(i), "TIMESTAMP_LTZ") {
         out.push(word("TIMESTAMP", span));
         let j = precision(tokens, i + 1, out);
@@ -294,6 +295,26 @@ fn row(tokens: &mut Vec<TokenWithSpan>, i: usize, open: usize, out: &mut Vec<Tok
     }
 }
 
+/// `MAP<K, V>` at `i` (its `<` at `open`), as `MAP(K, V)`, the spelling sqlparser reads.
+fn map(tokens: &mut Vec<TokenWithSpan>, i: usize, open: usize, out: &mut Vec<TokenWithSpan>) -> Result<usize> {
+    out.push(tokens[i].clone());
+    out.push(TokenWithSpan { token: Token::LParen, span: tokens[open].span });
+    let mut j = next_copying(tokens, open + 1, out);
+    j = data_type(tokens, j, out)?;
+    j = next_copying(tokens, j, out);
+    if tokens.get(j).map(|t| &t.token) != Some(&Token::Comma) {
+        return Err(syntax("expected ',' between the key and value types of MAP<K, V>", span_at(tokens, j)));
+    }
+    out.push(tokens[j].clone());
+    j = next_copying(tokens, j + 1, out);
+    j = data_type(tokens, j, out)?;
+    j = next_copying(tokens, j, out);
+    let mut closing = Vec::new();
+    let after = close_angle(tokens, j, &mut closing)?;
+    out.push(TokenWithSpan { token: Token::RParen, span: tokens[j].span });
+    Ok(after)
+}
+
 /// The `>` closing a type at `j`: a `>>` closes this type and leaves one `>` for the outer one.
 fn close_angle(tokens: &mut Vec<TokenWithSpan>, j: usize, out: &mut Vec<TokenWithSpan>) -> Result<usize> {
     match tokens.get(j).map(|t| &t.token) {
@@ -334,7 +355,7 @@ fn next_copying(tokens: &[TokenWithSpan], i: usize, out: &mut Vec<TokenWithSpan>
     j
 }
 
-fn word(value: &str, span: Span) -> TokenWithSpan {
+pub(crate) fn word(value: &str, span: Span) -> TokenWithSpan {
     TokenWithSpan { token: Token::Word(Word { value: value.into(), quote_style: None, keyword: keyword(value) }), span }
 }
 
@@ -343,7 +364,7 @@ fn keyword(value: &str) -> datafusion::sql::sqlparser::keywords::Keyword {
     ALL_KEYWORDS.binary_search(&value).map_or(Keyword::NoKeyword, |k| ALL_KEYWORDS_INDEX[k])
 }
 
-fn space(span: Span) -> TokenWithSpan {
+pub(crate) fn space(span: Span) -> TokenWithSpan {
     TokenWithSpan { token: Token::Whitespace(Whitespace::Space), span }
 }
 
@@ -382,10 +403,14 @@ mod tests {
     }
 
     #[test]
-    fn a_map_type_is_refused_where_it_is() {
-        let sql = "CREATE TABLE t (a INT,\n m MAP<STRING, INT>)";
+    fn a_map_type_is_spelled_as_sqlparser_reads_it() {
+        assert_eq!(
+            rewritten("CREATE TABLE t (m MAP<STRING, BYTES>, n MAP<STRING, ARRAY<ROW<x INT>>>, o INT)"),
+            "CREATE TABLE t (m MAP(STRING, BYTEA), n MAP(STRING, ARRAY<STRUCT<x INT>>), o INT)"
+        );
+        let sql = "CREATE TABLE t (a INT,\n m MAP<STRING INT>)";
         let tokens = Tokenizer::new(&GenericDialect {}, sql).tokenize_with_location().unwrap();
         let error = rewrite(tokens).unwrap_err().to_string();
-        assert!(error.contains("MAP<...>") && error.contains("line 2, column 4"), "{error}");
+        assert!(error.contains("expected ','") && error.contains("line 2, column"), "{error}");
     }
 }

@@ -1,19 +1,27 @@
 //! Flink's functions that need code of their own rather than an expression of DataFusion's
 //! (`flink_functions.rs` rewrites the others): `sha1(text)`, the SHA-1 digest as 40 hex digits
 //! (DataFusion has the SHA-2 family and MD5); `json_string(value)`, a value of any type as JSON
-//! text (Flink's `JSON_STRING`, and what `JSON_OBJECT` / `JSON_ARRAY` are built of). NULL in,
-//! NULL out.
+//! text (Flink's `JSON_STRING`, and what `JSON_OBJECT` / `JSON_ARRAY` are built of);
+//! `str_to_map(text [, pair delimiter, key-value delimiter])`, Flink's `STR_TO_MAP`: text split
+//! into pairs (default `,`) and each pair into key and value (default `=`, the value NULL when a
+//! pair has none), both delimiters regular expressions as in Flink, a later pair's value
+//! winning for a key given twice; `is_json(text, kind)`, Flink's `IS JSON` predicate; and the text functions of [`TEXT_FUNCTIONS`] (`hex`, `bin`,
+//! `url_encode`, `url_decode`, `convert_tz`). NULL in, NULL out.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, StringArray};
+use datafusion::arrow::array::{
+    Array, ArrayRef, BinaryArray, BooleanArray, Int64Array, MapBuilder, MapFieldNames, StringArray, StringBuilder,
+};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::DataType;
-use datafusion::arrow::datatypes::{Field, Schema};
+use datafusion::arrow::datatypes::{Field, Fields, Schema};
 use datafusion::arrow::json::writer::LineDelimited;
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::exec_err;
+use datafusion::common::{DataFusionError, exec_err};
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
+use regex::Regex;
 use sha1::{Digest, Sha1};
 
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -86,10 +94,342 @@ impl ScalarUDFImpl for JsonString {
     }
 }
 
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct StrToMap {
+    signature: Signature,
+}
+
+impl StrToMap {
+    fn map_type() -> DataType {
+        let entries =
+            Fields::from(vec![Field::new("key", DataType::Utf8, false), Field::new("value", DataType::Utf8, true)]);
+        DataType::Map(Arc::new(Field::new("entries", DataType::Struct(entries), false)), false)
+    }
+}
+
+impl ScalarUDFImpl for StrToMap {
+    fn name(&self) -> &str {
+        "str_to_map"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(Self::map_type())
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
+        let rows = args.number_rows;
+        let texts = args
+            .args
+            .iter()
+            .map(|arg| {
+                let text = cast(&arg.to_array(rows)?, &DataType::Utf8)?;
+                Ok(text.as_any().downcast_ref::<StringArray>().cloned())
+            })
+            .collect::<datafusion::error::Result<Vec<_>>>()?;
+        let (text, pairs, key_value) = match texts.as_slice() {
+            [Some(text)] => (text, None, None),
+            [Some(text), Some(pairs), Some(key_value)] => (text, Some(pairs), Some(key_value)),
+            _ => return exec_err!("str_to_map(text [, pair delimiter, key-value delimiter]) takes one or three texts"),
+        };
+        // Delimiters are mostly constant: each distinct one is compiled once.
+        let mut compiled: HashMap<String, Regex> = HashMap::new();
+        let mut regex = |delimiter: &str| -> datafusion::error::Result<Regex> {
+            if let Some(regex) = compiled.get(delimiter) {
+                return Ok(regex.clone());
+            }
+            let regex = Regex::new(delimiter)
+                .map_err(|e| DataFusionError::Execution(format!("str_to_map: delimiter '{delimiter}': {e}")))?;
+            compiled.insert(delimiter.to_string(), regex.clone());
+            Ok(regex)
+        };
+        let names = MapFieldNames { entry: "entries".into(), key: "key".into(), value: "value".into() };
+        let mut map = MapBuilder::new(Some(names), StringBuilder::new(), StringBuilder::new());
+        for row in 0..rows {
+            let delimiter = |given: Option<&StringArray>, default: &'static str| match given {
+                None => Some(default.to_string()),
+                Some(given) => given.is_valid(row).then(|| given.value(row).to_string()),
+            };
+            let (Some(pairs), Some(key_value)) = (delimiter(pairs, ","), delimiter(key_value, "=")) else {
+                map.append(false)?;
+                continue;
+            };
+            if text.is_null(row) {
+                map.append(false)?;
+                continue;
+            }
+            let (pairs, key_value) = (regex(&pairs)?, regex(&key_value)?);
+            let mut entries: Vec<(&str, Option<&str>)> = Vec::new();
+            for pair in pairs.split(text.value(row)) {
+                let mut parts = key_value.splitn(pair, 2);
+                let key = parts.next().unwrap_or_default();
+                let value = parts.next();
+                match entries.iter_mut().find(|(k, _)| *k == key) {
+                    Some(entry) => entry.1 = value,
+                    None => entries.push((key, value)),
+                }
+            }
+            for (key, value) in entries {
+                map.keys().append_value(key);
+                map.values().append_option(value);
+            }
+            map.append(true)?;
+        }
+        Ok(ColumnarValue::Array(Arc::new(map.finish())))
+    }
+}
+
+/// `is_json(text, kind)`: Flink's `IS JSON [VALUE | SCALAR | ARRAY | OBJECT]`, whether the
+/// text is JSON of that kind (a scalar: not an array nor an object); NULL is not JSON.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct IsJson {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for IsJson {
+    fn name(&self) -> &str {
+        "is_json"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::Boolean)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
+        let [text, kind] = args.args.as_slice() else { return exec_err!("is_json(text, kind) takes two texts") };
+        let (text, kind) = (texts(&text.to_array(args.number_rows)?)?, texts(&kind.to_array(args.number_rows)?)?);
+        let mut out = Vec::with_capacity(text.len());
+        for row in 0..text.len() {
+            let value =
+                text.is_valid(row).then(|| serde_json::from_str::<serde_json::Value>(text.value(row)).ok()).flatten();
+            let wanted = if kind.is_valid(row) { kind.value(row) } else { "VALUE" };
+            out.push(match (value, wanted) {
+                (None, _) => false,
+                (Some(_), "VALUE") => true,
+                (Some(v), "SCALAR") => !v.is_array() && !v.is_object(),
+                (Some(v), "ARRAY") => v.is_array(),
+                (Some(v), "OBJECT") => v.is_object(),
+                (Some(_), other) => return exec_err!("IS JSON {other}: expected VALUE, SCALAR, ARRAY or OBJECT"),
+            });
+        }
+        Ok(ColumnarValue::Array(Arc::new(BooleanArray::from(out))))
+    }
+}
+
+/// What a text function does to its argument columns.
+type TextOf = fn(&[ArrayRef]) -> datafusion::error::Result<StringArray>;
+
+/// A function of text made by a plain Rust function over the argument columns.
+#[derive(Debug)]
+struct TextFunction {
+    name: &'static str,
+    signature: Signature,
+    apply: TextOf,
+}
+
+impl PartialEq for TextFunction {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for TextFunction {}
+
+impl std::hash::Hash for TextFunction {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
+}
+
+impl ScalarUDFImpl for TextFunction {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
+        let columns =
+            args.args.iter().map(|a| a.to_array(args.number_rows)).collect::<datafusion::error::Result<Vec<_>>>()?;
+        Ok(ColumnarValue::Array(Arc::new((self.apply)(&columns)?)))
+    }
+}
+
+/// Flink's text functions weir computes itself: (name, arguments, what it does).
+const TEXT_FUNCTIONS: [(&str, usize, TextOf); 5] = [
+    ("hex", 1, hex),
+    ("bin", 1, bin),
+    ("url_encode", 1, url_encode),
+    ("url_decode", 1, url_decode),
+    ("convert_tz", 3, convert_tz),
+];
+
+/// Each row's text of `column` cast to text.
+fn texts(column: &ArrayRef) -> datafusion::error::Result<StringArray> {
+    let text = cast(column, &DataType::Utf8)?;
+    match text.as_any().downcast_ref::<StringArray>() {
+        Some(text) => Ok(text.clone()),
+        None => exec_err!("the argument did not cast to text"),
+    }
+}
+
+/// `HEX(n)`: an integer's hex digits (a negative one's 64-bit two's complement, as Java's
+/// `Long.toHexString`); `HEX(s)`: the hex of the text's or bytes' bytes. Upper case.
+fn hex(args: &[ArrayRef]) -> datafusion::error::Result<StringArray> {
+    let [value] = args else { return exec_err!("HEX takes one value") };
+    let bytes_hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02X}")).collect::<String>();
+    if value.data_type().is_integer() {
+        let numbers = cast(value, &DataType::Int64)?;
+        let numbers = numbers.as_any().downcast_ref::<Int64Array>().cloned();
+        let Some(numbers) = numbers else { return exec_err!("HEX: the number did not cast to BIGINT") };
+        return Ok(numbers.iter().map(|n| n.map(|n| format!("{:X}", n as u64))).collect());
+    }
+    if let Some(bytes) = value.as_any().downcast_ref::<BinaryArray>() {
+        return Ok(bytes.iter().map(|b| b.map(bytes_hex)).collect());
+    }
+    Ok(texts(value)?.iter().map(|t| t.map(|t| bytes_hex(t.as_bytes()))).collect())
+}
+
+/// `BIN(n)`: an integer's binary digits (a negative one's 64-bit two's complement, as Java's
+/// `Long.toBinaryString`).
+fn bin(args: &[ArrayRef]) -> datafusion::error::Result<StringArray> {
+    let [value] = args else { return exec_err!("BIN takes one integer") };
+    let numbers = cast(value, &DataType::Int64)?;
+    let Some(numbers) = numbers.as_any().downcast_ref::<Int64Array>() else {
+        return exec_err!("BIN: the argument did not cast to BIGINT");
+    };
+    Ok(numbers.iter().map(|n| n.map(|n| format!("{:b}", n as u64))).collect())
+}
+
+/// `URL_ENCODE(s)` as Java's `URLEncoder` with UTF-8: letters, digits and `.-*_` kept, a space
+/// `+`, every other byte `%XX`.
+fn url_encode(args: &[ArrayRef]) -> datafusion::error::Result<StringArray> {
+    let [value] = args else { return exec_err!("URL_ENCODE takes one text") };
+    let encode = |text: &str| {
+        let mut out = String::with_capacity(text.len());
+        for byte in text.bytes() {
+            match byte {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'-' | b'*' | b'_' => out.push(byte as char),
+                b' ' => out.push('+'),
+                _ => out.push_str(&format!("%{byte:02X}")),
+            }
+        }
+        out
+    };
+    Ok(texts(value)?.iter().map(|t| t.map(encode)).collect())
+}
+
+/// `URL_DECODE(s)` as Java's `URLDecoder` with UTF-8: `+` a space, `%XX` a byte; NULL where
+/// the text does not decode (a bad escape, or bytes that are not UTF-8), as Flink's.
+fn url_decode(args: &[ArrayRef]) -> datafusion::error::Result<StringArray> {
+    let [value] = args else { return exec_err!("URL_DECODE takes one text") };
+    let decode = |text: &str| -> Option<String> {
+        let mut bytes = Vec::with_capacity(text.len());
+        let mut input = text.bytes();
+        while let Some(byte) = input.next() {
+            match byte {
+                b'+' => bytes.push(b' '),
+                b'%' => {
+                    let digits = [input.next()?, input.next()?];
+                    bytes.push(u8::from_str_radix(std::str::from_utf8(&digits).ok()?, 16).ok()?);
+                }
+                _ => bytes.push(byte),
+            }
+        }
+        String::from_utf8(bytes).ok()
+    };
+    Ok(texts(value)?.iter().map(|t| t.and_then(decode)).collect())
+}
+
+/// `CONVERT_TZ(s, from, to)`: the local time `s` ('yyyy-MM-dd HH:mm:ss') of zone `from` as the
+/// local time of zone `to`, in the same format (zones as IANA names or fixed offsets such as
+/// 'GMT+08:00'). A time `from` skips (a DST gap), a text that does not parse or a zone that is
+/// none gives NULL (Java, under Flink's, reads an unknown zone as GMT without a word).
+fn convert_tz(args: &[ArrayRef]) -> datafusion::error::Result<StringArray> {
+    let [value, from, to] = args else { return exec_err!("CONVERT_TZ takes a time and two zones") };
+    let (value, from, to) = (texts(value)?, texts(from)?, texts(to)?);
+    let mut out = Vec::with_capacity(value.len());
+    for row in 0..value.len() {
+        let (true, true, true) = (value.is_valid(row), from.is_valid(row), to.is_valid(row)) else {
+            out.push(None);
+            continue;
+        };
+        let (Some(from), Some(to)) = (time_zone(from.value(row)), time_zone(to.value(row))) else {
+            out.push(None);
+            continue;
+        };
+        let local = chrono::NaiveDateTime::parse_from_str(value.value(row).trim(), "%Y-%m-%d %H:%M:%S").ok();
+        let converted = local.and_then(|local| from.instant(local)).map(|utc| to.local(utc));
+        out.push(converted.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string()));
+    }
+    Ok(StringArray::from(out))
+}
+
+/// A time zone as Flink names them: an IANA name, or a fixed offset from UTC or GMT.
+enum Zone {
+    Named(chrono_tz::Tz),
+    Fixed(chrono::FixedOffset),
+}
+
+impl Zone {
+    fn instant(&self, local: chrono::NaiveDateTime) -> Option<chrono::DateTime<chrono::Utc>> {
+        use chrono::TimeZone;
+        match self {
+            Zone::Named(tz) => tz.from_local_datetime(&local).earliest().map(|t| t.to_utc()),
+            Zone::Fixed(offset) => offset.from_local_datetime(&local).single().map(|t| t.to_utc()),
+        }
+    }
+
+    fn local(&self, utc: chrono::DateTime<chrono::Utc>) -> chrono::NaiveDateTime {
+        match self {
+            Zone::Named(tz) => utc.with_timezone(tz).naive_local(),
+            Zone::Fixed(offset) => utc.with_timezone(offset).naive_local(),
+        }
+    }
+}
+
+fn time_zone(name: &str) -> Option<Zone> {
+    if let Ok(tz) = name.parse::<chrono_tz::Tz>() {
+        return Some(Zone::Named(tz));
+    }
+    // GMT+08:00, UTC-5, +01:30
+    let offset = name.trim_start_matches("GMT").trim_start_matches("UTC");
+    let (sign, digits) = match offset.strip_prefix('+') {
+        Some(rest) => (1, rest),
+        None => (-1, offset.strip_prefix('-').unwrap_or("")),
+    };
+    let (hours, minutes) = digits.split_once(':').unwrap_or((digits, "0"));
+    let seconds = match (hours.parse::<i32>(), minutes.parse::<i32>()) {
+        (Ok(h), Ok(m)) if !digits.is_empty() => Some(sign * (h * 3600 + m * 60)),
+        _ => None,
+    };
+    seconds.and_then(chrono::FixedOffset::east_opt).map(Zone::Fixed)
+}
+
 /// The functions to register with a DataFusion context.
 pub fn flink_udfs() -> Vec<ScalarUDF> {
-    vec![
+    [
         ScalarUDF::from(Sha1Hex { signature: Signature::any(1, Volatility::Immutable) }),
         ScalarUDF::from(JsonString { signature: Signature::any(1, Volatility::Immutable) }),
+        ScalarUDF::from(StrToMap { signature: Signature::variadic_any(Volatility::Immutable) }),
+        ScalarUDF::from(IsJson { signature: Signature::any(2, Volatility::Immutable) }),
     ]
+    .into_iter()
+    .chain(TEXT_FUNCTIONS.iter().map(|&(name, arity, apply)| {
+        ScalarUDF::from(TextFunction { name, signature: Signature::any(arity, Volatility::Immutable), apply })
+    }))
+    .collect()
 }

@@ -767,11 +767,134 @@ async fn metadata_columns_read_where_each_record_is() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(error.contains("metadata key 'headers' is not supported"), "{error}");
+    assert!(error.contains("must be a MAP<STRING, BYTES> (or MAP<STRING, STRING>), not Utf8"), "{error}");
+    let error = session
+        .execute(&format!(
+            "CREATE TABLE headed (id BIGINT, h BIGINT METADATA FROM 'leader-epoch') WITH ({}, 'format' = 'json')",
+            kafka(&input, "")
+        ))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("metadata key 'leader-epoch' is not supported"), "{error}");
     let error = session
         .execute("INSERT INTO located SELECT id, `timestamp`, part, `offset`, src FROM located")
         .await
         .unwrap_err()
         .to_string();
     assert!(error.contains("has metadata columns (timestamp=timestamp,part=partition"), "{error}");
+}
+
+/// An upsert-kafka table read as Flink reads it: each record is its key's latest row, a
+/// tombstone removes the key, a record written again changes nothing. Queries over it see the
+/// table as it stands (a changelog of it), and an upsert table written from it holds, by key,
+/// exactly the input's latest rows.
+#[tokio::test]
+async fn an_upsert_table_reads_as_each_keys_latest_row() {
+    let input = topic("flink-upsert-in", 2).await;
+    let key = |item: &str| format!(r#"{{"item":"{item}"}}"#);
+    let value = |item: &str, price: i64| Some(format!(r#"{{"item":"{item}","price":{price}}}"#));
+    // A key stays on its partition, as Kafka's partitioner keeps it.
+    let records: Vec<(i32, String, Option<String>)> = vec![
+        (0, key("a"), value("a", 10)),
+        (0, key("b"), value("b", 20)),
+        (0, key("a"), value("a", 11)),
+        (0, key("b"), None),
+        (0, key("c"), value("c", 5)),
+        (1, key("d"), value("d", 7)),
+        (1, key("d"), value("d", 7)),
+        (1, key("e"), value("e", 1)),
+        (1, key("e"), None),
+        (1, key("f"), None),
+        (1, key("e"), value("e", 2)),
+    ];
+    let records = records.iter().map(|(p, k, v)| (*p, Some(k.as_bytes()), v.as_ref().map(String::as_bytes)));
+    broker().produce_or_delete(&input, records).unwrap();
+    let output = topic("flink-upsert-copy", 1).await;
+    let bootstrap = broker().bootstrap();
+    let mut session = Session::new();
+    session
+        .execute(&format!(
+            "SET 'sql.dialect' = 'flink';
+             SET 'execution.checkpointing.interval' = '100ms';
+             CREATE TABLE prices (item STRING, price BIGINT NOT NULL, PRIMARY KEY (item) NOT ENFORCED) WITH (
+               'connector' = 'upsert-kafka', 'topic' = '{input}', 'properties.bootstrap.servers' = '{bootstrap}',
+               'key.format' = 'json', 'value.format' = 'json', 'scan.bounded.mode' = 'latest-offset');
+             CREATE TABLE doubled (item STRING, price BIGINT, PRIMARY KEY (item) NOT ENFORCED) WITH (
+               'connector' = 'upsert-kafka', 'topic' = '{output}', 'properties.bootstrap.servers' = '{bootstrap}',
+               'key.format' = 'json', 'value.format' = 'json');"
+        ))
+        .await
+        .unwrap();
+    for (query, expected) in [
+        ("SELECT item, price FROM prices", vec!["a 11", "c 5", "d 7", "e 2"]),
+        ("SELECT count(*), sum(price) FROM prices", vec!["4 25"]),
+        ("SELECT price > 6, count(*) FROM prices GROUP BY price > 6", vec!["false 2", "true 2"]),
+    ] {
+        let planned = pipeline(&mut session, query).await.unwrap();
+        let preview = planned.preview.clone().unwrap().buffer;
+        run(planned).await.1.unwrap();
+        let mut rows: Vec<String> = final_rows(&preview.batches()).unwrap().into_iter().map(|r| r.join(" ")).collect();
+        rows.sort();
+        assert_eq!(rows, expected, "{query}");
+    }
+    let explained = session.execute("EXPLAIN SELECT item, price FROM prices").await.unwrap();
+    let Some(crate::Output::Rows { rows, .. }) = explained.first() else { panic!("EXPLAIN gave no rows") };
+    let lines: Vec<String> = rows.iter().map(|r| r.join(" ")).collect();
+    assert!(lines.iter().any(|l| l.contains("upsert_normalize") && l.contains("each key's latest row")), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("-> upsert_normalize") && l.contains("hash")), "{lines:?}");
+    let planned = pipeline(&mut session, "INSERT INTO doubled SELECT item, price * 2 FROM prices").await.unwrap();
+    run(planned).await.1.unwrap();
+    let mut latest = BTreeMap::new();
+    for record in broker().read_to_end(&output, "read_committed").unwrap() {
+        let key = String::from_utf8(record.key.unwrap()).unwrap();
+        match record.value {
+            Some(value) => latest.insert(key, String::from_utf8(value).unwrap()),
+            None => latest.remove(&key),
+        };
+    }
+    let expected: BTreeMap<String, String> = [("a", 22), ("c", 10), ("d", 14), ("e", 4)]
+        .iter()
+        .map(|(item, price)| (key(item), format!(r#"{{"item":"{item}","price":{price}}}"#)))
+        .collect();
+    assert_eq!(latest, expected);
+}
+
+/// Flink's `headers` metadata column: a map of each record's header keys to their values, read
+/// as bytes or as text as the column declares; a record without headers has an empty map.
+#[tokio::test]
+async fn the_headers_column_maps_each_records_header_keys_to_their_values() {
+    let input = topic("flink-headers", 1).await;
+    let headers: [&[(&str, &[u8])]; 3] = [&[("trace", b"t-1"), ("origin", b"eu")], &[], &[("trace", b"t-3")]];
+    let values: [&[u8]; 3] = [br#"{"id":1}"#, br#"{"id":2}"#, br#"{"id":3}"#];
+    broker().produce_with_headers(&input, values.iter().zip(headers).map(|(v, h)| (0, None, Some(*v), h))).unwrap();
+    let mut session = Session::new();
+    session
+        .execute(&format!(
+            "SET 'sql.dialect' = 'flink';
+             CREATE TABLE headed (id BIGINT, headers MAP<STRING, BYTES> METADATA)
+               WITH ({0}, 'format' = 'json', 'scan.bounded.mode' = 'latest-offset');
+             CREATE TABLE headed_text (id BIGINT, h MAP<STRING, STRING> METADATA FROM 'headers' VIRTUAL)
+               WITH ({0}, 'format' = 'json', 'scan.bounded.mode' = 'latest-offset')",
+            kafka(&input, "")
+        ))
+        .await
+        .unwrap();
+    for (query, expected) in [
+        (
+            "SELECT id, CAST(headers['trace'] AS STRING), CARDINALITY(headers) FROM headed",
+            ["1 t-1 2", "2 NULL 0", "3 t-3 1"],
+        ),
+        (
+            "SELECT id, h['trace'], MAP_KEYS(h) FROM headed_text",
+            ["1 t-1 [trace, origin]", "2 NULL []", "3 t-3 [trace]"],
+        ),
+    ] {
+        let planned = pipeline(&mut session, query).await.unwrap();
+        let preview = planned.preview.clone().unwrap().buffer;
+        run(planned).await.1.unwrap();
+        let mut rows: Vec<String> = final_rows(&preview.batches()).unwrap().into_iter().map(|r| r.join(" ")).collect();
+        rows.sort();
+        assert_eq!(rows, expected, "{query}");
+    }
 }

@@ -28,13 +28,13 @@ use datafusion::physical_expr::expressions::{
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::unnest::{ListUnnest, UnnestExec};
 pub use weir_connectors::PlanOptions;
-use weir_connectors::{NodeContext, Preflight, Registry};
+use weir_connectors::{NodeContext, Preflight, Registry, SourceRows};
 use weir_engine::changelog::{Change, changelog_schema};
 use weir_engine::graph::SourceFactory;
 use weir_engine::operators::{
     ALL_IN_ONE, AggregateCall, Deduplicate, Expiry, Frame, JoinKind, JoinSide, LateRows, Numbering, OverAggregate,
-    PreviewBuffer, PreviewSink, Stateless, Step, StreamingJoin, TopN, UpdatingAggregate, WatermarkAssigner,
-    WindowAggregate, WindowKind, WindowRank, join_key_column,
+    PreviewBuffer, PreviewSink, Stateless, Step, StreamingJoin, TopN, UpdatingAggregate, UpsertNormalize,
+    WatermarkAssigner, WindowAggregate, WindowKind, WindowRank, join_key_column,
 };
 use weir_engine::{Graph, NodeId, Partitioning, ProcessingTime};
 
@@ -587,6 +587,30 @@ impl Planner<'_> {
         };
         let node = self.graph.add_source(&node_name, parallelism, factory);
         self.graph.describe_state(node, planned.state);
+        // Upserts become changes by keeping each key's latest row, routed by the key.
+        let node = match &planned.rows {
+            SourceRows::Upserts { key } => {
+                if definition.proctime.is_some() {
+                    return plan_err!(
+                        "table '{name}': a processing-time column on an upsert table is not supported: add it in a view over the table"
+                    );
+                }
+                let operator =
+                    UpsertNormalize::new(key.clone(), table.schema.clone(), changelog_schema(&table.schema))?;
+                let normalize = self.name("upsert_normalize");
+                let normalize = self.graph.add_operator(
+                    &normalize,
+                    parallelism,
+                    1,
+                    Arc::new(move |_| Ok(Box::new(operator.clone()))),
+                );
+                self.graph.describe_state(normalize, "each key's latest row".to_string());
+                self.graph.connect(node, normalize, 0, Partitioning::Hash(key.clone()));
+                normalize
+            }
+            SourceRows::Appends | SourceRows::Changes => node,
+        };
+        let changelog = planned.rows.have_changes();
         // Computed columns right after, so that an event time may be one of them.
         let node = match definition.computed.is_empty() {
             true => node,
@@ -601,8 +625,8 @@ impl Planner<'_> {
                         Ok((name.clone(), self.physical(&expr, &read)?, data_type))
                     })
                     .collect::<Result<Vec<_>>>()?;
-                let step = self.appending(&read, computed, planned.changelog);
-                let stream = Stream { node, steps: vec![step], times: HashMap::new(), updating: planned.changelog };
+                let step = self.appending(&read, computed, changelog);
+                let stream = Stream { node, steps: vec![step], times: HashMap::new(), updating: changelog };
                 self.materialize(stream, "computed")
             }
         };
@@ -621,7 +645,7 @@ impl Planner<'_> {
             }
             None => node,
         };
-        let source = SourceNode { node, changelog: planned.changelog };
+        let source = SourceNode { node, changelog };
         self.sources.insert(definition.name.clone(), source);
         Ok(source)
     }

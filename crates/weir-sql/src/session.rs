@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::compute::can_cast_types;
-use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema, TimeUnit};
 use datafusion::catalog::view::ViewTable;
 use datafusion::common::{DFSchema, TableReference};
 use datafusion::datasource::empty::EmptyTable;
@@ -240,6 +240,7 @@ impl Session {
         self.read_names_by_the_options();
         let (text, mut clauses) = time_clauses::extract(sql)?;
         let tokens = crate::flink_types::rewrite(window_table_functions::tokens(&text)?)?;
+        let tokens = crate::flink_functions::is_json_predicates(crate::flink_functions::map_constructors(tokens));
         crate::flink_refusals::check(&tokens)?;
         let (tokens, computed) = crate::computed_columns::extract(tokens);
         clauses.extend(computed);
@@ -465,6 +466,24 @@ impl Session {
         }
     }
 
+    /// Arrow's map type of `MAP(key, value)`: its key and value types as DataFusion plans
+    /// them (it has no SQL map type), in the entries DataFusion's `map()` makes.
+    async fn map_type(&self, key: &SqlType, value: &SqlType) -> Result<DataType> {
+        let sql = format!("CREATE TABLE weir_map_types (k {key} NOT NULL, v {value})");
+        let statement = Parser::new(&GenericDialect {}).try_with_sql(&sql).and_then(|mut p| p.parse_statement());
+        let statement = statement.map_err(|e| Error::Plan(format!("MAP({key}, {value}): {e}")))?;
+        let plan = self.context.state().statement_to_plan(DFStatement::Statement(Box::new(statement))).await?;
+        let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(table)) = plan else {
+            return plan_err!("MAP({key}, {value}): could not read its types");
+        };
+        let schema = table.input.schema().as_arrow().clone();
+        let entries = Fields::from(vec![
+            schema.field(0).clone().with_name("key").with_nullable(false),
+            schema.field(1).clone().with_name("value").with_nullable(true),
+        ]);
+        Ok(DataType::Map(Arc::new(Field::new("entries", DataType::Struct(entries), false)), false))
+    }
+
     async fn create_table(&mut self, mut create: CreateTable) -> Result<Output> {
         let name = self.names().object_name(&create.name);
         if self.catalog.contains(&name) && !create.or_replace {
@@ -529,10 +548,16 @@ impl Session {
             // DataFusion's own CREATE TABLE planning turns the SQL types into Arrow types; it has
             // no JSON type, so JSON columns go through it as text and are marked JSON after.
             let mut json_columns = Vec::new();
+            // Nor a map type: a MAP(K, V) column goes through as text, its type made after.
+            let mut map_columns = Vec::new();
             for column in &mut create.columns {
                 if matches!(column.data_type, SqlType::JSON | SqlType::JSONB) {
                     column.data_type = SqlType::Text;
                     json_columns.push(self.names().name(&column.name));
+                }
+                if let SqlType::Map(key, value) = &column.data_type {
+                    map_columns.push((self.names().name(&column.name), self.map_type(key, value).await?));
+                    column.data_type = SqlType::Text;
                 }
             }
             create.table_options = CreateTableOptions::None;
@@ -549,9 +574,10 @@ impl Session {
             let fields: Vec<Field> = schema
                 .fields()
                 .iter()
-                .map(|f| match json_columns.contains(f.name()) {
-                    true => json_field(f.name(), f.is_nullable()),
-                    false => f.as_ref().clone(),
+                .map(|f| match map_columns.iter().find(|(name, _)| name == f.name()) {
+                    Some((_, map)) => Field::new(f.name(), map.clone(), f.is_nullable()),
+                    None if json_columns.contains(f.name()) => json_field(f.name(), f.is_nullable()),
+                    None => f.as_ref().clone(),
                 })
                 .collect();
             Arc::new(Schema::new(fields))

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use weir_engine::two_phase_commit::TwoPhaseCommitSink;
 
 use super::{FileFormat, FileSink, FileSinkConfig, FileSource, HivePartitions, PartitionCommit};
-use crate::connector::{Connector, ConnectorTable, NodeContext, PlannedSink, PlannedSource};
+use crate::connector::{Connector, ConnectorTable, NodeContext, PlannedSink, PlannedSource, SourceRows};
 use crate::csv_format::{self, CsvFormat};
 use crate::options::{Kind, OptionSpec, option, required};
 use crate::{Error, Result, plan_err};
@@ -135,7 +135,7 @@ impl Connector for FilesystemConnector {
             }),
             state: "the rows read of each file".into(),
             assigns_watermarks: false,
-            changelog: false,
+            rows: SourceRows::Appends,
             preflight: Vec::new(),
             transactional_prefixes: Vec::new(),
         })

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, Fields};
 
 use std::sync::Arc;
 
@@ -20,6 +20,7 @@ use super::{
 };
 use crate::connector::{
     Connector, ConnectorTable, NodeContext, PlanOptions, PlannedSink, PlannedSource, Preflight, PreflightPhase,
+    SourceRows,
 };
 use crate::csv_format::{self, CsvFormat};
 use crate::options::{ANY_COUNT, Kind, OptionSpec, option, required};
@@ -143,9 +144,21 @@ fn source_config(
             }
             SourceFormat::DebeziumJson
         }
+        Some("upsert") => {
+            let key = options_of.list("key.fields");
+            if let Some(absent) = key.iter().find(|k| table.schema.field_with_name(k).is_err()) {
+                return plan_err!("table '{name}': key field '{absent}' is not a column of the table");
+            }
+            if key.is_empty() {
+                return plan_err!(
+                    "table '{name}': format 'upsert' reads records by their key: give it option 'key.fields' (or, as upsert-kafka, PRIMARY KEY (...) NOT ENFORCED)"
+                );
+            }
+            SourceFormat::Upsert { key }
+        }
         Some(other) => {
             return plan_err!(
-                "table '{name}': reading format '{other}' is not supported yet (a source reads 'json', 'csv', 'raw' or 'debezium_json')"
+                "table '{name}': reading format '{other}' is not supported yet (a source reads 'json', 'csv', 'raw', 'debezium_json' or 'upsert')"
             );
         }
         None => return plan_err!("table '{name}': option 'format' is required"),
@@ -483,13 +496,28 @@ fn metadata_columns(table: &ConnectorTable) -> Result<MetadataColumns> {
                 fits(matches!(field.data_type(), DataType::Utf8 | DataType::LargeUtf8), "text")?;
                 metadata.push((column.to_string(), RecordMetadata::Topic));
             }
+            (_, Some(RecordMetadata::Headers)) => {
+                let text_keys = |fields: &Fields| fields.first().is_some_and(|f| f.data_type() == &DataType::Utf8);
+                let values = |fields: &Fields| {
+                    fields.get(1).is_some_and(|f| matches!(f.data_type(), DataType::Binary | DataType::Utf8))
+                };
+                let is_map = match field.data_type() {
+                    DataType::Map(entries, _) => match entries.data_type() {
+                        DataType::Struct(fields) => text_keys(fields) && values(fields),
+                        _ => false,
+                    },
+                    _ => false,
+                };
+                fits(is_map, "a MAP<STRING, BYTES> (or MAP<STRING, STRING>)")?;
+                metadata.push((column.to_string(), RecordMetadata::Headers));
+            }
             (_, Some(kind)) => {
                 fits(field.data_type().is_integer(), "an integer type")?;
                 metadata.push((column.to_string(), kind));
             }
             (other, None) => {
                 return plan_err!(
-                    "table '{name}': metadata key '{other}' is not supported: weir's Kafka tables read 'timestamp', 'partition', 'offset' and 'topic' (no headers: weir has no MAP type)"
+                    "table '{name}': metadata key '{other}' is not supported: weir's Kafka tables read 'timestamp', 'partition', 'offset', 'topic' and 'headers'"
                 );
             }
         }
@@ -559,14 +587,18 @@ impl Connector for KafkaConnector {
     fn source(&self, table: &ConnectorTable, _: usize, context: NodeContext<'_>) -> Result<PlannedSource> {
         let (config, timeout) = source_config(table, context.options, context.node)?;
         let topics = TopicCheck::of_source(&table.name, &config);
-        let changelog = config.format == SourceFormat::DebeziumJson;
+        let rows = match &config.format {
+            SourceFormat::DebeziumJson => SourceRows::Changes,
+            SourceFormat::Upsert { key } => SourceRows::Upserts { key: key.clone() },
+            _ => SourceRows::Appends,
+        };
         let assigns_watermarks = config.event_time.is_some();
         Ok(PlannedSource {
             transactional_prefixes: dead_letter_prefix(&config).into_iter().collect(),
             factory: Arc::new(move |_| Ok(Box::new(KafkaSource::new(config.clone())))),
             state: "the next offset of each partition".into(),
             assigns_watermarks,
-            changelog,
+            rows,
             preflight: preflight(timeout, topics),
         })
     }

@@ -245,6 +245,66 @@ pub(crate) fn decode_debezium(schema: &SchemaRef, values: &[Option<&[u8]>]) -> R
     Ok(Decoded { batch, rows_from, bad })
 }
 
+/// The `upsert` format: a record's value is its key's latest row (a JSON object of every
+/// column, as the upsert sink writes it), a record without a value is a tombstone whose key (the
+/// JSON object of the `key` columns) names the row removed. Upserts become `+U` rows, tombstones
+/// `-D` rows holding only the key (the other columns null, so the rows are of `schema` made
+/// nullable). A row without its key, or an upsert without a NOT NULL column, is a bad record.
+pub(crate) fn decode_upsert(
+    schema: &SchemaRef,
+    key: &[String],
+    keys: &[Option<&[u8]>],
+    values: &[Option<&[u8]>],
+) -> Result<Decoded> {
+    let nullable: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+    let nullable = Arc::new(Schema::new(nullable));
+    let key_columns = key
+        .iter()
+        .map(|name| {
+            let column = nullable.index_of(name);
+            column.map_err(|_| Error::Format(format!("key field '{name}' is not a column of the table")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let texts: Vec<Option<&[u8]>> = values.iter().zip(keys).map(|(value, key)| value.or(*key)).collect();
+    let decoded = decode_json(&nullable, &texts)?;
+    let mut bad: Vec<(usize, String)> = decoded
+        .bad
+        .into_iter()
+        .map(|(record, reason)| match values[record] {
+            Some(_) => (record, reason),
+            None => (record, format!("a tombstone (no value) whose key does not name the row it removes: {reason}")),
+        })
+        .collect();
+    let (mut keep, mut rows_from, mut kinds) = (Vec::new(), Vec::new(), Vec::new());
+    for (row, &record) in decoded.rows_from.iter().enumerate() {
+        let tombstone = values[record].is_none();
+        let missing = |mut columns: Box<dyn Iterator<Item = usize> + '_>| {
+            columns.find(|&c| decoded.batch.column(c).is_null(row)).map(|c| nullable.field(c).name().clone())
+        };
+        let without_key = missing(Box::new(key_columns.iter().copied()));
+        let not_null = (0..schema.fields().len()).filter(|&c| !schema.field(c).is_nullable());
+        let without_value = if tombstone { None } else { missing(Box::new(not_null)) };
+        match (without_key, without_value) {
+            (Some(column), _) => {
+                let within = if tombstone { "the tombstone's key" } else { "the value" };
+                bad.push((record, format!("{within} lacks key column '{column}'")));
+            }
+            (None, Some(column)) => bad.push((record, format!("the value lacks NOT NULL column '{column}'"))),
+            (None, None) => {
+                keep.push(row as u32);
+                rows_from.push(record);
+                kinds.push(if tombstone { Change::Delete } else { Change::UpdateAfter });
+            }
+        }
+    }
+    bad.sort_by_key(|(record, _)| *record);
+    let rows = take_record_batch(&decoded.batch, &UInt32Array::from(keep))?;
+    let mut columns = rows.columns().to_vec();
+    columns.push(change_array(&kinds));
+    let batch = RecordBatch::try_new(changelog_schema(&nullable), columns)?;
+    Ok(Decoded { batch, rows_from, bad })
+}
+
 #[cfg(test)]
 mod tests {
     use datafusion::arrow::array::Int64Array;
@@ -318,6 +378,26 @@ mod tests {
         assert_eq!(names.iter().collect::<Vec<_>>(), vec![Some("a"), Some("a"), Some("b"), Some("b")]);
         assert_eq!(decoded.rows_from, vec![0, 1, 1, 3]);
         assert_eq!(decoded.bad.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![2, 4]);
+    }
+
+    /// Values are upserts, tombstones deletes by their key; rows without their key are bad.
+    #[test]
+    fn upserts_and_tombstones_become_updates_and_deletes_by_key() {
+        let keys: Vec<Option<&[u8]>> =
+            vec![Some(br#"{"id":1}"#), Some(br#"{"id":1}"#), Some(br#"{"id":2}"#), None, Some(b"{}"), None];
+        let values: Vec<Option<&[u8]>> =
+            vec![Some(br#"{"id":1,"name":"a"}"#), None, Some(br#"{"name":"b"}"#), None, None, Some(br#"{"id":6}"#)];
+        let decoded = decode_upsert(&schema(), &["id".into()], &keys, &values).unwrap();
+        let changes = weir_engine::changelog::changes(&decoded.batch).unwrap();
+        assert_eq!(changes, vec![Change::UpdateAfter, Change::Delete, Change::UpdateAfter]);
+        assert_eq!(decoded.rows_from, vec![0, 1, 5]);
+        let ids = decoded.batch.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(ids.values().to_vec(), vec![1, 1, 6]);
+        let reasons: Vec<(usize, &str)> = decoded.bad.iter().map(|(i, r)| (*i, r.as_str())).collect();
+        assert_eq!(reasons[0], (2, "the value lacks key column 'id'"));
+        assert_eq!(reasons[1].0, 3);
+        assert!(reasons[1].1.starts_with("a tombstone (no value) whose key"), "{reasons:?}");
+        assert_eq!(reasons[2], (4, "the tombstone's key lacks key column 'id'"));
     }
 
     #[test]

@@ -24,12 +24,16 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{Array, ArrayRef, Int32Array, Int64Array, StringArray, TimestampMillisecondArray};
+use datafusion::arrow::array::{
+    Array, ArrayRef, BinaryBuilder, Int32Array, Int64Array, MapBuilder, MapFieldNames, StringArray, StringBuilder,
+    TimestampMillisecondArray,
+};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
+use rdkafka::message::Headers;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Message, Offset, Timestamp, TopicPartitionList};
 use weir_engine::changelog::{change_column, changelog_schema};
@@ -38,7 +42,7 @@ use weir_engine::{RestoredState, Source, SourceEvent, StateTable, SubtaskInfo, s
 
 use super::blocking::blocking;
 use super::connection::{KafkaConnection, QuietContext, TopicCreation, TopicError};
-use super::decode::{Decoded, decode_csv, decode_debezium, decode_json, decode_raw};
+use super::decode::{Decoded, decode_csv, decode_debezium, decode_json, decode_raw, decode_upsert};
 use super::producer_pool::{Delivery, KafkaWriter, OutRecord};
 use crate::Error;
 use crate::csv_format::CsvFormat;
@@ -56,6 +60,13 @@ pub enum SourceFormat {
     DebeziumJson,
     /// One CSV row per record (Flink's `csv` format).
     Csv(CsvFormat),
+    /// Upserts keyed by these columns (Flink's `upsert-kafka`): a record's value is its key's
+    /// latest row, a record without a value (a tombstone) removes the key its key names. The
+    /// source emits them as `+U` and `-D` rows; the planner keeps each key's latest row to
+    /// make a changelog of them (`weir_engine::operators::UpsertNormalize`).
+    Upsert {
+        key: Vec<String>,
+    },
 }
 
 /// Where partitions without a checkpointed offset start.
@@ -112,12 +123,14 @@ pub struct KafkaSourceConfig {
     pub batch_size: usize,
 }
 
-/// Where a record is, as a metadata column reads it (Flink's keys).
+/// What carries a record, as a metadata column reads it (Flink's keys).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordMetadata {
     Topic,
     Partition,
     Offset,
+    /// The record's headers, a map of their keys to their values.
+    Headers,
 }
 
 impl RecordMetadata {
@@ -127,6 +140,7 @@ impl RecordMetadata {
             "topic" => Some(Self::Topic),
             "partition" => Some(Self::Partition),
             "offset" => Some(Self::Offset),
+            "headers" => Some(Self::Headers),
             _ => None,
         }
     }
@@ -165,6 +179,12 @@ struct Polled {
     offset: Vec<i64>,
     timestamp: Vec<Option<i64>>,
     value: Vec<Option<Range<usize>>>,
+    /// The records' keys, when the format reads them (upserts).
+    key: Vec<Option<Range<usize>>>,
+    /// The records' headers, when a column reads them: record i's are those up to
+    /// `header_ends[i]`.
+    headers: Vec<(String, Option<Vec<u8>>)>,
+    header_ends: Vec<usize>,
     buffer: Vec<u8>,
     reached_end: bool,
 }
@@ -315,6 +335,8 @@ impl KafkaSource {
         let consumer = self.consumer()?;
         let index = self.index.clone();
         let batch_size = self.config.batch_size;
+        let with_keys = matches!(self.config.format, SourceFormat::Upsert { .. });
+        let with_headers = self.config.metadata.iter().any(|(_, m)| *m == RecordMetadata::Headers);
         blocking(move || {
             let deadline = Instant::now() + POLL_FOR;
             let mut polled = Polled::default();
@@ -333,11 +355,22 @@ impl KafkaSource {
                             Timestamp::NotAvailable => None,
                             Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) => Some(t),
                         });
-                        polled.value.push(message.payload().map(|v| {
+                        let mut copy = |bytes: &[u8]| {
                             let start = polled.buffer.len();
-                            polled.buffer.extend_from_slice(v);
+                            polled.buffer.extend_from_slice(bytes);
                             start..polled.buffer.len()
-                        }));
+                        };
+                        polled.value.push(message.payload().map(&mut copy));
+                        if with_keys {
+                            polled.key.push(message.key().map(&mut copy));
+                        }
+                        if with_headers {
+                            if let Some(headers) = message.headers() {
+                                let all = headers.iter().map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)));
+                                polled.headers.extend(all);
+                            }
+                            polled.header_ends.push(polled.headers.len());
+                        }
                     }
                     Some(Err(KafkaError::PartitionEOF(_))) => {
                         polled.reached_end = true;
@@ -379,6 +412,11 @@ impl KafkaSource {
             SourceFormat::Raw => decode_raw(&self.value_schema, &values),
             SourceFormat::DebeziumJson => decode_debezium(&self.value_schema, &values),
             SourceFormat::Csv(csv) => decode_csv(csv, &self.value_schema, &values),
+            SourceFormat::Upsert { key } => {
+                let keys: Vec<Option<&[u8]>> =
+                    polled.key.iter().map(|r| r.as_ref().map(|r| &polled.buffer[r.clone()])).collect();
+                decode_upsert(&self.value_schema, key, &keys, &values)
+            }
         }
         .map_err(|e| self.error(e))?;
         self.bad_records(polled, &values, &decoded).await?;
@@ -458,7 +496,17 @@ impl KafkaSource {
         if self.config.timestamp_column.is_none() && self.config.metadata.is_empty() {
             return Ok(decoded.batch.clone());
         }
-        let schema = &self.config.schema;
+        // An upsert source's tombstones hold only their key: its rows' columns are all nullable.
+        let nullable;
+        let schema = match self.config.format {
+            SourceFormat::Upsert { .. } => {
+                let fields: Vec<Field> =
+                    self.config.schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+                nullable = Arc::new(Schema::new(fields));
+                &nullable
+            }
+            _ => &self.config.schema,
+        };
         let rows = &decoded.rows_from;
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
         for field in schema.fields() {
@@ -478,6 +526,7 @@ impl KafkaSource {
                     RecordMetadata::Offset => {
                         Arc::new(Int64Array::from_iter_values(rows.iter().map(|i| polled.offset[*i])))
                     }
+                    RecordMetadata::Headers => headers_map(polled, rows, field.data_type())?,
                 };
                 cast(&values, field.data_type())?
             } else {
@@ -727,6 +776,33 @@ impl Source for KafkaSource {
 /// `prefix`.
 pub fn dead_letter_prefix(prefix: &str) -> String {
     format!("{prefix}-dead-letters")
+}
+
+/// The headers of records `rows` as a map of `data_type` (text keys; binary or text values, as
+/// the column declares them).
+fn headers_map(polled: &Polled, rows: &[usize], data_type: &DataType) -> weir_engine::Result<ArrayRef> {
+    let text_values = match data_type {
+        DataType::Map(entries, _) => match entries.data_type() {
+            DataType::Struct(fields) => fields.get(1).is_some_and(|f| f.data_type() == &DataType::Utf8),
+            _ => false,
+        },
+        _ => false,
+    };
+    let names = MapFieldNames { entry: "entries".into(), key: "key".into(), value: "value".into() };
+    let mut map = MapBuilder::new(Some(names), StringBuilder::new(), BinaryBuilder::new());
+    for &i in rows {
+        let start = if i == 0 { 0 } else { polled.header_ends[i - 1] };
+        for (key, value) in &polled.headers[start..polled.header_ends[i]] {
+            map.keys().append_value(key);
+            map.values().append_option(value.as_deref());
+        }
+        map.append(true)?;
+    }
+    let map: ArrayRef = Arc::new(map.finish());
+    if !text_values {
+        return Ok(map);
+    }
+    Ok(cast(&map, data_type)?)
 }
 
 #[cfg(test)]

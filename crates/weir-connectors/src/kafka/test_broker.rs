@@ -16,6 +16,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
@@ -108,16 +109,46 @@ impl TestBroker {
         topic: &str,
         records: impl IntoIterator<Item = (i32, Option<&'a [u8]>, &'a [u8])>,
     ) -> Result<(), String> {
+        self.produce_or_delete(topic, records.into_iter().map(|(partition, key, value)| (partition, key, Some(value))))
+    }
+
+    /// As [`Self::produce`], where a record without a value is a tombstone.
+    pub fn produce_or_delete<'a>(
+        &self,
+        topic: &str,
+        records: impl IntoIterator<Item = (i32, Option<&'a [u8]>, Option<&'a [u8]>)>,
+    ) -> Result<(), String> {
+        self.produce_with_headers(
+            topic,
+            records.into_iter().map(|(partition, key, value)| (partition, key, value, &[][..])),
+        )
+    }
+
+    /// As [`Self::produce_or_delete`], each record with its headers.
+    pub fn produce_with_headers<'a>(
+        &self,
+        topic: &str,
+        records: impl IntoIterator<Item = (i32, Option<&'a [u8]>, Option<&'a [u8]>, &'a [(&'a str, &'a [u8])])>,
+    ) -> Result<(), String> {
         let producer: BaseProducer = ClientConfig::new()
             .set("bootstrap.servers", &self.bootstrap)
             .set("linger.ms", "20")
             .set("enable.idempotence", "true")
             .create()
             .map_err(|e| format!("producer: {e}"))?;
-        for (partition, key, value) in records {
-            let mut record = BaseRecord::<[u8], [u8]>::to(topic).partition(partition).payload(value);
+        for (partition, key, value, headers) in records {
+            let mut record = BaseRecord::<[u8], [u8]>::to(topic).partition(partition);
+            if let Some(value) = value {
+                record = record.payload(value);
+            }
             if let Some(key) = key {
                 record = record.key(key);
+            }
+            if !headers.is_empty() {
+                let owned = headers
+                    .iter()
+                    .fold(OwnedHeaders::new(), |all, (key, value)| all.insert(Header { key, value: Some(*value) }));
+                record = record.headers(owned);
             }
             loop {
                 match producer.send(record) {

@@ -8,7 +8,7 @@ use super::generator::{AUCTION_PROPORTION, GROUP, NexmarkConfig, PERSON_PROPORTI
 use super::{NexmarkGenerator, NexmarkSource};
 use weir_engine::operator::Source;
 
-use crate::connector::{Connector, ConnectorTable, NodeContext, PlannedSource};
+use crate::connector::{Connector, ConnectorTable, NodeContext, PlannedSource, SourceRows};
 use crate::declared_schema::{Conformed, conform, same_name};
 use crate::options::{ANY_COUNT, ConnectorOptions, Kind, OptionSpec, option};
 use crate::{Result, plan_err};
@@ -146,7 +146,7 @@ impl Connector for NexmarkConnector {
             }),
             state: "the next event number of each split".into(),
             assigns_watermarks: delay_ms.is_some(),
-            changelog: false,
+            rows: SourceRows::Appends,
             preflight: Vec::new(),
             transactional_prefixes: Vec::new(),
         })
