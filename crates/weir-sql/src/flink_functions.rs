@@ -457,18 +457,8 @@ fn json_builder(name: &str, list: &[FunctionArg], absent_on_null: Option<bool>) 
             let absent = absent_on_null.unwrap_or(false);
             let mut pairs = Vec::new();
             for arg in list {
-                let (key, v) = match arg {
-                    FunctionArg::ExprNamed {
-                        name,
-                        arg: FunctionArgExpr::Expr(v),
-                        operator: FunctionArgOperator::Value,
-                    } => (name.to_string(), v),
-                    FunctionArg::Named {
-                        name,
-                        arg: FunctionArgExpr::Expr(v),
-                        operator: FunctionArgOperator::Value,
-                    } => (quoted(&name.value), v),
-                    _ => return arity(name, "pairs of a key and a value, as in JSON_OBJECT('k' VALUE v)"),
+                let Some((key, v)) = key_value(arg) else {
+                    return arity(name, "pairs of a key and a value, as in JSON_OBJECT('k' VALUE v)");
                 };
                 pairs.push(json_member(&key, &v.to_string(), absent));
             }
@@ -494,6 +484,20 @@ fn json_builder(name: &str, list: &[FunctionArg], absent_on_null: Option<bool>) 
     Ok(Some(sql))
 }
 
+/// The key (as SQL text) and value of a `key VALUE value` argument (a quoted key is read as a
+/// name by sqlparser).
+fn key_value(arg: &FunctionArg) -> Option<(String, &Expr)> {
+    match arg {
+        FunctionArg::ExprNamed { name, arg: FunctionArgExpr::Expr(v), operator: FunctionArgOperator::Value } => {
+            Some((name.to_string(), v))
+        }
+        FunctionArg::Named { name, arg: FunctionArgExpr::Expr(v), operator: FunctionArgOperator::Value } => {
+            Some((quoted(&name.value), v))
+        }
+        _ => None,
+    }
+}
+
 /// One `"key":value` member of a JSON object (NULL when the value is and NULLs are absent).
 fn json_member(key: &str, value: &str, absent: bool) -> String {
     let pair = format!("concat(json_string(CAST(({key}) AS VARCHAR)), ':', coalesce(json_string(({value})), 'null'))");
@@ -517,16 +521,8 @@ fn json_aggregate(name: &str, list: &[FunctionArg], absent_on_null: Option<bool>
         }
         ("JSON_ARRAYAGG", _) => arity(name, "one value"),
         (_, [arg]) => {
-            let (key, v) = match arg {
-                FunctionArg::ExprNamed {
-                    name,
-                    arg: FunctionArgExpr::Expr(v),
-                    operator: FunctionArgOperator::Value,
-                } => (name.to_string(), v),
-                FunctionArg::Named { name, arg: FunctionArgExpr::Expr(v), operator: FunctionArgOperator::Value } => {
-                    (quoted(&name.value), v)
-                }
-                _ => return arity(name, "a key and a value, as in JSON_OBJECTAGG(k VALUE v)"),
+            let Some((key, v)) = key_value(arg) else {
+                return arity(name, "a key and a value, as in JSON_OBJECTAGG(k VALUE v)");
             };
             let member = json_member(&key, &v.to_string(), absent_on_null.unwrap_or(false));
             Ok(format!("concat('{{', string_agg({member}, ','), '}}')"))

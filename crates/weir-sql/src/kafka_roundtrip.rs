@@ -30,6 +30,16 @@ async fn pipeline(session: &mut Session, sql: &str) -> crate::Result<crate::Plan
     }
 }
 
+/// The final rows of a bounded query, each as its values joined by spaces, sorted.
+async fn result_lines(session: &mut Session, query: &str) -> Vec<String> {
+    let planned = pipeline(session, query).await.unwrap();
+    let preview = planned.preview.clone().unwrap().buffer;
+    run(planned).await.1.unwrap();
+    let mut rows: Vec<String> = final_rows(&preview.batches()).unwrap().into_iter().map(|r| r.join(" ")).collect();
+    rows.sort();
+    rows
+}
+
 /// Runs a planned pipeline to its end; the bad-record count of its operators and its result.
 async fn run(planned: crate::PlannedPipeline) -> (u64, weir_engine::Result<()>) {
     let dir = tempfile::tempdir().unwrap();
@@ -752,31 +762,16 @@ async fn metadata_columns_read_where_each_record_is() {
         ))
         .await
         .unwrap();
-    let planned =
-        pipeline(&mut session, "SELECT id, part, `offset`, src, `timestamp` IS NOT NULL FROM located").await.unwrap();
-    let preview = planned.preview.clone().unwrap().buffer;
-    run(planned).await.1.unwrap();
-    let mut rows: Vec<String> = final_rows(&preview.batches()).unwrap().into_iter().map(|r| r.join(" ")).collect();
-    rows.sort();
+    let rows = result_lines(&mut session, "SELECT id, part, `offset`, src, `timestamp` IS NOT NULL FROM located").await;
     assert_eq!(rows, [format!("1 0 0 {input} true"), format!("2 1 0 {input} true"), format!("3 0 1 {input} true")]);
-    let error = session
-        .execute(&format!(
-            "CREATE TABLE headed (id BIGINT, h STRING METADATA FROM 'headers') WITH ({}, 'format' = 'json')",
-            kafka(&input, "")
-        ))
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(error.contains("must be a MAP<STRING, BYTES> (or MAP<STRING, STRING>), not Utf8"), "{error}");
-    let error = session
-        .execute(&format!(
-            "CREATE TABLE headed (id BIGINT, h BIGINT METADATA FROM 'leader-epoch') WITH ({}, 'format' = 'json')",
-            kafka(&input, "")
-        ))
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(error.contains("metadata key 'leader-epoch' is not supported"), "{error}");
+    for (column, expected) in [
+        ("h STRING METADATA FROM 'headers'", "must be a MAP<STRING, BYTES> (or MAP<STRING, STRING>), not Utf8"),
+        ("h BIGINT METADATA FROM 'leader-epoch'", "metadata key 'leader-epoch' is not supported"),
+    ] {
+        let sql = format!("CREATE TABLE headed (id BIGINT, {column}) WITH ({}, 'format' = 'json')", kafka(&input, ""));
+        let error = session.execute(&sql).await.unwrap_err().to_string();
+        assert!(error.contains(expected), "{error}");
+    }
     let error = session
         .execute("INSERT INTO located SELECT id, `timestamp`, part, `offset`, src FROM located")
         .await
@@ -831,12 +826,7 @@ async fn an_upsert_table_reads_as_each_keys_latest_row() {
         ("SELECT count(*), sum(price) FROM prices", vec!["4 25"]),
         ("SELECT price > 6, count(*) FROM prices GROUP BY price > 6", vec!["false 2", "true 2"]),
     ] {
-        let planned = pipeline(&mut session, query).await.unwrap();
-        let preview = planned.preview.clone().unwrap().buffer;
-        run(planned).await.1.unwrap();
-        let mut rows: Vec<String> = final_rows(&preview.batches()).unwrap().into_iter().map(|r| r.join(" ")).collect();
-        rows.sort();
-        assert_eq!(rows, expected, "{query}");
+        assert_eq!(result_lines(&mut session, query).await, expected, "{query}");
     }
     let explained = session.execute("EXPLAIN SELECT item, price FROM prices").await.unwrap();
     let Some(crate::Output::Rows { rows, .. }) = explained.first() else { panic!("EXPLAIN gave no rows") };
@@ -890,11 +880,89 @@ async fn the_headers_column_maps_each_records_header_keys_to_their_values() {
             ["1 t-1 [trace, origin]", "2 NULL []", "3 t-3 [trace]"],
         ),
     ] {
-        let planned = pipeline(&mut session, query).await.unwrap();
-        let preview = planned.preview.clone().unwrap().buffer;
-        run(planned).await.1.unwrap();
-        let mut rows: Vec<String> = final_rows(&preview.batches()).unwrap().into_iter().map(|r| r.join(" ")).collect();
-        rows.sort();
-        assert_eq!(rows, expected, "{query}");
+        assert_eq!(result_lines(&mut session, query).await, expected, "{query}");
     }
+}
+
+/// An upsert table's normalizing state survives a kill: killed once its first records are
+/// committed, updated (a key changed, one deleted, one written again unchanged, one new) and
+/// restored at another parallelism, the pipeline writes exactly the changes the new records
+/// make: the deleted key's tombstone (it knows the key), nothing for the unchanged one.
+#[tokio::test]
+async fn an_upsert_tables_latest_rows_survive_a_kill_and_a_rescale() {
+    let input = topic("flink-upsert-killed-in", 2).await;
+    let output = topic("flink-upsert-killed-out", 1).await;
+    let produce = |records: &[(i32, &str, Option<i64>)]| {
+        let records: Vec<(i32, String, Option<String>)> = records
+            .iter()
+            .map(|(p, item, price)| {
+                let value = price.map(|price| format!(r#"{{"item":"{item}","price":{price}}}"#));
+                (*p, format!(r#"{{"item":"{item}"}}"#), value)
+            })
+            .collect();
+        let records = records.iter().map(|(p, k, v)| (*p, Some(k.as_bytes()), v.as_ref().map(String::as_bytes)));
+        broker().produce_or_delete(&input, records).unwrap();
+    };
+    produce(&[(0, "a", Some(10)), (1, "b", Some(20)), (0, "c", Some(30))]);
+    let bootstrap = broker().bootstrap();
+    let mut session = Session::new();
+    session
+        .execute(&format!(
+            "SET 'execution.checkpointing.interval' = '50ms';
+             SET 'parallelism.default' = '2';
+             CREATE TABLE prices (item STRING, price BIGINT, PRIMARY KEY (item) NOT ENFORCED) WITH (
+               'connector' = 'upsert-kafka', 'topic' = '{input}', 'properties.bootstrap.servers' = '{bootstrap}',
+               'key.format' = 'json', 'value.format' = 'json');
+             CREATE TABLE doubled (item STRING, price BIGINT, PRIMARY KEY (item) NOT ENFORCED) WITH (
+               'connector' = 'upsert-kafka', 'topic' = '{output}', 'properties.bootstrap.servers' = '{bootstrap}',
+               'key.format' = 'json', 'value.format' = 'json', 'sink.transactional-id-prefix' = 'upsert-killed');"
+        ))
+        .await
+        .unwrap();
+    let planned = pipeline(&mut session, "INSERT INTO doubled SELECT item, price * 2 FROM prices").await.unwrap();
+    let committed = || -> Vec<String> {
+        let records = broker().read_to_end(&output, "read_committed").unwrap();
+        let mut lines: Vec<String> = records
+            .into_iter()
+            .map(|r| {
+                let key = String::from_utf8(r.key.unwrap_or_default()).unwrap();
+                let value = r.value.map_or("tombstone".to_string(), |v| String::from_utf8(v).unwrap());
+                format!("{key} {value}")
+            })
+            .collect();
+        lines.sort();
+        lines
+    };
+    let wait_for = |count: usize| async move {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while committed().len() < count {
+            assert!(tokio::time::Instant::now() < deadline, "only {:?} committed", committed());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = weir_state::StateStore::local(dir.path()).unwrap();
+    let first = weir_engine::start(planned.graph.clone(), planned.config.clone(), store.clone()).unwrap();
+    wait_for(3).await;
+    first.kill().await;
+    produce(&[(0, "a", Some(11)), (1, "b", None), (0, "c", Some(30)), (1, "d", Some(40))]);
+    let second = weir_engine::start(planned.graph.with_parallelism(3), planned.config, store).unwrap();
+    wait_for(6).await;
+    // A moment more, for anything written twice to show.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    second.kill().await;
+    let line = |item: &str, price: Option<i64>| {
+        let value = price.map_or("tombstone".to_string(), |p| format!(r#"{{"item":"{item}","price":{p}}}"#));
+        format!(r#"{{"item":"{item}"}} {value}"#)
+    };
+    let mut expected = vec![
+        line("a", Some(20)),
+        line("b", Some(40)),
+        line("c", Some(60)),
+        line("a", Some(22)),
+        line("b", None),
+        line("d", Some(80)),
+    ];
+    expected.sort();
+    assert_eq!(committed(), expected);
 }
