@@ -23,6 +23,9 @@
 //! | `JSON_STRING(v)`, `JSON_OBJECT(k VALUE v, ... [NULL/ABSENT ON NULL])`, `JSON_ARRAY(v, ...)` | `json_string` (weir's) of each value, joined |
 //! | `JSON_OBJECTAGG(k VALUE v)`, `JSON_ARRAYAGG(v)` | `string_agg` of `json_string` members |
 //! | `HEX`, `BIN`, `URL_ENCODE`, `URL_DECODE`, `CONVERT_TZ` | weir's functions of those names (`flink_udfs.rs`) |
+//! | `LISTAGG(s[, sep])`, `VARIANCE(x)`, `PERCENTILE(x, p)` | `string_agg` (`,` by default), `var_samp`, `percentile_cont` |
+//! | `STARTSWITH`, `ENDSWITH`, `REGEXP_SUBSTR`, `REGEXP_EXTRACT_ALL` (weir's UDF), `SPLIT(s, d)` | `starts_with`, `ends_with`, `regexp_match`, `regexp_extract_all`, `string_to_array` (`''` splits every character) |
+//! | `JSON_QUOTE`, `JSON_UNQUOTE`, `TYPEOF`, `UNHEX`, `MAP_FROM_ARRAYS` | `json_string`, `json_as_text` of a quoted text, `arrow_typeof`, `decode(.., 'hex')`, `map` |
 //! | `MAP[k1, v1, ...]` (a value) | `make_map(k1, v1, ...)`, via [`map_constructors`] |
 //! | `s IS [NOT] JSON [VALUE / SCALAR / ARRAY / OBJECT]` | `[NOT] is_json(s, 'KIND')` (`flink_udfs.rs`), via [`is_json_predicates`] |
 //! | `JSON_VALUE(j, '$.a.b' [RETURNING type])`, `JSON_QUERY(j, path)`, `JSON_EXISTS(j, path)` | `json_as_text` (cast to the type), `json_get_json`, `json_contains` of the path's keys |
@@ -33,7 +36,10 @@
 //! meaning applies in Flink's dialect only (`sql.dialect = 'flink'`): `LOG(x)` (Flink's is the
 //! natural logarithm, DataFusion's base 10), `SHA224`..`SHA512` (Flink's give hex text,
 //! DataFusion's bytes), `FROM_UNIXTIME(n[, format])` (Flink's gives text), `TO_DATE(s, format)` and
-//! `TO_TIMESTAMP(s[, format])` (Flink's formats are Java's; its timestamps milliseconds).
+//! `TO_TIMESTAMP(s[, format])` (Flink's formats are Java's; its timestamps milliseconds),
+//! `ARRAY_PREPEND(array, e)` (DataFusion's takes the element first), `ENCODE(s, 'UTF-8')` /
+//! `DECODE(b, 'UTF-8')` (a charset: casts; DataFusion's take base64 or hex). Refused by name:
+//! `COLLECT` (no multiset), `RAND(seed)` and a seeded `RAND_INTEGER`, other charsets.
 //!
 //! (`TUMBLE(...)` in GROUP BY and `TUMBLE_END(...)` are weir's own window functions already;
 //! `window_functions.rs`.)
@@ -395,6 +401,88 @@ fn call(name: &str, list: &[FunctionArg], returning: Option<String>, dialect: Di
         "SIGN" => format!("signum({})", args.join(", ")),
         "E" if args.is_empty() => "exp(1)".to_string(),
         "TRUNCATE" => format!("trunc({})", args.join(", ")),
+        "LISTAGG" => match args.as_slice() {
+            [s] => format!("string_agg({s}, ',')"),
+            [s, separator] => format!("string_agg({s}, {separator})"),
+            _ => return arity(name, "a text and an optional separator"),
+        },
+        "VARIANCE" => match args.as_slice() {
+            [x] => format!("var_samp({x})"),
+            _ => return arity(name, "one number"),
+        },
+        "PERCENTILE" => match args.as_slice() {
+            [x, p] => format!("percentile_cont({x}, {p})"),
+            _ => return arity(name, "a number and one percentage (an array of percentages is not supported)"),
+        },
+        "COLLECT" => {
+            return plan_error(
+                "COLLECT (a MULTISET) is not supported: weir has no multiset type; ARRAY_AGG collects the values into an array",
+            );
+        }
+        "STARTSWITH" => match args.as_slice() {
+            [s, prefix] => format!("starts_with({s}, {prefix})"),
+            _ => return arity(name, "a text and a prefix"),
+        },
+        "ENDSWITH" => match args.as_slice() {
+            [s, suffix] => format!("ends_with({s}, {suffix})"),
+            _ => return arity(name, "a text and a suffix"),
+        },
+        "REGEXP_SUBSTR" => match args.as_slice() {
+            [s, regex] => format!("array_element(regexp_match({s}, concat('(', {regex}, ')')), 1)"),
+            _ => return arity(name, "a string and a regular expression"),
+        },
+        "REGEXP_EXTRACT_ALL" => match args.as_slice() {
+            [s, regex] => format!("regexp_extract_all({s}, {regex}, 1)"),
+            [s, regex, index] => format!("regexp_extract_all({s}, {regex}, {index})"),
+            _ => return arity(name, "a string, a regular expression and an optional group index"),
+        },
+        "SPLIT" => match args.as_slice() {
+            [s, delimiter] => format!(
+                "CASE WHEN {delimiter} IS NULL THEN NULL WHEN {delimiter} = '' THEN string_to_array({s}, NULL) ELSE string_to_array({s}, {delimiter}) END"
+            ),
+            _ => return arity(name, "a string and a delimiter"),
+        },
+        "JSON_QUOTE" => match args.as_slice() {
+            [s] => format!("json_string(CAST({s} AS VARCHAR))"),
+            _ => return arity(name, "one text"),
+        },
+        "JSON_UNQUOTE" => match args.as_slice() {
+            [s] => format!("CASE WHEN {s} LIKE '\"%\"' THEN json_as_text({s}) ELSE {s} END"),
+            _ => return arity(name, "one text"),
+        },
+        "TYPEOF" => match args.as_slice() {
+            [x] => format!("arrow_typeof({x})"),
+            _ => return arity(name, "one value"),
+        },
+        "UNHEX" => match args.as_slice() {
+            [s] => format!("decode({s}, 'hex')"),
+            _ => return arity(name, "one text of hex digits"),
+        },
+        "MAP_FROM_ARRAYS" => match args.as_slice() {
+            [keys, values] => format!("map({keys}, {values})"),
+            _ => return arity(name, "an array of keys and an array of values"),
+        },
+        "ARRAY_PREPEND" if flink => match args.as_slice() {
+            [array, element] => format!("\"array_prepend\"({element}, {array})"),
+            _ => return arity(name, "an array and an element"),
+        },
+        "ENCODE" | "DECODE" if flink && args.len() == 2 => {
+            let charset = literal(list.get(1)).unwrap_or_default();
+            match charset.to_ascii_uppercase().as_str() {
+                // DataFusion's encodings, which the rewrites themselves write.
+                "BASE64" | "BASE64PAD" | "HEX" => return Ok(None),
+                "UTF-8" | "UTF8" if name == "ENCODE" => format!("CAST({} AS BYTEA)", args[0]),
+                "UTF-8" | "UTF8" => format!("CAST({} AS VARCHAR)", args[0]),
+                _ => {
+                    return plan_error(&format!(
+                        "{name}: charset '{charset}' is not supported: weir's text is UTF-8 ('UTF-8' is)"
+                    ));
+                }
+            }
+        }
+        "RAND" if !args.is_empty() => {
+            return plan_error("RAND(seed) is not supported: weir's random numbers take no seed; use RAND()");
+        }
         "RAND_INTEGER" => match args.as_slice() {
             [n] => format!("CAST(floor(random() * {n}) AS INT)"),
             _ => return arity(name, "a bound (a seed is not supported)"),
@@ -439,13 +527,14 @@ fn call(name: &str, list: &[FunctionArg], returning: Option<String>, dialect: Di
     Ok(Some(sql))
 }
 
-/// JSON_OBJECT and JSON_ARRAY (their keys and values as JSON text by `json_string`, joined;
+/// JSON_OBJECT and JSON_ARRAY (their keys and values as JSON text by `json_string`, joined,
+/// marked `json_built` so that one nests in another as JSON rather than as a string;
 /// NULL values written as `null` or left out, by the NULL ON NULL / ABSENT ON NULL clause,
 /// Flink's defaults NULL for objects and ABSENT for arrays), and JSON_STRING.
 fn json_builder(name: &str, list: &[FunctionArg], absent_on_null: Option<bool>) -> Result<Option<String>> {
-    let value = |text: &str, absent: bool| match absent {
-        true => format!("json_string({text})"),
-        false => format!("coalesce(json_string({text}), 'null')"),
+    let value = |v: &Expr, absent: bool| match absent {
+        true => json_value(v),
+        false => format!("coalesce({}, 'null')", json_value(v)),
     };
     let sql = match name {
         "JSON_STRING" => match list {
@@ -460,10 +549,10 @@ fn json_builder(name: &str, list: &[FunctionArg], absent_on_null: Option<bool>) 
                 let Some((key, v)) = key_value(arg) else {
                     return arity(name, "pairs of a key and a value, as in JSON_OBJECT('k' VALUE v)");
                 };
-                pairs.push(json_member(&key, &v.to_string(), absent));
+                pairs.push(json_member(&key, v, absent));
             }
             format!(
-                "concat('{{', concat_ws(',', {}), '}}')",
+                "json_built(concat('{{', concat_ws(',', {}), '}}'))",
                 if pairs.is_empty() { "NULL".into() } else { pairs.join(", ") }
             )
         }
@@ -472,10 +561,10 @@ fn json_builder(name: &str, list: &[FunctionArg], absent_on_null: Option<bool>) 
             let mut values = Vec::new();
             for arg in list {
                 let FunctionArg::Unnamed(FunctionArgExpr::Expr(v)) = arg else { return arity(name, "values") };
-                values.push(value(&format!("({v})"), absent));
+                values.push(value(v, absent));
             }
             format!(
-                "concat('[', concat_ws(',', {}), ']')",
+                "json_built(concat('[', concat_ws(',', {}), ']'))",
                 if values.is_empty() { "NULL".into() } else { values.join(", ") }
             )
         }
@@ -498,9 +587,18 @@ fn key_value(arg: &FunctionArg) -> Option<(String, &Expr)> {
     }
 }
 
+/// A value as JSON text: the text of another JSON construction (marked `json_built`) as it is,
+/// so constructions nest as in Flink; any other value by `json_string`.
+fn json_value(value: &Expr) -> String {
+    match value {
+        Expr::Function(f) if f.name.to_string() == "json_built" => format!("({value})"),
+        _ => format!("json_string(({value}))"),
+    }
+}
+
 /// One `"key":value` member of a JSON object (NULL when the value is and NULLs are absent).
-fn json_member(key: &str, value: &str, absent: bool) -> String {
-    let pair = format!("concat(json_string(CAST(({key}) AS VARCHAR)), ':', coalesce(json_string(({value})), 'null'))");
+fn json_member(key: &str, value: &Expr, absent: bool) -> String {
+    let pair = format!("concat(json_string(CAST(({key}) AS VARCHAR)), ':', coalesce({}, 'null'))", json_value(value));
     match absent {
         true => format!("CASE WHEN ({value}) IS NULL THEN NULL ELSE {pair} END"),
         false => pair,
@@ -514,18 +612,18 @@ fn json_aggregate(name: &str, list: &[FunctionArg], absent_on_null: Option<bool>
     match (name, list) {
         ("JSON_ARRAYAGG", [FunctionArg::Unnamed(FunctionArgExpr::Expr(v))]) => {
             let element = match absent_on_null.unwrap_or(true) {
-                true => format!("json_string(({v}))"),
-                false => format!("coalesce(json_string(({v})), 'null')"),
+                true => json_value(v),
+                false => format!("coalesce({}, 'null')", json_value(v)),
             };
-            Ok(format!("concat('[', string_agg({element}, ','), ']')"))
+            Ok(format!("json_built(concat('[', string_agg({element}, ','), ']'))"))
         }
         ("JSON_ARRAYAGG", _) => arity(name, "one value"),
         (_, [arg]) => {
             let Some((key, v)) = key_value(arg) else {
                 return arity(name, "a key and a value, as in JSON_OBJECTAGG(k VALUE v)");
             };
-            let member = json_member(&key, &v.to_string(), absent_on_null.unwrap_or(false));
-            Ok(format!("concat('{{', string_agg({member}, ','), '}}')"))
+            let member = json_member(&key, v, absent_on_null.unwrap_or(false));
+            Ok(format!("json_built(concat('{{', string_agg({member}, ','), '}}'))"))
         }
         _ => arity(name, "a key and a value, as in JSON_OBJECTAGG(k VALUE v)"),
     }

@@ -5,14 +5,17 @@
 //! `str_to_map(text [, pair delimiter, key-value delimiter])`, Flink's `STR_TO_MAP`: text split
 //! into pairs (default `,`) and each pair into key and value (default `=`, the value NULL when a
 //! pair has none), both delimiters regular expressions as in Flink, a later pair's value
-//! winning for a key given twice; `is_json(text, kind)`, Flink's `IS JSON` predicate; and the text functions of [`TEXT_FUNCTIONS`] (`hex`, `bin`,
+//! winning for a key given twice; `is_json(text, kind)`, Flink's `IS JSON` predicate;
+//! `regexp_extract_all(text, regex, group)`; `json_built(text)`, a JSON construction's text
+//! marked for nesting; and the text functions of [`TEXT_FUNCTIONS`] (`hex`, `bin`,
 //! `url_encode`, `url_decode`, `convert_tz`). NULL in, NULL out.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, BinaryArray, BooleanArray, Int64Array, MapBuilder, MapFieldNames, StringArray, StringBuilder,
+    Array, ArrayRef, BinaryArray, BooleanArray, Int64Array, ListBuilder, MapBuilder, MapFieldNames, StringArray,
+    StringBuilder,
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::DataType;
@@ -179,6 +182,91 @@ impl ScalarUDFImpl for StrToMap {
             map.append(true)?;
         }
         Ok(ColumnarValue::Array(Arc::new(map.finish())))
+    }
+}
+
+/// `json_built(text)`: its text, unchanged. It marks a JSON text made by one of Flink's JSON
+/// construction functions, which another embeds as JSON, not as a string
+/// (`flink_functions.rs`).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct JsonBuilt {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for JsonBuilt {
+    fn name(&self) -> &str {
+        "json_built"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
+        let [text] = args.args.as_slice() else { return exec_err!("json_built(text) takes one text") };
+        Ok(ColumnarValue::Array(Arc::new(texts(&text.to_array(args.number_rows)?)?)))
+    }
+}
+
+/// `regexp_extract_all(text, regex, group)`: Flink's `REGEXP_EXTRACT_ALL`, group `group` (0 the
+/// whole match) of every match of the regular expression, as an array (NULL elements for a
+/// group a match leaves out).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct RegexpExtractAll {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for RegexpExtractAll {
+    fn name(&self) -> &str {
+        "regexp_extract_all"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
+        let [text, regex, group] = args.args.as_slice() else {
+            return exec_err!("regexp_extract_all(text, regex, group) takes three arguments");
+        };
+        let rows = args.number_rows;
+        let (text, regex) = (texts(&text.to_array(rows)?)?, texts(&regex.to_array(rows)?)?);
+        let group = cast(&group.to_array(rows)?, &DataType::Int64)?;
+        let Some(group) = group.as_any().downcast_ref::<Int64Array>() else {
+            return exec_err!("regexp_extract_all: the group did not cast to BIGINT");
+        };
+        let mut compiled: HashMap<String, Regex> = HashMap::new();
+        let mut list = ListBuilder::new(StringBuilder::new());
+        for row in 0..rows {
+            if text.is_null(row) || regex.is_null(row) || group.is_null(row) {
+                list.append(false);
+                continue;
+            }
+            let pattern = regex.value(row);
+            if !compiled.contains_key(pattern) {
+                let parsed = Regex::new(pattern)
+                    .map_err(|e| DataFusionError::Execution(format!("REGEXP_EXTRACT_ALL: '{pattern}': {e}")))?;
+                compiled.insert(pattern.to_string(), parsed);
+            }
+            let Some(parsed) = compiled.get(pattern) else { return exec_err!("regexp_extract_all: lost '{pattern}'") };
+            let index = usize::try_from(group.value(row)).ok().filter(|&g| g < parsed.captures_len());
+            let Some(index) = index else {
+                return exec_err!("REGEXP_EXTRACT_ALL: '{pattern}' has no group {}", group.value(row));
+            };
+            for captures in parsed.captures_iter(text.value(row)) {
+                list.values().append_option(captures.get(index).map(|m| m.as_str()));
+            }
+            list.append(true);
+        }
+        Ok(ColumnarValue::Array(Arc::new(list.finish())))
     }
 }
 
@@ -426,6 +514,8 @@ pub fn flink_udfs() -> Vec<ScalarUDF> {
         ScalarUDF::from(JsonString { signature: Signature::any(1, Volatility::Immutable) }),
         ScalarUDF::from(StrToMap { signature: Signature::variadic_any(Volatility::Immutable) }),
         ScalarUDF::from(IsJson { signature: Signature::any(2, Volatility::Immutable) }),
+        ScalarUDF::from(JsonBuilt { signature: Signature::any(1, Volatility::Immutable) }),
+        ScalarUDF::from(RegexpExtractAll { signature: Signature::any(3, Volatility::Immutable) }),
     ]
     .into_iter()
     .chain(TEXT_FUNCTIONS.iter().map(|&(name, arity, apply)| {
