@@ -44,6 +44,18 @@ impl TableDef {
         }
     }
 
+    /// The table as an INSERT writes it: the connector's view without the columns it only
+    /// reads (Flink's VIRTUAL metadata columns, the option `virtual_columns`).
+    pub fn sink_view(&self) -> ConnectorTable {
+        let mut table = self.connector_view();
+        let read_only = self.connector.list(crate::metadata_columns::VIRTUAL_OPTION);
+        if !read_only.is_empty() {
+            let fields = table.schema.fields().iter().filter(|f| !read_only.contains(f.name())).cloned();
+            table.schema = std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(fields.collect::<Vec<_>>()));
+        }
+        table
+    }
+
     /// The columns the source stage gives: the connector's and the processing time.
     pub fn read_schema(&self) -> SchemaRef {
         let width = self.schema.fields().len() - self.computed.len();

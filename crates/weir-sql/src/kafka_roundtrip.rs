@@ -772,12 +772,47 @@ async fn metadata_columns_read_where_each_record_is() {
         let error = session.execute(&sql).await.unwrap_err().to_string();
         assert!(error.contains(expected), "{error}");
     }
-    let error = session
-        .execute("INSERT INTO located SELECT id, `timestamp`, part, `offset`, src FROM located")
+    // Written as Flink writes them: the timestamp and headers columns become the record's, the
+    // VIRTUAL ones are left out of the INSERT, a read-only one that is not VIRTUAL is refused.
+    let output = topic("flink-metadata-written", 1).await;
+    session
+        .execute(&format!(
+            "CREATE TABLE stamped (
+               id BIGINT,
+               ts TIMESTAMP_LTZ(3) METADATA FROM 'timestamp',
+               headers MAP<STRING, BYTES> METADATA,
+               part INT METADATA FROM 'partition' VIRTUAL
+             ) WITH ({}, 'format' = 'json', 'scan.bounded.mode' = 'latest-offset');
+             CREATE TABLE placed (id BIGINT, part INT METADATA FROM 'partition') WITH ({}, 'format' = 'json')",
+            kafka(&output, ""),
+            kafka(&output, "")
+        ))
         .await
-        .unwrap_err()
-        .to_string();
-    assert!(error.contains("has metadata columns (timestamp=timestamp,part=partition"), "{error}");
+        .unwrap();
+    let insert = "INSERT INTO stamped SELECT id, TO_TIMESTAMP_LTZ(1700000000000 + id * 1000, 3), MAP['trace', ENCODE(CAST(id AS STRING), 'UTF-8')] FROM located";
+    run(pipeline(&mut session, insert).await.unwrap()).await.1.unwrap();
+    let values: Vec<String> = broker()
+        .read_to_end(&output, "read_committed")
+        .unwrap()
+        .into_iter()
+        .map(|r| String::from_utf8(r.value.unwrap_or_default()).unwrap())
+        .collect();
+    assert_eq!(values.len(), 3);
+    assert!(
+        values.iter().all(|v| v.starts_with(r#"{"id":"#) && !v.contains("trace") && !v.contains("ts")),
+        "{values:?}"
+    );
+    let rows = result_lines(
+        &mut session,
+        "SELECT id, CAST(ts AS STRING), CAST(headers['trace'] AS STRING), part FROM stamped",
+    )
+    .await;
+    assert_eq!(rows, ["1 2023-11-14T22:13:21 1 0", "2 2023-11-14T22:13:22 2 0", "3 2023-11-14T22:13:23 3 0"]);
+    let error = session.execute("INSERT INTO placed SELECT id, 0 FROM located").await.unwrap_err().to_string();
+    assert!(
+        error.contains("metadata column 'part' (partition) is read-only: declare it METADATA ... VIRTUAL"),
+        "{error}"
+    );
 }
 
 /// An upsert-kafka table read as Flink reads it: each record is its key's latest row, a

@@ -1,10 +1,11 @@
 //! Flink's metadata columns, `name type METADATA [FROM 'key'] [VIRTUAL]` in a CREATE TABLE's
 //! column list: columns a connector fills from what carries the records rather than from their
-//! values (Kafka's record timestamp, partition, offset, topic). sqlparser has no such column,
-//! so the `METADATA ...` words are taken out of the tokens (the column stays, with its type) and
-//! handed back as a clause of its table: the option `metadata_columns`, `name=key, ...` (the
-//! key is the column's name without FROM), its names read by the session's rule for names when
-//! the table is created. The connector checks the keys (`weir_connectors::kafka`).
+//! values (Kafka's record timestamp, partition, offset, topic, headers). sqlparser has no such
+//! column, so the `METADATA ...` words are taken out of the tokens (the column stays, with its
+//! type) and handed back as a clause of its table: the option `metadata_columns`, `name=key,
+//! ...` (the key is the column's name without FROM), and the VIRTUAL ones, which an INSERT does
+//! not write, in the option `virtual_columns`; their names read by the session's rule for names
+//! when the table is created. The connector checks the keys (`weir_connectors::kafka`).
 
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 
@@ -15,6 +16,17 @@ use crate::window_table_functions::{is_word, skip_space, syntax};
 
 /// The option that carries a table's metadata columns.
 pub const OPTION: &str = "metadata_columns";
+
+/// The option naming the columns an INSERT does not write (Flink's VIRTUAL metadata columns).
+pub const VIRTUAL_OPTION: &str = "virtual_columns";
+
+/// One metadata column: its name as written, the key it reads, and whether it is VIRTUAL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetadataColumn {
+    pub name: String,
+    pub key: String,
+    pub virtual_: bool,
+}
 
 /// `tokens` without the `METADATA ...` words, and each CREATE TABLE's metadata columns as a
 /// clause at the position of the end of its column list.
@@ -46,7 +58,8 @@ pub fn extract(tokens: Vec<TokenWithSpan>) -> Result<(Vec<TokenWithSpan>, Vec<Ti
                 }
                 j = skip_space(&tokens, j + 1);
             }
-            if is_word(tokens.get(j), "VIRTUAL") {
+            let virtual_ = is_word(tokens.get(j), "VIRTUAL");
+            if virtual_ {
                 j = skip_space(&tokens, j + 1);
             }
             if j != element.end {
@@ -57,7 +70,7 @@ pub fn extract(tokens: Vec<TokenWithSpan>) -> Result<(Vec<TokenWithSpan>, Vec<Ti
             }
             keep[at..element.end].iter_mut().for_each(|k| *k = false);
             let key = key.unwrap_or_else(|| crate::identifiers::written_ident(&name).value);
-            columns.push((name, key));
+            columns.push(MetadataColumn { name, key, virtual_ });
         }
         if let (false, Some(last)) = (columns.is_empty(), elements.last()) {
             let start = tokens[last.end].span.start;
@@ -86,8 +99,11 @@ mod tests {
             text,
             "CREATE TABLE t (id BIGINT, ts TIMESTAMP_LTZ(3) , `partition` INT , off BIGINT ) WITH (k = 'v')"
         );
-        let columns = [("ts", "timestamp"), ("`partition`", "partition"), ("off", "offset")];
-        let columns = columns.iter().map(|(n, k)| (n.to_string(), k.to_string())).collect();
+        let columns = [("ts", "timestamp", false), ("`partition`", "partition", true), ("off", "offset", true)];
+        let columns = columns
+            .iter()
+            .map(|(n, k, v)| MetadataColumn { name: n.to_string(), key: k.to_string(), virtual_: *v })
+            .collect();
         assert_eq!(clauses[0].kind, ClauseKind::Metadata { columns });
         let bad = "CREATE TABLE t (ts TIMESTAMP METADATA FROM timestamp)";
         let error = extract(Tokenizer::new(&GenericDialect {}, bad).tokenize_with_location().unwrap()).unwrap_err();

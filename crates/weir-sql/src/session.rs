@@ -739,9 +739,9 @@ impl Session {
         let Some(table) = self.catalog.tables.get(&target).cloned() else {
             return plan_err!("INSERT INTO {target}: there is no table named '{target}'");
         };
-        // Its computed and processing-time columns are made as it is read: an INSERT gives the
-        // others, as in Flink.
-        let written = table.connector_view();
+        // Its computed and processing-time columns are made as it is read, its VIRTUAL metadata
+        // columns only read: an INSERT gives the others, as in Flink.
+        let written = table.sink_view();
         let table = TableDef {
             schema: written.schema,
             event_time: written.event_time,
@@ -920,8 +920,14 @@ fn attach_time_clauses(statement: &mut Statement, clauses: Vec<TimeClause>, name
             ClauseKind::Computed { columns } => vec![(crate::computed_columns::OPTION, columns)],
             ClauseKind::Metadata { columns } => {
                 let pairs: Vec<String> =
-                    columns.iter().map(|(name, key)| format!("{}={key}", names.written(name))).collect();
-                vec![(crate::metadata_columns::OPTION, pairs.join(","))]
+                    columns.iter().map(|c| format!("{}={}", names.written(&c.name), c.key)).collect();
+                let virtuals: Vec<String> =
+                    columns.iter().filter(|c| c.virtual_).map(|c| names.written(&c.name)).collect();
+                let mut options = vec![(crate::metadata_columns::OPTION, pairs.join(","))];
+                if !virtuals.is_empty() {
+                    options.push((crate::metadata_columns::VIRTUAL_OPTION, virtuals.join(",")));
+                }
+                options
             }
         };
         let names: Vec<&str> = options.iter().map(|(key, _)| *key).collect();

@@ -29,8 +29,8 @@ pub enum ClauseKind {
     ProcessingTime { column: Ident },
     /// A table's computed columns, `expression AS name, ...` (`computed_columns`).
     Computed { columns: String },
-    /// A table's metadata columns, (name as written, key) (`metadata_columns.rs`).
-    Metadata { columns: Vec<(String, String)> },
+    /// A table's metadata columns (`metadata_columns.rs`).
+    Metadata { columns: Vec<crate::metadata_columns::MetadataColumn> },
 }
 
 fn position(sql: &str, offset: usize) -> (u64, u64) {

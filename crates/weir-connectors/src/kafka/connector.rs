@@ -15,8 +15,8 @@ use std::sync::Arc;
 use weir_engine::two_phase_commit::TwoPhaseCommitSink;
 
 use super::{
-    BadRecords, Delivery, KafkaConnection, KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig, RecordMetadata,
-    SinkFormat, SourceFormat, StartupMode, TopicCreation, TopicError, pool_size,
+    BadRecords, Delivery, KafkaConnection, KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig, RecordColumns,
+    RecordMetadata, SinkFormat, SourceFormat, StartupMode, TopicCreation, TopicError, pool_size,
 };
 use crate::connector::{
     Connector, ConnectorTable, NodeContext, PlanOptions, PlannedSink, PlannedSource, Preflight, PreflightPhase,
@@ -279,11 +279,7 @@ fn sink_config(
             "table '{name}': a sink writes one topic; '{topic}' names several (make one table per topic)"
         );
     }
-    if let Some(columns) = table.options.get("metadata_columns") {
-        return plan_err!(
-            "table '{name}' has metadata columns ({columns}): they are read from the records' place in Kafka; weir does not write them yet (write to a table without them)"
-        );
-    }
+    let record_columns = written_metadata(table)?;
     let (timeout_ms, check) = transaction_timeout(table, options)?;
     let key_fields = table
         .options
@@ -306,6 +302,7 @@ fn sink_config(
         transaction_timeout_ms: timeout_ms,
         transactional_ids_per_subtask: pool_size(options.max_concurrent_checkpoints),
         create_topic,
+        record_columns,
     };
     // Builds one, so a format that does not fit the table fails here rather than at run time.
     if let Err(message) = super::KafkaSink::new(config.clone()) {
@@ -451,6 +448,7 @@ const OPTIONS: &[OptionSpec] = &[
     option("scan.bounded.mode", Kind::OneOf(&["unbounded", "latest"])),
     option("timestamp_column", Kind::Text),
     option("metadata_columns", Kind::Text),
+    option("virtual_columns", Kind::Text),
     option("watermark.idle_timeout", Kind::Duration),
     option("scan.partition_discovery.interval", Kind::Duration),
     option("batch_size", Kind::Integer { min: 1, max: 1_000_000 }),
@@ -473,11 +471,16 @@ struct MetadataColumns {
 fn metadata_columns(table: &ConnectorTable) -> Result<MetadataColumns> {
     let name = &table.name;
     let (mut timestamp, mut metadata) = (None, Vec::new());
+    let left_out = table.options.list("virtual_columns");
     for pair in table.options.list("metadata_columns") {
         let Some((column, key)) = pair.split_once('=') else {
             return plan_err!("table '{name}': metadata column '{pair}' is not written name=key");
         };
         let Ok(field) = table.schema.field_with_name(column) else {
+            // A VIRTUAL column is not in the table an INSERT writes.
+            if left_out.iter().any(|c| c == column) {
+                continue;
+            }
             return plan_err!("table '{name}': metadata column '{column}' is not a column of the table");
         };
         let fits = |ok: bool, wanted: &str| match ok {
@@ -523,6 +526,27 @@ fn metadata_columns(table: &ConnectorTable) -> Result<MetadataColumns> {
         }
     }
     Ok(MetadataColumns { timestamp, place: metadata })
+}
+
+/// The metadata columns an INSERT writes (those of the table as written: its VIRTUAL ones are
+/// left out before), as Flink writes them: `timestamp` the record's timestamp, `headers` its
+/// headers; the others are where Kafka puts a record, which no writer chooses.
+fn written_metadata(table: &ConnectorTable) -> Result<RecordColumns> {
+    let name = &table.name;
+    let read = metadata_columns(table)?;
+    let mut written = RecordColumns { timestamp: read.timestamp, headers: None };
+    for (column, kind) in read.place {
+        match kind {
+            RecordMetadata::Headers => written.headers = Some(column),
+            other => {
+                return plan_err!(
+                    "table '{name}': metadata column '{column}' ({}) is read-only: declare it METADATA ... VIRTUAL, and an INSERT leaves it out",
+                    other.key()
+                );
+            }
+        }
+    }
+    Ok(written)
 }
 
 /// The CSV dialect of a table with `format = 'csv'`.

@@ -14,9 +14,9 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, StringArray};
+use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, Int64Array, MapArray, StringArray};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::{Error, Result};
@@ -55,35 +55,52 @@ impl SinkFormat {
     }
 }
 
+/// Columns a record carries outside its value (Flink's writable metadata columns).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordColumns {
+    /// Written as the record's timestamp.
+    pub timestamp: Option<String>,
+    /// A map written as the record's headers.
+    pub headers: Option<String>,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Encoder {
     format: SinkFormat,
     /// The table's columns: the rows are cast to them.
     schema: SchemaRef,
     key: Vec<usize>,
+    /// The columns of the value: all but the record's timestamp and headers.
+    value: Vec<usize>,
+    timestamp: Option<usize>,
+    headers: Option<usize>,
 }
 
 impl Encoder {
-    pub(crate) fn new(format: SinkFormat, schema: SchemaRef, key_fields: &[String]) -> Result<Self> {
-        let key = key_fields
-            .iter()
-            .map(|name| {
-                schema
-                    .index_of(name)
-                    .map_err(|_| Error::Format(format!("key field '{name}' is not a column of the table")))
-            })
-            .collect::<Result<Vec<_>>>()?;
+    pub(crate) fn new(
+        format: SinkFormat,
+        schema: SchemaRef,
+        key_fields: &[String],
+        record_columns: &RecordColumns,
+    ) -> Result<Self> {
+        let index = |name: &String, what: &str| {
+            schema.index_of(name).map_err(|_| Error::Format(format!("{what} '{name}' is not a column of the table")))
+        };
+        let key = key_fields.iter().map(|name| index(name, "key field")).collect::<Result<Vec<_>>>()?;
+        let timestamp = record_columns.timestamp.as_ref().map(|name| index(name, "timestamp column")).transpose()?;
+        let headers = record_columns.headers.as_ref().map(|name| index(name, "headers column")).transpose()?;
+        let value: Vec<usize> =
+            (0..schema.fields().len()).filter(|&c| Some(c) != timestamp && Some(c) != headers).collect();
         if format == SinkFormat::Upsert && key.is_empty() {
             return Err(Error::Format(
                 "format 'upsert' needs the primary key: option 'key.fields' (comma-separated columns)".into(),
             ));
         }
-        if format == SinkFormat::Raw
-            && !(schema.fields().len() == 1 && matches!(schema.field(0).data_type(), DataType::Utf8 | DataType::Binary))
-        {
+        let raw_column = |c: &usize| matches!(schema.field(*c).data_type(), DataType::Utf8 | DataType::Binary);
+        if format == SinkFormat::Raw && !(value.len() == 1 && value.iter().all(raw_column)) {
             return Err(Error::Format("format 'raw' needs a table of exactly one text or binary column".into()));
         }
-        Ok(Self { format, schema, key })
+        Ok(Self { format, schema, key, value, timestamp, headers })
     }
 
     pub(crate) fn encode(&self, batch: &RecordBatch) -> Result<Vec<OutRecord>> {
@@ -97,16 +114,24 @@ impl Encoder {
             .zip(self.schema.fields())
             .map(|(c, f)| cast(c, f.data_type()))
             .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
-        let rows = RecordBatch::try_new(self.schema.clone(), columns)?;
-        let keys = if self.key.is_empty() { None } else { Some(json_lines(&rows.project(&self.key)?)?) };
-        let key_of = |row: usize| keys.as_ref().map(|k| k[row].clone());
+        let all = RecordBatch::try_new(self.schema.clone(), columns)?;
+        let keys = if self.key.is_empty() { None } else { Some(json_lines(&all.project(&self.key)?)?) };
+        let timestamps = self.timestamp.map(|c| timestamp_millis(all.column(c))).transpose()?;
+        let headers = self.headers.map(|c| record_headers(all.column(c))).transpose()?;
+        let record = |row: usize, value: Option<Vec<u8>>| OutRecord {
+            key: keys.as_ref().map(|k| k[row].clone()),
+            value,
+            timestamp: timestamps.as_ref().and_then(|t| t[row]),
+            headers: headers.as_ref().map(|h| h[row].clone()).unwrap_or_default(),
+        };
+        let rows = all.project(&self.value)?;
         match &self.format {
             SinkFormat::Csv(csv) => {
                 if kinds.iter().any(|k| k.is_retraction()) {
                     return Err(Error::Format("format 'csv' received a retraction: the result is updating".into()));
                 }
                 let values = csv.lines(&rows).map_err(Error::Format)?;
-                Ok(values.into_iter().enumerate().map(|(row, value)| record(key_of(row), Some(value))).collect())
+                Ok(values.into_iter().enumerate().map(|(row, value)| record(row, Some(value))).collect())
             }
             SinkFormat::Raw => {
                 let column = rows.column(0);
@@ -117,14 +142,14 @@ impl Encoder {
                 } else {
                     return Err(Error::Format("format 'raw' needs a text or binary column".into()));
                 };
-                Ok(values.into_iter().enumerate().map(|(row, value)| record(key_of(row), value)).collect())
+                Ok(values.into_iter().enumerate().map(|(row, value)| record(row, value)).collect())
             }
             SinkFormat::Json => {
                 if kinds.iter().any(|k| k.is_retraction()) {
                     return Err(Error::Format("format 'json' received a retraction: the result is updating".into()));
                 }
                 let values = json_lines(&rows)?;
-                Ok(values.into_iter().enumerate().map(|(row, value)| record(key_of(row), Some(value))).collect())
+                Ok(values.into_iter().enumerate().map(|(row, value)| record(row, Some(value))).collect())
             }
             SinkFormat::Upsert => {
                 let values = json_lines(&rows)?;
@@ -132,8 +157,8 @@ impl Encoder {
                     .into_iter()
                     .enumerate()
                     .filter_map(|(row, value)| match kinds[row] {
-                        Change::Insert | Change::UpdateAfter => Some(record(key_of(row), Some(value))),
-                        Change::Delete => Some(record(key_of(row), None)),
+                        Change::Insert | Change::UpdateAfter => Some(record(row, Some(value))),
+                        Change::Delete => Some(record(row, None)),
                         Change::UpdateBefore => None,
                     })
                     .collect())
@@ -150,7 +175,7 @@ impl Encoder {
                         } else {
                             format!(r#"{{"before":null,"after":{value},"op":"c"}}"#)
                         };
-                        record(key_of(row), Some(envelope.into_bytes()))
+                        record(row, Some(envelope.into_bytes()))
                     })
                     .collect())
             }
@@ -158,8 +183,39 @@ impl Encoder {
     }
 }
 
-fn record(key: Option<Vec<u8>>, value: Option<Vec<u8>>) -> OutRecord {
-    OutRecord { key, value, headers: Vec::new() }
+/// Each row's timestamp in epoch milliseconds.
+fn timestamp_millis(column: &ArrayRef) -> Result<Vec<Option<i64>>> {
+    let millis = cast(&cast(column, &DataType::Timestamp(TimeUnit::Millisecond, None))?, &DataType::Int64)?;
+    let Some(millis) = millis.as_any().downcast_ref::<Int64Array>() else {
+        return Err(Error::Format("the timestamp column did not cast to milliseconds".into()));
+    };
+    Ok(millis.iter().collect())
+}
+
+/// A record's headers: (key, value).
+pub(crate) type Headers = Vec<(String, Option<Vec<u8>>)>;
+
+/// Each row's headers, from a map of text keys to bytes or text (NULL: no headers).
+fn record_headers(column: &ArrayRef) -> Result<Vec<Headers>> {
+    let Some(maps) = column.as_any().downcast_ref::<MapArray>() else {
+        return Err(Error::Format("the headers column is not a map".into()));
+    };
+    let keys = cast(maps.keys(), &DataType::Utf8)?;
+    let values = cast(maps.values(), &DataType::Binary)?;
+    let (Some(keys), Some(values)) =
+        (keys.as_any().downcast_ref::<StringArray>(), values.as_any().downcast_ref::<BinaryArray>())
+    else {
+        return Err(Error::Format("the headers map's keys are not text or its values not bytes".into()));
+    };
+    let offsets = maps.value_offsets();
+    Ok((0..maps.len())
+        .map(|row| match maps.is_valid(row) {
+            true => (offsets[row] as usize..offsets[row + 1] as usize)
+                .map(|e| (keys.value(e).to_string(), values.is_valid(e).then(|| values.value(e).to_vec())))
+                .collect(),
+            false => Vec::new(),
+        })
+        .collect())
 }
 
 /// One JSON object per row (nulls written out, so every record names every column).

@@ -30,7 +30,7 @@ pub mod test_broker;
 
 pub use connection::{KafkaConnection, TopicCreation, TopicError};
 pub use connector::KafkaConnector;
-pub use encode::SinkFormat;
+pub use encode::{RecordColumns, SinkFormat};
 pub use producer_pool::{Delivery, pool_size};
 pub use security::ClientSecurity;
 pub use sink::{KafkaSink, KafkaSinkConfig};

@@ -155,7 +155,9 @@ pub(crate) struct OutRecord {
     pub key: Option<Vec<u8>>,
     /// `None` is a tombstone.
     pub value: Option<Vec<u8>>,
-    pub headers: Vec<(&'static str, Vec<u8>)>,
+    /// Epoch milliseconds; `None`: the time it is produced.
+    pub timestamp: Option<i64>,
+    pub headers: super::encode::Headers,
 }
 
 /// Keeps the first delivery failure, checked at every flush.
@@ -758,8 +760,11 @@ fn send_all(producer: &KafkaProducer, topic: &str, records: &[OutRecord]) -> Res
             let headers = out
                 .headers
                 .iter()
-                .fold(OwnedHeaders::new(), |h, (key, value)| h.insert(Header { key, value: Some(value.as_slice()) }));
+                .fold(OwnedHeaders::new(), |h, (key, value)| h.insert(Header { key, value: value.as_deref() }));
             record = record.headers(headers);
+        }
+        if let Some(timestamp) = out.timestamp {
+            record = record.timestamp(timestamp);
         }
         loop {
             match producer.send(record) {
@@ -781,7 +786,7 @@ mod tests {
     use super::*;
 
     fn record(n: usize) -> OutRecord {
-        OutRecord { key: None, value: Some(n.to_string().into_bytes()), headers: Vec::new() }
+        OutRecord { key: None, value: Some(n.to_string().into_bytes()), timestamp: None, headers: Vec::new() }
     }
 
     /// The worst case at the largest `checkpoint.max_concurrent` (16): every checkpoint in

@@ -10,7 +10,7 @@ use weir_engine::two_phase_commit::{BatchWriter, TwoPhaseCommitter};
 use weir_engine::{RestoredState, StateTable, SubtaskInfo};
 
 use super::connection::{KafkaConnection, TopicCreation};
-use super::encode::{Encoder, SinkFormat};
+use super::encode::{Encoder, RecordColumns, SinkFormat};
 use super::producer_pool::{Delivery, KafkaWriter};
 use super::transactions::PendingTransaction;
 
@@ -33,6 +33,9 @@ pub struct KafkaSinkConfig {
     pub transactional_ids_per_subtask: usize,
     /// Create the topic when it is missing (`sink.create-topic`), rather than fail.
     pub create_topic: Option<TopicCreation>,
+    /// Columns written as the record's timestamp and headers rather than into its value
+    /// (Flink's writable metadata columns).
+    pub record_columns: RecordColumns,
 }
 
 /// The Kafka sink's side of weir's two-phase commit: rows encoded, then written by the
@@ -47,7 +50,7 @@ impl KafkaSink {
     /// Fails if the format does not fit the table (no key for upsert, raw over many columns), or
     /// if exactly-once recovery cannot use the table's security settings.
     pub fn new(config: KafkaSinkConfig) -> crate::Result<Self> {
-        let encoder = Encoder::new(config.format, config.schema.clone(), &config.key_fields)?;
+        let encoder = Encoder::new(config.format, config.schema.clone(), &config.key_fields, &config.record_columns)?;
         let writer = KafkaWriter::new(
             config.connection,
             config.topic,

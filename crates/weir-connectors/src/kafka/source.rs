@@ -134,6 +134,16 @@ pub enum RecordMetadata {
 }
 
 impl RecordMetadata {
+    /// Flink's key of the metadata.
+    pub fn key(self) -> &'static str {
+        match self {
+            Self::Topic => "topic",
+            Self::Partition => "partition",
+            Self::Offset => "offset",
+            Self::Headers => "headers",
+        }
+    }
+
     /// The metadata of Flink's key `key`, if weir reads it (`timestamp` is the timestamp column).
     pub fn of_key(key: &str) -> Option<Self> {
         match key {
@@ -466,12 +476,16 @@ impl KafkaSource {
                         OutRecord {
                             key: None,
                             value: values[*i].map(<[u8]>::to_vec),
-                            headers: vec![
-                                ("weir.error", reason.as_bytes().to_vec()),
-                                ("weir.topic", p.topic.as_bytes().to_vec()),
-                                ("weir.partition", p.partition.to_string().into_bytes()),
-                                ("weir.offset", polled.offset[*i].to_string().into_bytes()),
-                            ],
+                            timestamp: None,
+                            headers: [
+                                ("weir.error", reason.clone()),
+                                ("weir.topic", p.topic.clone()),
+                                ("weir.partition", p.partition.to_string()),
+                                ("weir.offset", polled.offset[*i].to_string()),
+                            ]
+                            .into_iter()
+                            .map(|(key, value)| (key.to_string(), Some(value.into_bytes())))
+                            .collect(),
                         }
                     })
                     .collect();
