@@ -125,6 +125,18 @@ pub trait Operator: Send {
         Ok(())
     }
 
+    /// How often the operator is to be called with [`Self::process_tick`] while its input is
+    /// open: for what follows a clock rather than the input (the processing-time stamp's
+    /// watermark, which must move while no input comes). `None` (the default): never.
+    fn tick_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// A tick of [`Self::tick_interval`], between the input's messages.
+    async fn process_tick(&mut self, _out: &mut Collector) -> Result<()> {
+        Ok(())
+    }
+
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
         Ok(Vec::new())
     }

@@ -138,6 +138,18 @@ impl Operator for ProcessingTimeStamp {
         }
         Ok(())
     }
+
+    /// While no input comes, the clock still moves the watermark, as for an idle source.
+    fn tick_interval(&self) -> Option<std::time::Duration> {
+        Some(std::time::Duration::from_millis(IDLE_WATERMARK_MS as u64))
+    }
+
+    async fn process_tick(&mut self, out: &mut Collector) -> Result<()> {
+        if let Some(watermark) = self.clock.idle_watermark() {
+            out.emit_watermark(watermark);
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -260,6 +272,12 @@ mod tests {
         STAMP_CLOCK.store(5_500, Ordering::SeqCst);
         stamp.process_watermark(1_700_000_000_001, &mut out).await.unwrap();
         assert_eq!(out.watermark, Some(5_499), "but it ticks the clock");
+        // With no input at all, the task's ticks move it with the clock.
+        assert!(stamp.tick_interval().is_some());
+        let mut out = Collector::default();
+        STAMP_CLOCK.store(5_800, Ordering::SeqCst);
+        stamp.process_tick(&mut out).await.unwrap();
+        assert_eq!(out.watermark, Some(5_799), "a tick moves it");
         stamp.process_watermark(i64::MAX, &mut out).await.unwrap();
         assert_eq!(out.watermark, Some(i64::MAX), "the end of input ends it");
     }

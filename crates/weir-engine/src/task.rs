@@ -149,6 +149,8 @@ pub(crate) struct Task {
     phase: Phase,
     /// The chain's operators were told all input is in (`finish`).
     finished: bool,
+    /// The shortest tick interval of the chain's operators, and when the next tick is due.
+    ticks: Option<(Duration, Instant)>,
     writes: JoinSet<()>,
     /// Each snapshot write waits for the previous one to send its acknowledgement (or
     /// decline) and hand over its chains of incremental state: a task acknowledges checkpoints
@@ -167,6 +169,8 @@ impl Task {
         replay: Vec<(usize, RecordBatch)>,
         chain_line: ChainLine,
     ) -> Self {
+        let interval = members.iter().filter_map(|m| m.operator.tick_interval()).min();
+        let ticks = interval.map(|interval| (interval, Instant::now() + interval));
         Self {
             ctx,
             source,
@@ -180,6 +184,7 @@ impl Task {
             next_input: 0,
             phase: Phase::Running,
             finished: false,
+            ticks,
             writes: JoinSet::new(),
             chain_line,
         }
@@ -211,6 +216,7 @@ impl Task {
                 }
             }
             while self.writes.try_join_next().is_some() {}
+            self.tick().await?;
             self.take_overtaking_barriers().await?;
             self.check_alignment_timeouts().await?;
             if !self.flush() {
@@ -291,7 +297,11 @@ impl Task {
     /// Waits for input, output space, a control message or an alignment timeout. Returns
     /// whether the task must stop.
     async fn wait(&mut self) -> Result<bool> {
-        let deadline = self.alignments.next_deadline();
+        let tick = self.ticks.filter(|_| !self.finished).map(|(_, due)| due);
+        let deadline = match (self.alignments.next_deadline(), tick) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let sleep = async {
             match deadline {
                 Some(at) => tokio::time::sleep_until(at.into()).await,
@@ -463,6 +473,26 @@ impl Task {
         let mut out = Collector::default();
         member.operator.process_batch(input, batch, &mut out).await?;
         self.forward_through_chain(1, out).await
+    }
+
+    /// Calls `process_tick` of the chain's operators that take ticks, when a tick is due
+    /// (until the chain is finished), and forwards what they emit.
+    async fn tick(&mut self) -> Result<()> {
+        let Some((interval, due)) = self.ticks else { return Ok(()) };
+        let now = Instant::now();
+        if self.finished || now < due {
+            return Ok(());
+        }
+        self.ticks = Some((interval, now + interval));
+        for index in 0..self.members.len() {
+            if self.members[index].operator.tick_interval().is_none() {
+                continue;
+            }
+            let mut out = Collector::default();
+            self.members[index].operator.process_tick(&mut out).await?;
+            self.forward_through_chain(index + 1, out).await?;
+        }
+        Ok(())
     }
 
     /// The watermark of the task is the minimum over the inputs still open.

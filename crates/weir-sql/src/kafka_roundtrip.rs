@@ -578,7 +578,9 @@ async fn new_partitions_are_read_and_offsets_reach_the_group() {
 }
 
 /// Processing-time windows close with the clock: a topic gets three records and then nothing,
-/// and the window holding them is emitted while the unbounded source sits idle.
+/// and the window holding them is emitted while the unbounded source sits idle, whether the
+/// table has the processing time (the source's clock) or a view adds it with PROCTIME() (the
+/// stamping operator's ticks).
 #[tokio::test]
 async fn a_processing_time_window_closes_while_the_source_is_idle() {
     let input = topic("clock", 1).await;
@@ -588,31 +590,34 @@ async fn a_processing_time_window_closes_while_the_source_is_idle() {
     session
         .execute(&format!(
             "SET checkpoint.interval = '100 ms';
-             CREATE TABLE input (id BIGINT, pt AS PROCTIME()) WITH ({}, format = 'json')",
+             CREATE TABLE input (id BIGINT, pt AS PROCTIME()) WITH ({0}, format = 'json');
+             CREATE TABLE plain (id BIGINT) WITH ({0}, format = 'json');
+             CREATE VIEW stamped AS SELECT id, PROCTIME() AS pt FROM plain",
             kafka(&input, "")
         ))
         .await
         .unwrap();
-    let planned =
-        pipeline(&mut session, "SELECT count(*), sum(id) FROM input GROUP BY tumble(pt, INTERVAL '200' MILLISECOND)")
-            .await
-            .unwrap();
-    let preview = planned.preview.clone().unwrap().buffer;
-    let dir = tempfile::tempdir().unwrap();
-    let store = weir_state::StateStore::local(dir.path()).unwrap();
-    let handle = weir_engine::start(planned.graph, planned.config, store).unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let total =
-        |rows: &[Vec<String>], column: usize| rows.iter().map(|r| r[column].parse::<i64>().unwrap_or(0)).sum::<i64>();
-    let rows = loop {
-        let rows = final_rows(&preview.batches()).unwrap();
-        if total(&rows, 0) >= 3 || tokio::time::Instant::now() > deadline {
-            break rows;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    handle.kill().await;
-    assert_eq!((total(&rows, 0), total(&rows, 1)), (3, 6), "{rows:?}");
+    for table in ["input", "stamped"] {
+        let query = format!("SELECT count(*), sum(id) FROM {table} GROUP BY tumble(pt, INTERVAL '200' MILLISECOND)");
+        let planned = pipeline(&mut session, &query).await.unwrap();
+        let preview = planned.preview.clone().unwrap().buffer;
+        let dir = tempfile::tempdir().unwrap();
+        let store = weir_state::StateStore::local(dir.path()).unwrap();
+        let handle = weir_engine::start(planned.graph, planned.config, store).unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let total = |rows: &[Vec<String>], column: usize| {
+            rows.iter().map(|r| r[column].parse::<i64>().unwrap_or(0)).sum::<i64>()
+        };
+        let rows = loop {
+            let rows = final_rows(&preview.batches()).unwrap();
+            if total(&rows, 0) >= 3 || tokio::time::Instant::now() > deadline {
+                break rows;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        handle.kill().await;
+        assert_eq!((total(&rows, 0), total(&rows, 1)), (3, 6), "{table}: {rows:?}");
+    }
 }
 
 /// Debezium change events read as a changelog: the rows they leave, and an aggregate over them
