@@ -9,7 +9,7 @@
 //! | `FLOOR(t TO HOUR)`, `CEIL(t TO DAY)`... | `date_trunc`, and one unit more unless already on it |
 //! | `TIMESTAMPADD(HOUR, n, t)`, `TIMESTAMPDIFF(MINUTE, t1, t2)` | `t + CAST(concat(n, ' hour') AS INTERVAL)`, whole units between epochs (months for MONTH, QUARTER, YEAR) |
 //! | `UNIX_TIMESTAMP([s[, format]])`, `TO_TIMESTAMP_LTZ(n, 0 or 3)` | epoch seconds of now or of `s`; `to_timestamp_seconds` / `_millis` |
-//! | `LOCALTIMESTAMP`, `LOCALTIME` | `now()`, `current_time()` |
+//! | `LOCALTIMESTAMP`, `LOCALTIME` | `now()`, `current_time()` (in Flink's dialect as `CURRENT_TIMESTAMP` below) |
 //! | `SPLIT_INDEX(s, sep, i)` (0-based; NULL out of range) | the `i + 1`th element of `string_to_array(s, sep)` |
 //! | `REGEXP_EXTRACT(s, r[, i])` (group `i`, 1 by default, 0 the whole match) | an element of `regexp_match` |
 //! | `REGEXP(s, r)`, `LOCATE(sub, s[, from])`, `ELT(i, a, ...)` | `regexp_like`, `strpos`, `CASE` |
@@ -28,7 +28,7 @@
 //! | `JSON_QUOTE`, `JSON_UNQUOTE`, `TYPEOF`, `UNHEX`, `MAP_FROM_ARRAYS` | `json_string`, `json_as_text` of a quoted text, `arrow_typeof`, `decode(.., 'hex')`, `map` |
 //! | `MAP[k1, v1, ...]` (a value) | `make_map(k1, v1, ...)`, via [`map_constructors`] |
 //! | `s IS [NOT] JSON [VALUE / SCALAR / ARRAY / OBJECT]` | `[NOT] is_json(s, 'KIND')` (`flink_udfs.rs`), via [`is_json_predicates`] |
-//! | `JSON_VALUE(j, '$.a.b' [RETURNING type])`, `JSON_QUERY(j, path)`, `JSON_EXISTS(j, path)` | `json_as_text` (cast to the type), `json_get_json`, `json_contains` of the path's keys |
+//! | `JSON_VALUE(j, '$.a.b' [RETURNING type])`, `JSON_QUERY(j, path)`, `JSON_EXISTS(j, path)` | `json_as_text` (cast to the type), `json_compact(json_get_json(..))`, `json_contains` of the path's keys |
 //! | `TUMBLE_START(...)`, `HOP_START`, `SESSION_START` (legacy group windows) | `tumble(...)`, `hop`, `session`: the window start GROUP BY has |
 //! | `TUMBLE_ROWTIME(...)`, `HOP_ROWTIME`, `SESSION_ROWTIME` | `tumble_end(...) - INTERVAL '1' MILLISECOND` (a time attribute) |
 //!
@@ -37,7 +37,9 @@
 //! natural logarithm, DataFusion's base 10), `SHA224`..`SHA512` (Flink's give hex text,
 //! DataFusion's bytes), `FROM_UNIXTIME(n[, format])` (Flink's gives text), `TO_DATE(s, format)` and
 //! `TO_TIMESTAMP(s[, format])` (Flink's formats are Java's; its timestamps milliseconds),
-//! `ARRAY_PREPEND(array, e)` (DataFusion's takes the element first), `ENCODE(s, 'UTF-8')` /
+//! `ARRAY_PREPEND(array, e)` (DataFusion's takes the element first), `CURRENT_TIMESTAMP`,
+//! `NOW()`, `LOCALTIMESTAMP`, `CURRENT_DATE`, `CURRENT_TIME`, `LOCALTIME` (Flink evaluates them
+//! for each record; DataFusion's are the planning time: `current_row_timestamp()`, cast), `ENCODE(s, 'UTF-8')` /
 //! `DECODE(b, 'UTF-8')` (a charset: casts; DataFusion's take base64 or hex). Refused by name:
 //! `COLLECT` (no multiset), `RAND(seed)` and a seeded `RAND_INTEGER`, other charsets.
 //!
@@ -199,7 +201,18 @@ fn replacement(expr: &Expr, dialect: Dialect) -> Result<Option<Expr>> {
             let upper = ident.value.to_ascii_uppercase();
             let FunctionArguments::List(list) = &function.args else {
                 // SQL's niladic functions: sqlparser reads them as calls without arguments.
+                let flink = dialect == Dialect::Flink;
                 return match (upper.as_str(), &function.args) {
+                    // In a stream Flink evaluates the time for each record.
+                    ("CURRENT_TIMESTAMP" | "LOCALTIMESTAMP", FunctionArguments::None) if flink => {
+                        parse(&upper, PER_ROW_NOW).map(Some)
+                    }
+                    ("CURRENT_DATE", FunctionArguments::None) if flink => {
+                        parse(&upper, &format!("CAST({PER_ROW_NOW} AS DATE)")).map(Some)
+                    }
+                    ("CURRENT_TIME" | "LOCALTIME", FunctionArguments::None) if flink => {
+                        parse(&upper, &format!("CAST({PER_ROW_NOW} AS TIME)")).map(Some)
+                    }
                     ("LOCALTIMESTAMP", FunctionArguments::None) => parse("LOCALTIMESTAMP", "now()").map(Some),
                     ("LOCALTIME", FunctionArguments::None) => parse("LOCALTIME", "current_time()").map(Some),
                     _ => Ok(None),
@@ -240,6 +253,9 @@ fn replacement(expr: &Expr, dialect: Dialect) -> Result<Option<Expr>> {
     };
     parse("a Flink function", &sql).map(Some)
 }
+
+/// The time now, evaluated for each batch (`proctime_function.rs`).
+const PER_ROW_NOW: &str = "current_row_timestamp()";
 
 /// UNIX_TIMESTAMP(): the epoch seconds of now.
 const UNIX_NOW: &str = "CAST(date_part('epoch', now()) AS BIGINT)";
@@ -480,6 +496,7 @@ fn call(name: &str, list: &[FunctionArg], returning: Option<String>, dialect: Di
                 }
             }
         }
+        "NOW" if flink && args.is_empty() => PER_ROW_NOW.to_string(),
         "RAND" if !args.is_empty() => {
             return plan_error("RAND(seed) is not supported: weir's random numbers take no seed; use RAND()");
         }
@@ -505,7 +522,7 @@ fn call(name: &str, list: &[FunctionArg], returning: Option<String>, dialect: Di
                         None => text,
                     }
                 }
-                "JSON_QUERY" => format!("json_get_json({json}{keys})"),
+                "JSON_QUERY" => format!("json_compact(json_get_json({json}{keys}))"),
                 _ => format!("COALESCE(json_contains({json}{keys}), false)"),
             }
         }
@@ -860,5 +877,37 @@ mod tests {
         assert!(once.contains("ln((x))") && once.contains("digest((s), 'sha256')"), "{once}");
         assert!(once.contains("\"to_date\"((s), '%Y%m%d')"), "{once}");
         assert_eq!(rewritten_in(&once, Dialect::Flink), once, "stable when planned again");
+    }
+}
+
+#[cfg(test)]
+mod per_row_time_tests {
+    use std::time::Duration;
+
+    use crate::Output;
+
+    /// In Flink's dialect the time functions are evaluated as the rows go by, not when the
+    /// query is planned: a pipeline started two seconds after it was planned sees the later
+    /// time.
+    #[tokio::test]
+    async fn the_time_functions_are_evaluated_for_each_row_in_flinks_dialect() {
+        let mut session = crate::Session::new();
+        session
+            .execute("SET 'sql.dialect' = 'flink'; CREATE TABLE one WITH ('connector' = 'nexmark', 'events' = '1')")
+            .await
+            .unwrap();
+        let later = chrono::Utc::now().naive_utc() + chrono::Duration::milliseconds(1500);
+        let later = later.format("%Y-%m-%d %H:%M:%S%.3f");
+        let sql = format!(
+            "SELECT CURRENT_TIMESTAMP > TIMESTAMP '{later}' AS a, NOW() > TIMESTAMP '{later}' AS b, LOCALTIMESTAMP > TIMESTAMP '{later}' AS c, CURRENT_DATE >= CAST(TIMESTAMP '{later}' AS DATE) AS d FROM one"
+        );
+        let Some(Output::Pipeline(planned)) = session.execute(&sql).await.unwrap().pop() else { panic!("no pipeline") };
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let preview = planned.preview.clone().unwrap().buffer;
+        let dir = tempfile::tempdir().unwrap();
+        let store = weir_state::StateStore::local(dir.path()).unwrap();
+        weir_engine::start(planned.graph, planned.config, store).unwrap().wait().await.unwrap();
+        let rows = crate::slt::final_rows(&preview.batches()).unwrap();
+        assert_eq!(rows, [["true", "true", "true", "true"]]);
     }
 }

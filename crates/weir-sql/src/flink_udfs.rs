@@ -8,7 +8,7 @@
 //! winning for a key given twice; `is_json(text, kind)`, Flink's `IS JSON` predicate;
 //! `regexp_extract_all(text, regex, group)`; `json_built(text)`, a JSON construction's text
 //! marked for nesting; and the text functions of [`TEXT_FUNCTIONS`] (`hex`, `bin`,
-//! `url_encode`, `url_decode`, `convert_tz`). NULL in, NULL out.
+//! `url_encode`, `url_decode`, `convert_tz`, `json_compact`). NULL in, NULL out.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -357,12 +357,13 @@ impl ScalarUDFImpl for TextFunction {
 }
 
 /// Flink's text functions weir computes itself: (name, arguments, what it does).
-const TEXT_FUNCTIONS: [(&str, usize, TextOf); 5] = [
+const TEXT_FUNCTIONS: [(&str, usize, TextOf); 6] = [
     ("hex", 1, hex),
     ("bin", 1, bin),
     ("url_encode", 1, url_encode),
     ("url_decode", 1, url_decode),
     ("convert_tz", 3, convert_tz),
+    ("json_compact", 1, json_compact),
 ];
 
 /// Each row's text of `column` cast to text.
@@ -372,6 +373,27 @@ fn texts(column: &ArrayRef) -> datafusion::error::Result<StringArray> {
         Some(text) => Ok(text.clone()),
         None => exec_err!("the argument did not cast to text"),
     }
+}
+
+/// `json_compact(json)`: JSON text without the whitespace between its tokens, as Flink's
+/// JSON_QUERY writes the value it finds (`{"b": 1}` is `{"b":1}`); strings are kept as they are.
+fn json_compact(args: &[ArrayRef]) -> datafusion::error::Result<StringArray> {
+    let [value] = args else { return exec_err!("json_compact takes one text") };
+    let compact = |text: &str| {
+        let (mut out, mut in_string, mut escaped) = (String::with_capacity(text.len()), false, false);
+        for c in text.chars() {
+            match (in_string, escaped, c) {
+                (true, true, _) => escaped = false,
+                (true, false, '\\') => escaped = true,
+                (_, false, '"') => in_string = !in_string,
+                (false, _, ' ' | '\t' | '\n' | '\r') => continue,
+                _ => {}
+            }
+            out.push(c);
+        }
+        out
+    };
+    Ok(texts(value)?.iter().map(|t| t.map(compact)).collect())
 }
 
 /// `HEX(n)`: an integer's hex digits (a negative one's 64-bit two's complement, as Java's

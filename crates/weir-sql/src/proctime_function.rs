@@ -3,6 +3,11 @@
 //! processing-time operator (`weir_engine::ProcessingTimeStamp`), which stamps the rows and
 //! makes the column a time attribute with watermarks following the clock; evaluated anywhere
 //! else (inside another expression, in a batch query) it is the time now.
+//!
+//! `current_row_timestamp()` is the same clock and never a time attribute: Flink's
+//! `CURRENT_ROW_TIMESTAMP()`, and what Flink's dialect makes of `CURRENT_TIMESTAMP`, `NOW()`,
+//! `CURRENT_DATE`... (`flink_functions.rs`), which Flink evaluates for each record in a stream
+//! where DataFusion's are the time the query was planned.
 
 use std::sync::Arc;
 
@@ -13,14 +18,16 @@ use weir_engine::operators::state_ttl::now_ms;
 
 pub const PROCTIME: &str = "proctime";
 
+/// The time now, in milliseconds, whenever it is evaluated.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct Proctime {
+    name: &'static str,
     signature: Signature,
 }
 
 impl ScalarUDFImpl for Proctime {
     fn name(&self) -> &str {
-        PROCTIME
+        self.name
     }
 
     fn signature(&self) -> &Signature {
@@ -37,7 +44,8 @@ impl ScalarUDFImpl for Proctime {
     }
 }
 
-/// The function to register with a DataFusion context.
-pub fn proctime_function() -> ScalarUDF {
-    ScalarUDF::from(Proctime { signature: Signature::nullary(Volatility::Volatile) })
+/// `proctime()` and `current_row_timestamp()`, to register with a DataFusion context.
+pub fn proctime_functions() -> [ScalarUDF; 2] {
+    ["proctime", "current_row_timestamp"]
+        .map(|name| ScalarUDF::from(Proctime { name, signature: Signature::nullary(Volatility::Volatile) }))
 }

@@ -222,7 +222,9 @@ impl Session {
         for function in crate::flink_udfs::flink_udfs() {
             context.register_udf(function);
         }
-        context.register_udf(crate::proctime_function::proctime_function());
+        for function in crate::proctime_function::proctime_functions() {
+            context.register_udf(function);
+        }
         Self {
             catalog: Catalog::default(),
             options: PipelineOptions::default(),
