@@ -27,6 +27,8 @@
 //! | `STARTSWITH`, `ENDSWITH`, `REGEXP_SUBSTR`, `REGEXP_EXTRACT_ALL` (weir's UDF), `SPLIT(s, d)` | `starts_with`, `ends_with`, `regexp_match`, `regexp_extract_all`, `string_to_array` (`''` splits every character) |
 //! | `JSON_QUOTE`, `JSON_UNQUOTE`, `TYPEOF`, `UNHEX`, `MAP_FROM_ARRAYS` | `json_string`, `json_as_text` of a quoted text, `arrow_typeof`, `decode(.., 'hex')`, `map` |
 //! | `MAP[k1, v1, ...]` (a value) | `make_map(k1, v1, ...)`, via [`map_constructors`] |
+//! | `PRINTF(format, ...)` (Java's format) | weir's `printf` (`flink_udfs.rs`); a literal format checked when planned |
+//! | `(s1, e1) OVERLAPS (s2, e2)` (an end may be an interval after its start) | `least`/`greatest` of each period compared |
 //! | `s IS [NOT] JSON [VALUE / SCALAR / ARRAY / OBJECT]` | `[NOT] is_json(s, 'KIND')` (`flink_udfs.rs`), via [`is_json_predicates`] |
 //! | `JSON_VALUE(j, '$.a.b' [RETURNING type])`, `JSON_QUERY(j, path)`, `JSON_EXISTS(j, path)` | `json_as_text` (cast to the type), `json_compact(json_get_json(..))`, `json_contains` of the path's keys |
 //! | `TUMBLE_START(...)`, `HOP_START`, `SESSION_START` (legacy group windows) | `tumble(...)`, `hop`, `session`: the window start GROUP BY has |
@@ -55,8 +57,8 @@
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    CeilFloorKind, DateTimeField, Expr, FunctionArg, FunctionArgExpr, FunctionArgOperator, FunctionArgumentClause,
-    FunctionArguments, JsonNullClause, Statement, Value, ValueWithSpan, visit_expressions_mut,
+    BinaryOperator, CeilFloorKind, DateTimeField, Expr, FunctionArg, FunctionArgExpr, FunctionArgOperator,
+    FunctionArgumentClause, FunctionArguments, JsonNullClause, Statement, Value, ValueWithSpan, visit_expressions_mut,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -234,6 +236,7 @@ fn replacement(expr: &Expr, dialect: Dialect) -> Result<Option<Expr>> {
                 None => return Ok(None),
             }
         }
+        Expr::BinaryOp { left, op: BinaryOperator::Overlaps, right } => overlaps(left, right)?,
         Expr::IsNotDistinctFrom(value, marker) if json_kind(marker).is_some() => {
             format!("is_json({value}, '{}')", json_kind(marker).unwrap_or_default())
         }
@@ -252,6 +255,27 @@ fn replacement(expr: &Expr, dialect: Dialect) -> Result<Option<Expr>> {
         _ => return Ok(None),
     };
     parse("a Flink function", &sql).map(Some)
+}
+
+/// `(s1, e1) OVERLAPS (s2, e2)`, each end a time or an interval after its start: whether the
+/// two periods, each ordered start to end, share a moment (Flink's, after Calcite's).
+fn overlaps(left: &Expr, right: &Expr) -> Result<String> {
+    let period = |side: &Expr| -> Result<(String, String)> {
+        let Expr::Tuple(ends) = side else {
+            return plan_error("OVERLAPS compares two periods, as in (start, end) OVERLAPS (start, end)");
+        };
+        let [start, end] = ends.as_slice() else {
+            return plan_error("an OVERLAPS period is (start, end) or (start, interval)");
+        };
+        let end = match end {
+            Expr::Interval(_) => format!("({start}) + {end}"),
+            _ => format!("({end})"),
+        };
+        let start = format!("({start})");
+        Ok((format!("least({start}, {end})"), format!("greatest({start}, {end})")))
+    };
+    let ((s1, e1), (s2, e2)) = (period(left)?, period(right)?);
+    Ok(format!("({s1} <= {e2} AND {s2} <= {e1})"))
 }
 
 /// The time now, evaluated for each batch (`proctime_function.rs`).
@@ -497,6 +521,12 @@ fn call(name: &str, list: &[FunctionArg], returning: Option<String>, dialect: Di
             }
         }
         "NOW" if flink && args.is_empty() => PER_ROW_NOW.to_string(),
+        "PRINTF" => {
+            if let Some(format) = literal(list.first()) {
+                crate::flink_udfs::printf_format(&format).map_err(|e| Error::Plan(format!("PRINTF: {e}")))?;
+            }
+            return Ok(None);
+        }
         "RAND" if !args.is_empty() => {
             return plan_error("RAND(seed) is not supported: weir's random numbers take no seed; use RAND()");
         }

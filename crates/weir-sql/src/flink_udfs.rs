@@ -6,7 +6,8 @@
 //! into pairs (default `,`) and each pair into key and value (default `=`, the value NULL when a
 //! pair has none), both delimiters regular expressions as in Flink, a later pair's value
 //! winning for a key given twice; `is_json(text, kind)`, Flink's `IS JSON` predicate;
-//! `regexp_extract_all(text, regex, group)`; `json_built(text)`, a JSON construction's text
+//! `regexp_extract_all(text, regex, group)`; `printf(format, ...)`, Flink's `PRINTF`;
+//! `json_built(text)`, a JSON construction's text
 //! marked for nesting; and the text functions of [`TEXT_FUNCTIONS`] (`hex`, `bin`,
 //! `url_encode`, `url_decode`, `convert_tz`, `json_compact`). NULL in, NULL out.
 
@@ -183,6 +184,224 @@ impl ScalarUDFImpl for StrToMap {
         }
         Ok(ColumnarValue::Array(Arc::new(map.finish())))
     }
+}
+
+/// `printf(format, value, ...)`: Flink's `PRINTF`, Java's `String.format` for the conversions
+/// `%s %S %d %x %X %o %f %e %E %b %c %n %%`, with an argument index (`%2$s`), the flags `-`
+/// (left), `0` (zero padding), `+`, ` ` and `,` (grouping), a width and a precision. A row
+/// whose value does not fit its conversion is NULL; a format with a conversion it lacks is
+/// refused when the query is planned (`PRINTF`'s format is checked by `printf_format`).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Printf {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for Printf {
+    fn name(&self) -> &str {
+        "printf"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
+        let rows = args.number_rows;
+        let Some((format, values)) = args.args.split_first() else { return exec_err!("printf takes a format") };
+        let format = texts(&format.to_array(rows)?)?;
+        let values = values.iter().map(|v| v.to_array(rows)).collect::<datafusion::error::Result<Vec<_>>>()?;
+        let mut out = Vec::with_capacity(rows);
+        for row in 0..rows {
+            out.push(match format.is_valid(row) {
+                true => printf_row(format.value(row), &values, row),
+                false => None,
+            });
+        }
+        Ok(ColumnarValue::Array(Arc::new(StringArray::from(out))))
+    }
+}
+
+/// One conversion of a Java format: `%[index$][flags][width][.precision]conversion`.
+pub(crate) struct Conversion {
+    index: Option<usize>,
+    flags: String,
+    width: usize,
+    precision: Option<usize>,
+    kind: char,
+}
+
+/// The pieces of a Java format: literal text, or a conversion. `Err`: what is not supported.
+pub(crate) fn printf_format(format: &str) -> std::result::Result<Vec<std::result::Result<String, Conversion>>, String> {
+    let mut pieces = Vec::new();
+    let mut chars = format.chars().peekable();
+    let mut text = String::new();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            text.push(c);
+            continue;
+        }
+        let mut spec = String::new();
+        let kind = loop {
+            match chars.next() {
+                Some(c) if c.is_ascii_alphabetic() || c == '%' => break c,
+                Some(c) => spec.push(c),
+                None => return Err(format!("the format ends inside '%{spec}'")),
+            }
+        };
+        match kind {
+            '%' => text.push('%'),
+            'n' => text.push('\n'),
+            's' | 'S' | 'd' | 'x' | 'X' | 'o' | 'f' | 'e' | 'E' | 'b' | 'B' | 'c' => {
+                let (index, rest) = match spec.split_once('$') {
+                    Some((index, rest)) => {
+                        (Some(index.parse::<usize>().map_err(|_| format!("'%{spec}{kind}'"))?), rest)
+                    }
+                    None => (None, spec.as_str()),
+                };
+                let flags: String = rest.chars().take_while(|c| "-0+ ,#(".contains(*c)).collect();
+                let rest = &rest[flags.len()..];
+                let (width, precision) = match rest.split_once('.') {
+                    Some((width, precision)) => (width, Some(precision)),
+                    None => (rest, None),
+                };
+                let bad = || format!("'%{spec}{kind}'");
+                let width = if width.is_empty() { 0 } else { width.parse().map_err(|_| bad())? };
+                let precision = precision.map(|p| p.parse().map_err(|_| bad())).transpose()?;
+                pieces.push(Ok(std::mem::take(&mut text)));
+                pieces.push(Err(Conversion { index, flags, width, precision, kind }));
+            }
+            other => return Err(format!("the conversion '%{other}' is not supported (s, d, x, o, f, e, b, c, n, %)")),
+        }
+    }
+    pieces.push(Ok(text));
+    Ok(pieces)
+}
+
+/// One row's formatted text; `None` where a value does not fit its conversion.
+fn printf_row(format: &str, values: &[ArrayRef], row: usize) -> Option<String> {
+    let pieces = printf_format(format).ok()?;
+    let mut out = String::new();
+    let mut next = 0;
+    for piece in pieces {
+        let conversion = match piece {
+            Ok(text) => {
+                out.push_str(&text);
+                continue;
+            }
+            Err(conversion) => conversion,
+        };
+        let index = match conversion.index {
+            Some(index) => index.checked_sub(1)?,
+            None => {
+                next += 1;
+                next - 1
+            }
+        };
+        let value = values.get(index)?;
+        let scalar = datafusion::common::ScalarValue::try_from_array(value, row).ok()?;
+        out.push_str(&convert(&conversion, &scalar)?);
+    }
+    Some(out)
+}
+
+/// One value in its conversion, padded to the width.
+fn convert(conversion: &Conversion, value: &datafusion::common::ScalarValue) -> Option<String> {
+    use datafusion::common::ScalarValue;
+    let flags = &conversion.flags;
+    let integer =
+        || value.cast_to(&DataType::Int64).ok().and_then(|v| if let ScalarValue::Int64(n) = v { n } else { None });
+    let float =
+        || value.cast_to(&DataType::Float64).ok().and_then(|v| if let ScalarValue::Float64(n) = v { n } else { None });
+    let signed = |digits: String, negative: bool| match (negative, flags.contains('+'), flags.contains(' ')) {
+        (true, _, _) => format!("-{digits}"),
+        (false, true, _) => format!("+{digits}"),
+        (false, false, true) => format!(" {digits}"),
+        _ => digits,
+    };
+    let grouped = |digits: &str| match flags.contains(',') {
+        true => {
+            let (whole, fraction) = digits.split_once('.').map_or((digits, None), |(w, f)| (w, Some(f)));
+            let mut out: Vec<char> = Vec::new();
+            for (i, c) in whole.chars().rev().enumerate() {
+                if i > 0 && i % 3 == 0 {
+                    out.push(',');
+                }
+                out.push(c);
+            }
+            let whole: String = out.into_iter().rev().collect();
+            fraction.map_or(whole.clone(), |f| format!("{whole}.{f}"))
+        }
+        false => digits.to_string(),
+    };
+    let (text, numeric) = match conversion.kind {
+        's' | 'S' => {
+            let text =
+                if value.is_null() { "null".to_string() } else { value.cast_to(&DataType::Utf8).ok()?.to_string() };
+            let text = match conversion.precision {
+                Some(p) => text.chars().take(p).collect(),
+                None => text,
+            };
+            (if conversion.kind == 'S' { text.to_uppercase() } else { text }, false)
+        }
+        'b' | 'B' => {
+            let truth = match value {
+                ScalarValue::Boolean(b) => b.unwrap_or(false),
+                other => !other.is_null(),
+            };
+            let text = truth.to_string();
+            (if conversion.kind == 'B' { text.to_uppercase() } else { text }, false)
+        }
+        'c' => match value.cast_to(&DataType::Utf8).ok()? {
+            ScalarValue::Utf8(Some(text)) if text.chars().count() == 1 => (text, false),
+            _ => match integer().and_then(|n| char::from_u32(u32::try_from(n).ok()?)) {
+                Some(c) => (c.to_string(), false),
+                None => return value.is_null().then(|| "null".to_string()),
+            },
+        },
+        _ if value.is_null() => ("null".to_string(), false),
+        'd' => {
+            let n = integer()?;
+            (signed(grouped(&n.unsigned_abs().to_string()), n < 0), true)
+        }
+        'x' => (format!("{:x}", integer()? as u64), true),
+        'X' => (format!("{:X}", integer()? as u64), true),
+        'o' => (format!("{:o}", integer()? as u64), true),
+        'f' => {
+            let x = float()?;
+            let digits = format!("{:.*}", conversion.precision.unwrap_or(6), x.abs());
+            (signed(grouped(&digits), x.is_sign_negative() && x != 0.0), true)
+        }
+        'e' | 'E' => {
+            let x = float()?;
+            let text = format!("{:.*e}", conversion.precision.unwrap_or(6), x.abs());
+            // Java writes the exponent with a sign and two digits at least: 1.5e+00.
+            let (mantissa, exponent) = text.split_once('e')?;
+            let exponent: i32 = exponent.parse().ok()?;
+            let text = format!("{mantissa}e{}{:02}", if exponent < 0 { '-' } else { '+' }, exponent.abs());
+            let text = signed(text, x.is_sign_negative() && x != 0.0);
+            (if conversion.kind == 'E' { text.to_uppercase() } else { text }, true)
+        }
+        _ => return None,
+    };
+    let width = conversion.width;
+    let length = text.chars().count();
+    if length >= width {
+        return Some(text);
+    }
+    let fill = width - length;
+    Some(if flags.contains('-') {
+        format!("{text}{}", " ".repeat(fill))
+    } else if flags.contains('0') && numeric {
+        let sign = text.chars().next().filter(|c| "+- ".contains(*c));
+        let digits = if sign.is_some() { &text[1..] } else { &text[..] };
+        format!("{}{}{digits}", sign.map(String::from).unwrap_or_default(), "0".repeat(fill))
+    } else {
+        format!("{}{text}", " ".repeat(fill))
+    })
 }
 
 /// `json_built(text)`: its text, unchanged. It marks a JSON text made by one of Flink's JSON
@@ -536,6 +755,7 @@ pub fn flink_udfs() -> Vec<ScalarUDF> {
         ScalarUDF::from(JsonString { signature: Signature::any(1, Volatility::Immutable) }),
         ScalarUDF::from(StrToMap { signature: Signature::variadic_any(Volatility::Immutable) }),
         ScalarUDF::from(IsJson { signature: Signature::any(2, Volatility::Immutable) }),
+        ScalarUDF::from(Printf { signature: Signature::variadic_any(Volatility::Immutable) }),
         ScalarUDF::from(JsonBuilt { signature: Signature::any(1, Volatility::Immutable) }),
         ScalarUDF::from(RegexpExtractAll { signature: Signature::any(3, Volatility::Immutable) }),
     ]
