@@ -29,76 +29,6 @@ use regex::Regex;
 use sha1::{Digest, Sha1};
 
 #[derive(Debug, PartialEq, Eq, Hash)]
-struct Sha1Hex {
-    signature: Signature,
-}
-
-impl ScalarUDFImpl for Sha1Hex {
-    fn name(&self) -> &str {
-        "sha1"
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, _args: &[DataType]) -> datafusion::error::Result<DataType> {
-        Ok(DataType::Utf8)
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
-        let [text] = args.args.as_slice() else { return exec_err!("sha1(text) takes one text") };
-        let texts = cast(&text.to_array(args.number_rows)?, &DataType::Utf8)?;
-        let Some(texts) = texts.as_any().downcast_ref::<StringArray>() else {
-            return exec_err!("sha1: the argument did not cast to text");
-        };
-        let digests: StringArray = texts
-            .iter()
-            .map(|t| t.map(|t| Sha1::digest(t.as_bytes()).iter().map(|b| format!("{b:02x}")).collect::<String>()))
-            .collect();
-        Ok(ColumnarValue::Array(Arc::new(digests)))
-    }
-}
-
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct JsonString {
-    signature: Signature,
-}
-
-impl ScalarUDFImpl for JsonString {
-    fn name(&self) -> &str {
-        "json_string"
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, _args: &[DataType]) -> datafusion::error::Result<DataType> {
-        Ok(DataType::Utf8)
-    }
-
-    /// arrow-json writes each value as the field `v` of an object, `{"v":<value>}` (`{}` for
-    /// NULL): the value's text is what is between.
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
-        let [value] = args.args.as_slice() else { return exec_err!("json_string(value) takes one value") };
-        let values = value.to_array(args.number_rows)?;
-        let schema = Arc::new(Schema::new(vec![Field::new("v", values.data_type().clone(), true)]));
-        let batch = RecordBatch::try_new(schema, vec![values])?;
-        let mut lines = Vec::new();
-        {
-            let mut writer = datafusion::arrow::json::WriterBuilder::new().build::<_, LineDelimited>(&mut lines);
-            writer.write(&batch)?;
-            writer.finish()?;
-        }
-        let text = String::from_utf8_lossy(&lines);
-        let texts: StringArray =
-            text.lines().map(|line| line.strip_prefix("{\"v\":").and_then(|rest| rest.strip_suffix('}'))).collect();
-        Ok(ColumnarValue::Array(Arc::new(texts)))
-    }
-}
-
-#[derive(Debug, PartialEq, Eq, Hash)]
 struct StrToMap {
     signature: Signature,
 }
@@ -404,33 +334,6 @@ fn convert(conversion: &Conversion, value: &datafusion::common::ScalarValue) -> 
     })
 }
 
-/// `json_built(text)`: its text, unchanged. It marks a JSON text made by one of Flink's JSON
-/// construction functions, which another embeds as JSON, not as a string
-/// (`flink_functions.rs`).
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct JsonBuilt {
-    signature: Signature,
-}
-
-impl ScalarUDFImpl for JsonBuilt {
-    fn name(&self) -> &str {
-        "json_built"
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, _args: &[DataType]) -> datafusion::error::Result<DataType> {
-        Ok(DataType::Utf8)
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
-        let [text] = args.args.as_slice() else { return exec_err!("json_built(text) takes one text") };
-        Ok(ColumnarValue::Array(Arc::new(texts(&text.to_array(args.number_rows)?)?)))
-    }
-}
-
 /// `regexp_extract_all(text, regex, group)`: Flink's `REGEXP_EXTRACT_ALL`, group `group` (0 the
 /// whole match) of every match of the regular expression, as an array (NULL elements for a
 /// group a match leaves out).
@@ -576,7 +479,10 @@ impl ScalarUDFImpl for TextFunction {
 }
 
 /// Flink's text functions weir computes itself: (name, arguments, what it does).
-const TEXT_FUNCTIONS: [(&str, usize, TextOf); 6] = [
+const TEXT_FUNCTIONS: [(&str, usize, TextOf); 9] = [
+    ("sha1", 1, sha1),
+    ("json_string", 1, json_string),
+    ("json_built", 1, json_built),
     ("hex", 1, hex),
     ("bin", 1, bin),
     ("url_encode", 1, url_encode),
@@ -592,6 +498,37 @@ fn texts(column: &ArrayRef) -> datafusion::error::Result<StringArray> {
         Some(text) => Ok(text.clone()),
         None => exec_err!("the argument did not cast to text"),
     }
+}
+
+/// `sha1(text)`: the SHA-1 digest as 40 hex digits.
+fn sha1(args: &[ArrayRef]) -> datafusion::error::Result<StringArray> {
+    let [text] = args else { return exec_err!("sha1(text) takes one text") };
+    let hex = |t: &str| Sha1::digest(t.as_bytes()).iter().map(|b| format!("{b:02x}")).collect::<String>();
+    Ok(texts(text)?.iter().map(|t| t.map(hex)).collect())
+}
+
+/// `json_string(value)`: arrow-json writes each value as the field `v` of an object,
+/// `{"v":<value>}` (`{}` for NULL): the value's text is what is between.
+fn json_string(args: &[ArrayRef]) -> datafusion::error::Result<StringArray> {
+    let [values] = args else { return exec_err!("json_string(value) takes one value") };
+    let schema = Arc::new(Schema::new(vec![Field::new("v", values.data_type().clone(), true)]));
+    let batch = RecordBatch::try_new(schema, vec![values.clone()])?;
+    let mut lines = Vec::new();
+    {
+        let mut writer = datafusion::arrow::json::WriterBuilder::new().build::<_, LineDelimited>(&mut lines);
+        writer.write(&batch)?;
+        writer.finish()?;
+    }
+    let text = String::from_utf8_lossy(&lines);
+    Ok(text.lines().map(|line| line.strip_prefix("{\"v\":").and_then(|rest| rest.strip_suffix('}'))).collect())
+}
+
+/// `json_built(text)`: its text, unchanged. It marks a JSON text made by one of Flink's JSON
+/// construction functions, which another embeds as JSON, not as a string
+/// (`flink_functions.rs`).
+fn json_built(args: &[ArrayRef]) -> datafusion::error::Result<StringArray> {
+    let [text] = args else { return exec_err!("json_built(text) takes one text") };
+    texts(text)
 }
 
 /// `json_compact(json)`: JSON text without the whitespace between its tokens, as Flink's
@@ -751,12 +688,9 @@ fn time_zone(name: &str) -> Option<Zone> {
 /// The functions to register with a DataFusion context.
 pub fn flink_udfs() -> Vec<ScalarUDF> {
     [
-        ScalarUDF::from(Sha1Hex { signature: Signature::any(1, Volatility::Immutable) }),
-        ScalarUDF::from(JsonString { signature: Signature::any(1, Volatility::Immutable) }),
         ScalarUDF::from(StrToMap { signature: Signature::variadic_any(Volatility::Immutable) }),
         ScalarUDF::from(IsJson { signature: Signature::any(2, Volatility::Immutable) }),
         ScalarUDF::from(Printf { signature: Signature::variadic_any(Volatility::Immutable) }),
-        ScalarUDF::from(JsonBuilt { signature: Signature::any(1, Volatility::Immutable) }),
         ScalarUDF::from(RegexpExtractAll { signature: Signature::any(3, Volatility::Immutable) }),
     ]
     .into_iter()

@@ -203,6 +203,9 @@ pub struct KafkaSource {
     config: Arc<KafkaSourceConfig>,
     /// The columns decoded from the values (the table's, less the timestamp column).
     value_schema: SchemaRef,
+    /// The table's columns as the source emits them: all nullable for upserts (a tombstone's
+    /// row holds only its key).
+    rows_schema: SchemaRef,
     info: Option<SubtaskInfo>,
     consumer: Option<Arc<BaseConsumer<QuietContext>>>,
     partitions: Vec<PartitionState>,
@@ -228,9 +231,18 @@ impl KafkaSource {
                 .cloned()
                 .collect::<Vec<_>>(),
         ));
+        let rows_schema = match config.format {
+            SourceFormat::Upsert { .. } => {
+                let fields: Vec<Field> =
+                    config.schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+                Arc::new(Schema::new(fields))
+            }
+            _ => config.schema.clone(),
+        };
         Self {
             config: Arc::new(config),
             value_schema,
+            rows_schema,
             info: None,
             consumer: None,
             partitions: Vec::new(),
@@ -510,17 +522,7 @@ impl KafkaSource {
         if self.config.timestamp_column.is_none() && self.config.metadata.is_empty() {
             return Ok(decoded.batch.clone());
         }
-        // An upsert source's tombstones hold only their key: its rows' columns are all nullable.
-        let nullable;
-        let schema = match self.config.format {
-            SourceFormat::Upsert { .. } => {
-                let fields: Vec<Field> =
-                    self.config.schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
-                nullable = Arc::new(Schema::new(fields));
-                &nullable
-            }
-            _ => &self.config.schema,
-        };
+        let schema = &self.rows_schema;
         let rows = &decoded.rows_from;
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
         for field in schema.fields() {
@@ -540,7 +542,7 @@ impl KafkaSource {
                     RecordMetadata::Offset => {
                         Arc::new(Int64Array::from_iter_values(rows.iter().map(|i| polled.offset[*i])))
                     }
-                    RecordMetadata::Headers => headers_map(polled, rows, field.data_type())?,
+                    RecordMetadata::Headers => headers_map(polled, rows)?,
                 };
                 cast(&values, field.data_type())?
             } else {
@@ -792,16 +794,9 @@ pub fn dead_letter_prefix(prefix: &str) -> String {
     format!("{prefix}-dead-letters")
 }
 
-/// The headers of records `rows` as a map of `data_type` (text keys; binary or text values, as
-/// the column declares them).
-fn headers_map(polled: &Polled, rows: &[usize], data_type: &DataType) -> weir_engine::Result<ArrayRef> {
-    let text_values = match data_type {
-        DataType::Map(entries, _) => match entries.data_type() {
-            DataType::Struct(fields) => fields.get(1).is_some_and(|f| f.data_type() == &DataType::Utf8),
-            _ => false,
-        },
-        _ => false,
-    };
+/// The headers of records `rows` as a map of text keys to bytes (cast to the column's type
+/// after, as every metadata column is).
+fn headers_map(polled: &Polled, rows: &[usize]) -> weir_engine::Result<ArrayRef> {
     let names = MapFieldNames { entry: "entries".into(), key: "key".into(), value: "value".into() };
     let mut map = MapBuilder::new(Some(names), StringBuilder::new(), BinaryBuilder::new());
     for &i in rows {
@@ -812,11 +807,7 @@ fn headers_map(polled: &Polled, rows: &[usize], data_type: &DataType) -> weir_en
         }
         map.append(true)?;
     }
-    let map: ArrayRef = Arc::new(map.finish());
-    if !text_values {
-        return Ok(map);
-    }
-    Ok(cast(&map, data_type)?)
+    Ok(Arc::new(map.finish()))
 }
 
 #[cfg(test)]
