@@ -19,7 +19,7 @@
 //! | `IF(c, a, b)`, `IS_ALPHA(s)`, `IS_DIGIT(s)`, `IS_DECIMAL(s)` | `CASE`, Unicode-class `regexp_like`, `TRY_CAST` (NULL is false) |
 //! | `CEILING`, `SIGN`, `E()`, `TRUNCATE(x, d)`, `RAND_INTEGER(n)`, `ELEMENT(a)` | `ceil`, `signum`, `exp(1)`, `trunc`, `floor(random() * n)`, the single element |
 //! | `SHA1(s)` (weir's `sha1`, `flink_udfs.rs`), `SHA2(s, bits)` | the hex of `digest(s, 'sha<bits>')` |
-//! | `STR_TO_MAP(s[, pair delimiter, key-value delimiter])` | weir's `str_to_map` (`flink_udfs.rs`) |
+//! | `STR_TO_MAP(s[, pair delimiter, key-value delimiter])`, `MAP_UNION(m, ...)` | weir's `str_to_map`, `map_union` (`flink_udfs.rs`) |
 //! | `JSON_STRING(v)`, `JSON_OBJECT(k VALUE v, ... [NULL/ABSENT ON NULL])`, `JSON_ARRAY(v, ...)` | `json_string` (weir's) of each value, joined |
 //! | `JSON_OBJECTAGG(k VALUE v)`, `JSON_ARRAYAGG(v)` | `string_agg` of `json_string` members |
 //! | `HEX`, `BIN`, `URL_ENCODE`, `URL_DECODE`, `CONVERT_TZ` | weir's functions of those names (`flink_udfs.rs`) |
@@ -30,7 +30,7 @@
 //! | `PRINTF(format, ...)` (Java's format) | weir's `printf` (`flink_udfs.rs`); a literal format checked when planned |
 //! | `(s1, e1) OVERLAPS (s2, e2)` (an end may be an interval after its start) | `least`/`greatest` of each period compared |
 //! | `s IS [NOT] JSON [VALUE / SCALAR / ARRAY / OBJECT]` | `[NOT] is_json(s, 'KIND')` (`flink_udfs.rs`), via [`is_json_predicates`] |
-//! | `JSON_VALUE(j, '$.a.b' [RETURNING type])`, `JSON_QUERY(j, path)`, `JSON_EXISTS(j, path)` | `json_as_text` (cast to the type), `json_compact(json_get_json(..))`, `json_contains` of the path's keys |
+//! | `JSON_VALUE`, `JSON_QUERY`, `JSON_EXISTS` with their clauses | see `json_functions.rs` |
 //! | `TUMBLE_START(...)`, `HOP_START`, `SESSION_START` (legacy group windows) | `tumble(...)`, `hop`, `session`: the window start GROUP BY has |
 //! | `TUMBLE_ROWTIME(...)`, `HOP_ROWTIME`, `SESSION_ROWTIME` | `tumble_end(...) - INTERVAL '1' MILLISECOND` (a time attribute) |
 //!
@@ -58,7 +58,8 @@ use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
     BinaryOperator, CeilFloorKind, DateTimeField, Expr, FunctionArg, FunctionArgExpr, FunctionArgOperator,
-    FunctionArgumentClause, FunctionArguments, JsonNullClause, Statement, Value, ValueWithSpan, visit_expressions_mut,
+    FunctionArgumentClause, FunctionArguments, JsonNullClause, Statement, Value, ValueWithSpan, VisitMut,
+    visit_expressions_mut,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -69,9 +70,20 @@ use crate::flink_types::{space, word};
 use crate::identifiers::Dialect;
 use crate::window_table_functions::{is_word, skip_space};
 
-/// Rewrites every call of one of Flink's functions in `statement`, read in `dialect`.
+/// Rewrites every call of one of Flink's functions in `statement`, read in `dialect`; a
+/// select list item so rewritten keeps the name it was written as.
 pub fn rewrite(statement: &mut Statement, dialect: Dialect) -> Result<()> {
-    let flow = visit_expressions_mut(statement, |expr| match replacement(expr, dialect) {
+    crate::field_names::keep_written_names(statement, &|expr| {
+        let mut copy = expr.clone();
+        rewrite_all(&mut copy, dialect)?;
+        Ok(copy != *expr)
+    })?;
+    rewrite_all(statement, dialect)
+}
+
+/// Rewrites every call of one of Flink's functions in `node`.
+fn rewrite_all<V: VisitMut>(node: &mut V, dialect: Dialect) -> Result<()> {
+    let flow = visit_expressions_mut(node, |expr| match replacement(expr, dialect) {
         Ok(Some(new)) => {
             *expr = new;
             ControlFlow::Continue(())
@@ -538,24 +550,7 @@ fn call(name: &str, list: &[FunctionArg], returning: Option<String>, dialect: Di
             [a] => format!("CASE WHEN cardinality({a}) = 1 THEN {a}[1] END"),
             _ => return arity(name, "one array"),
         },
-        "JSON_VALUE" | "JSON_QUERY" | "JSON_EXISTS" => {
-            let (Some(json), Some(path)) = (args.first(), literal(list.get(1))) else {
-                return arity(name, "a JSON text and a quoted path such as '$.a.b'");
-            };
-            let keys = json_path_keys(&path).map_err(|e| Error::Plan(format!("{name}: {e}")))?;
-            let keys: String = keys.iter().map(|k| format!(", {k}")).collect();
-            match name {
-                "JSON_VALUE" => {
-                    let text = format!("json_as_text({json}{keys})");
-                    match returning {
-                        Some(data_type) => format!("CAST({text} AS {data_type})"),
-                        None => text,
-                    }
-                }
-                "JSON_QUERY" => format!("json_compact(json_get_json({json}{keys}))"),
-                _ => format!("COALESCE(json_contains({json}{keys}), false)"),
-            }
-        }
+        "JSON_VALUE" | "JSON_QUERY" | "JSON_EXISTS" => crate::json_functions::call(name, list, returning)?,
         "TUMBLE_START" | "HOP_START" | "SESSION_START" => {
             format!("{}({})", name.trim_end_matches("_START").to_lowercase(), args.join(", "))
         }
@@ -766,45 +761,6 @@ fn parse_url(args: &[String], list: &[FunctionArg]) -> Result<String> {
     })
 }
 
-/// A JSON path of keys and indices (`$.a.b`, `$['a'][0]`) as the literal arguments of
-/// datafusion-functions-json (`'a', 'b'`; `'a', 0`).
-fn json_path_keys(path: &str) -> std::result::Result<Vec<String>, String> {
-    let unsupported =
-        || format!("path '{path}' is not supported: weir reads paths of keys and indices, such as '$.a.b[0]'");
-    let rest = path.trim().strip_prefix('$').ok_or_else(unsupported)?;
-    let chars: Vec<char> = rest.chars().collect();
-    let mut keys = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        match chars[i] {
-            '.' => {
-                let end = chars[i + 1..].iter().position(|c| *c == '.' || *c == '[').map_or(chars.len(), |p| i + 1 + p);
-                let key: String = chars[i + 1..end].iter().collect();
-                if key.is_empty() || key == "*" {
-                    return Err(unsupported());
-                }
-                keys.push(quoted(&key));
-                i = end;
-            }
-            '[' => {
-                let end = chars[i..].iter().position(|c| *c == ']').map(|p| i + p).ok_or_else(unsupported)?;
-                let inner: String = chars[i + 1..end].iter().collect();
-                let inner = inner.trim();
-                if let Ok(index) = inner.parse::<u64>() {
-                    keys.push(index.to_string());
-                } else if let Some(key) = inner.strip_prefix('\'').and_then(|k| k.strip_suffix('\'')) {
-                    keys.push(quoted(key));
-                } else {
-                    return Err(unsupported());
-                }
-                i = end + 1;
-            }
-            _ => return Err(unsupported()),
-        }
-    }
-    Ok(keys)
-}
-
 fn arity<T>(name: &str, takes: &str) -> Result<T> {
     plan_error(&format!("{name} takes {takes}"))
 }
@@ -866,10 +822,22 @@ fn chrono_format(java: &str) -> String {
 mod tests {
     use super::*;
 
+    /// `sql`'s expressions rewritten (its select items' names left as they are).
     fn rewritten_in(sql: &str, dialect: Dialect) -> String {
         let mut statement = Parser::parse_sql(&GenericDialect {}, sql).unwrap().remove(0);
-        rewrite(&mut statement, dialect).unwrap();
+        rewrite_all(&mut statement, dialect).unwrap();
         statement.to_string()
+    }
+
+    #[test]
+    fn a_rewritten_select_item_is_named_as_written() {
+        let mut statement =
+            Parser::parse_sql(&GenericDialect {}, "SELECT MOD(a, 3), a + 1, NOW() AS n FROM t").unwrap().remove(0);
+        rewrite(&mut statement, Dialect::Flink).unwrap();
+        assert_eq!(
+            statement.to_string(),
+            r#"SELECT (a) % (3) AS "MOD(a, 3)", a + 1, current_row_timestamp() AS n FROM t"#
+        );
     }
 
     fn rewritten(sql: &str) -> String {
@@ -892,8 +860,6 @@ mod tests {
             "SELECT session((ts), (INTERVAL '10' SECOND)), hop_end((ts), (INTERVAL '1' SECOND), (INTERVAL '5' SECOND)) - INTERVAL '1' MILLISECOND FROM t"
         );
         assert_eq!(chrono_format("yyyy-MM-dd HH:mm:ss.SSS"), "%Y-%m-%d %H:%M:%S.%3f");
-        assert_eq!(json_path_keys("$.a['b c'][2].d"), Ok(vec!["'a'".into(), "'b c'".into(), "2".into(), "'d'".into()]));
-        assert!(json_path_keys("$.a[*]").is_err() && json_path_keys("a.b").is_err());
         assert_eq!(chrono_format("HH'h'mm"), "%Hh%M");
     }
 

@@ -7,6 +7,7 @@
 //! pair has none), both delimiters regular expressions as in Flink, a later pair's value
 //! winning for a key given twice; `is_json(text, kind)`, Flink's `IS JSON` predicate;
 //! `regexp_extract_all(text, regex, group)`; `printf(format, ...)`, Flink's `PRINTF`;
+//! `map_union(map, ...)`, Flink's `MAP_UNION`; `weir_raise_error(message)`, a query's failure;
 //! `json_built(text)`, a JSON construction's text
 //! marked for nesting; and the text functions of [`TEXT_FUNCTIONS`] (`hex`, `bin`,
 //! `url_encode`, `url_decode`, `convert_tz`, `json_compact`). NULL in, NULL out.
@@ -15,15 +16,17 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, BinaryArray, BooleanArray, Int64Array, ListBuilder, MapBuilder, MapFieldNames, StringArray,
-    StringBuilder,
+    Array, ArrayData, ArrayRef, BinaryArray, BooleanArray, Int64Array, ListBuilder, MapArray, MapBuilder,
+    MapFieldNames, MutableArrayData, StringArray, StringBuilder, StructArray,
 };
+use datafusion::arrow::buffer::{NullBuffer, OffsetBuffer};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::datatypes::{Field, Fields, Schema};
 use datafusion::arrow::json::writer::LineDelimited;
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::{DataFusionError, exec_err};
+use datafusion::common::{DataFusionError, ScalarValue, exec_err};
+use datafusion::logical_expr::type_coercion::binary::type_union_resolution;
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
 use regex::Regex;
 use sha1::{Digest, Sha1};
@@ -144,12 +147,19 @@ impl ScalarUDFImpl for Printf {
         let Some((format, values)) = args.args.split_first() else { return exec_err!("printf takes a format") };
         let format = texts(&format.to_array(rows)?)?;
         let values = values.iter().map(|v| v.to_array(rows)).collect::<datafusion::error::Result<Vec<_>>>()?;
+        // The format is mostly a literal: it is parsed again only when it changes.
+        let mut parsed: Option<(&str, Option<Vec<FormatPiece>>)> = None;
         let mut out = Vec::with_capacity(rows);
         for row in 0..rows {
-            out.push(match format.is_valid(row) {
-                true => printf_row(format.value(row), &values, row),
-                false => None,
-            });
+            if format.is_null(row) {
+                out.push(None);
+                continue;
+            }
+            let text = format.value(row);
+            if parsed.as_ref().is_none_or(|(last, _)| *last != text) {
+                parsed = Some((text, printf_format(text).ok()));
+            }
+            out.push(parsed.as_ref().and_then(|(_, pieces)| printf_row(pieces.as_deref()?, &values, row)));
         }
         Ok(ColumnarValue::Array(Arc::new(StringArray::from(out))))
     }
@@ -164,8 +174,11 @@ pub(crate) struct Conversion {
     kind: char,
 }
 
-/// The pieces of a Java format: literal text, or a conversion. `Err`: what is not supported.
-pub(crate) fn printf_format(format: &str) -> std::result::Result<Vec<std::result::Result<String, Conversion>>, String> {
+/// A piece of a Java format: literal text (`Ok`), or a conversion.
+type FormatPiece = std::result::Result<String, Conversion>;
+
+/// The pieces of a Java format. `Err`: what is not supported.
+pub(crate) fn printf_format(format: &str) -> std::result::Result<Vec<FormatPiece>, String> {
     let mut pieces = Vec::new();
     let mut chars = format.chars().peekable();
     let mut text = String::new();
@@ -212,14 +225,13 @@ pub(crate) fn printf_format(format: &str) -> std::result::Result<Vec<std::result
 }
 
 /// One row's formatted text; `None` where a value does not fit its conversion.
-fn printf_row(format: &str, values: &[ArrayRef], row: usize) -> Option<String> {
-    let pieces = printf_format(format).ok()?;
+fn printf_row(pieces: &[FormatPiece], values: &[ArrayRef], row: usize) -> Option<String> {
     let mut out = String::new();
     let mut next = 0;
     for piece in pieces {
         let conversion = match piece {
             Ok(text) => {
-                out.push_str(&text);
+                out.push_str(text);
                 continue;
             }
             Err(conversion) => conversion,
@@ -232,15 +244,14 @@ fn printf_row(format: &str, values: &[ArrayRef], row: usize) -> Option<String> {
             }
         };
         let value = values.get(index)?;
-        let scalar = datafusion::common::ScalarValue::try_from_array(value, row).ok()?;
-        out.push_str(&convert(&conversion, &scalar)?);
+        let scalar = ScalarValue::try_from_array(value, row).ok()?;
+        out.push_str(&convert(conversion, &scalar)?);
     }
     Some(out)
 }
 
 /// One value in its conversion, padded to the width.
-fn convert(conversion: &Conversion, value: &datafusion::common::ScalarValue) -> Option<String> {
-    use datafusion::common::ScalarValue;
+fn convert(conversion: &Conversion, value: &ScalarValue) -> Option<String> {
     let flags = &conversion.flags;
     let integer =
         || value.cast_to(&DataType::Int64).ok().and_then(|v| if let ScalarValue::Int64(n) = v { n } else { None });
@@ -389,6 +400,119 @@ impl ScalarUDFImpl for RegexpExtractAll {
             list.append(true);
         }
         Ok(ColumnarValue::Array(Arc::new(list.finish())))
+    }
+}
+
+/// `map_union(map, ...)`: Flink's `MAP_UNION`, the maps' entries in one map, a later map's
+/// value winning for a key that several have (in the place the key first took); NULL if any
+/// map is NULL.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct MapUnion {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for MapUnion {
+    fn name(&self) -> &str {
+        "map_union"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, args: &[DataType]) -> datafusion::error::Result<DataType> {
+        match args.first() {
+            Some(first) => Ok(first.clone()),
+            None => datafusion::common::plan_err!("MAP_UNION takes one map or more"),
+        }
+    }
+
+    /// The maps' common type, as Flink's (`MAP<STRING, INT>` and `MAP<STRING, BIGINT>` make
+    /// `MAP<STRING, BIGINT>`).
+    fn coerce_types(&self, args: &[DataType]) -> datafusion::error::Result<Vec<DataType>> {
+        match type_union_resolution(args) {
+            Some(common @ DataType::Map(..)) => Ok(vec![common; args.len()]),
+            _ => {
+                let types: Vec<String> = args.iter().map(|t| t.to_string()).collect();
+                datafusion::common::plan_err!("MAP_UNION takes maps of one type, not ({})", types.join(", "))
+            }
+        }
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
+        let rows = args.number_rows;
+        let arrays = args.args.iter().map(|a| a.to_array(rows)).collect::<datafusion::error::Result<Vec<_>>>()?;
+        let maps: Vec<&MapArray> = arrays.iter().filter_map(|a| a.as_any().downcast_ref::<MapArray>()).collect();
+        let (Some(first), true) = (maps.first(), maps.len() == arrays.len()) else {
+            return exec_err!("map_union takes maps");
+        };
+        let entries: Vec<ArrayData> = maps.iter().map(|m| m.entries().to_data()).collect();
+        let mut out = MutableArrayData::new(entries.iter().collect(), false, 0);
+        let (mut offsets, mut valid) = (vec![0i32], Vec::with_capacity(rows));
+        let mut length = 0i32;
+        for row in 0..rows {
+            if maps.iter().any(|m| m.is_null(row)) {
+                offsets.push(length);
+                valid.push(false);
+                continue;
+            }
+            // Each key's place and the (map, entry) its value comes from.
+            let mut picked: Vec<(ScalarValue, usize, usize)> = Vec::new();
+            for (index, map) in maps.iter().enumerate() {
+                let (start, end) = (map.value_offsets()[row] as usize, map.value_offsets()[row + 1] as usize);
+                for entry in start..end {
+                    let key = ScalarValue::try_from_array(map.keys(), entry)?;
+                    match picked.iter_mut().find(|(k, _, _)| *k == key) {
+                        Some(place) => (place.1, place.2) = (index, entry),
+                        None => picked.push((key, index, entry)),
+                    }
+                }
+            }
+            for &(_, index, entry) in &picked {
+                out.try_extend(index, entry, entry + 1)?;
+            }
+            length += i32::try_from(picked.len()).map_err(|e| DataFusionError::Execution(e.to_string()))?;
+            offsets.push(length);
+            valid.push(true);
+        }
+        let DataType::Map(field, sorted) = first.data_type() else { return exec_err!("map_union takes maps") };
+        let entries = StructArray::from(out.freeze());
+        let offsets = OffsetBuffer::new(offsets.into());
+        let map = MapArray::try_new(field.clone(), offsets, entries, Some(NullBuffer::from(valid)), *sorted)?;
+        Ok(ColumnarValue::Array(Arc::new(map)))
+    }
+}
+
+/// `weir_raise_error(message)`: fails the query with `message` if a row reaches it (an
+/// `ERROR ON EMPTY` / `ON ERROR` clause of Flink's JSON functions). Volatile, so that it is
+/// never evaluated ahead of time, when the query is planned; its NULL type takes any other.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct RaiseError {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for RaiseError {
+    fn name(&self) -> &str {
+        "weir_raise_error"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::Null)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
+        let message = match args.args.first() {
+            Some(ColumnarValue::Scalar(ScalarValue::Utf8(Some(message)))) => message.clone(),
+            _ => "the query raised an error".to_string(),
+        };
+        match args.number_rows {
+            0 => Ok(ColumnarValue::Scalar(ScalarValue::Null)),
+            _ => exec_err!("{message}"),
+        }
     }
 }
 
@@ -692,6 +816,8 @@ pub fn flink_udfs() -> Vec<ScalarUDF> {
         ScalarUDF::from(IsJson { signature: Signature::any(2, Volatility::Immutable) }),
         ScalarUDF::from(Printf { signature: Signature::variadic_any(Volatility::Immutable) }),
         ScalarUDF::from(RegexpExtractAll { signature: Signature::any(3, Volatility::Immutable) }),
+        ScalarUDF::from(MapUnion { signature: Signature::user_defined(Volatility::Immutable) }),
+        ScalarUDF::from(RaiseError { signature: Signature::exact(vec![DataType::Utf8], Volatility::Volatile) }),
     ]
     .into_iter()
     .chain(TEXT_FUNCTIONS.iter().map(|&(name, arity, apply)| {

@@ -16,9 +16,11 @@ mod flink_refusals;
 mod flink_types;
 mod flink_udfs;
 pub mod identifiers;
+mod json_functions;
 #[cfg(test)]
 mod kafka_roundtrip;
 mod lag;
+mod map_types;
 mod metadata_columns;
 pub mod pipeline_options;
 pub mod pipeline_statements;

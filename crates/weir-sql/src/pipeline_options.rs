@@ -23,6 +23,10 @@ pub const PIPELINE_OPTIONS: &[(&str, &str)] = &[
     ("checkpoint.incremental", "'true' (the default: keyed state writes what changed) or 'false' (full snapshots)"),
     ("parallelism", "an integer from 1 to 256"),
     ("state.ttl", "a duration such as '1 hour', or 'off' (updating aggregates and regular joins)"),
+    (
+        "restart.attempts",
+        "how often a failing pipeline restarts in a row (no checkpoint completed between) before it stops as failed: an integer from 0, or 'unlimited' (the default)",
+    ),
     ("pipeline.name", "a name of letters, digits, '-' and '_' (names the pipelines' Kafka transactional ids)"),
     ("sql.dialect", "'weir' or 'flink' (Flink's rule for names: unquoted names kept as written, matched exactly)"),
     (
@@ -47,6 +51,8 @@ pub const FLINK_OPTIONS: &[(&str, &str)] = &[
     ("execution.checkpointing.incremental", "checkpoint.incremental"),
     ("state.backend.incremental", "checkpoint.incremental"),
     ("table.exec.state.ttl", "state.ttl"),
+    ("restart-strategy.fixed-delay.attempts", "restart.attempts"),
+    ("restart-strategy.exponential-delay.attempts-before-reset-backoff", "restart.attempts"),
     ("pipeline.name", "pipeline.name"),
 ];
 
@@ -96,6 +102,8 @@ pub struct PipelineOptions {
     pub incremental_checkpoints: Option<bool>,
     pub parallelism: Option<usize>,
     pub state_ttl: Option<Every>,
+    /// `restart.attempts`; unset: unlimited.
+    pub restart_attempts: Option<u32>,
     pub pipeline_name: Option<String>,
     pub dialect: Option<Dialect>,
     pub identifiers: Option<IdentifierCase>,
@@ -141,6 +149,12 @@ impl PipelineOptions {
             "checkpoint.incremental" => self.incremental_checkpoints = Some(boolean()?),
             "parallelism" => self.parallelism = Some(count(1, 256)?),
             "state.ttl" => self.state_ttl = Some(every()?),
+            "restart.attempts" => {
+                self.restart_attempts = match value {
+                    "unlimited" => None,
+                    _ => Some(value.parse().map_err(|_| invalid())?),
+                }
+            }
             "sql.dialect" => {
                 let dialect = [Dialect::Weir, Dialect::Flink].into_iter().find(|d| d.option_value() == value);
                 self.dialect = Some(dialect.ok_or_else(invalid)?);
@@ -189,6 +203,7 @@ impl PipelineOptions {
         if let Some(incremental) = self.incremental_checkpoints {
             checkpoint.incremental = incremental;
         }
+        config.restart.max_restarts = self.restart_attempts;
         config
     }
 
@@ -223,7 +238,7 @@ impl PipelineOptions {
             Every::Every(d) => duration(d),
         };
         let mode = |exactly_once: &bool| if *exactly_once { "exactly_once" } else { "at_least_once" }.to_string();
-        let settings: [(&str, Option<String>); 13] = [
+        let settings: [(&str, Option<String>); 14] = [
             ("checkpoint.mode", self.exactly_once.as_ref().map(mode)),
             ("checkpoint.unaligned", self.unaligned.map(|b| b.to_string())),
             ("checkpoint.aligned_timeout", self.aligned_timeout.as_ref().map(duration)),
@@ -234,6 +249,7 @@ impl PipelineOptions {
             ("checkpoint.incremental", self.incremental_checkpoints.map(|b| b.to_string())),
             ("parallelism", self.parallelism.map(|n| n.to_string())),
             ("state.ttl", self.state_ttl.as_ref().map(every)),
+            ("restart.attempts", self.restart_attempts.map(|n| n.to_string())),
             ("pipeline.name", self.pipeline_name.clone()),
             ("sql.dialect", self.dialect.map(|d| d.option_value().to_string())),
             ("sql.identifiers", self.identifiers.map(|c| c.option_value().to_string())),
@@ -312,6 +328,10 @@ mod tests {
         assert_eq!(options.checkpoint_interval, Some(Every::Every(Duration::from_secs(10))));
         assert_eq!((options.exactly_once, options.parallelism), (Some(false), Some(4)));
         assert_eq!(options.state_ttl, Some(Every::Every(Duration::from_secs(86_400))));
+        options.set("restart-strategy.fixed-delay.attempts", "3").unwrap();
+        assert_eq!(options.config().restart.max_restarts, Some(3));
+        options.set("restart.attempts", "unlimited").unwrap();
+        assert_eq!(options.config().restart.max_restarts, None);
         options.set("table.exec.state.ttl", "0 ms").unwrap();
         assert_eq!(options.state_ttl, Some(Every::Off), "Flink's TTL of 0 is none");
         let error = options.set("execution.checkpointing.mode", "sometimes").unwrap_err();

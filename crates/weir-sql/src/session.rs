@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::compute::can_cast_types;
-use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::catalog::view::ViewTable;
 use datafusion::common::{DFSchema, TableReference};
 use datafusion::datasource::empty::EmptyTable;
@@ -30,6 +30,7 @@ use weir_engine::{Graph, PipelineConfig};
 use crate::catalog::{Catalog, TableDef, ViewDef};
 use crate::error::{Error, Result, located};
 use crate::identifiers::IdentifierCase;
+use crate::map_types;
 use crate::pipeline_options::PipelineOptions;
 use crate::pipeline_statements::{self, PipelineCommand, PlacedCommand};
 use crate::plan_err;
@@ -243,6 +244,7 @@ impl Session {
         let (text, mut clauses) = time_clauses::extract(sql)?;
         let tokens = crate::flink_types::rewrite(window_table_functions::tokens(&text)?)?;
         let tokens = crate::flink_functions::is_json_predicates(crate::flink_functions::map_constructors(tokens));
+        let tokens = crate::json_functions::clauses_as_arguments(tokens)?;
         crate::flink_refusals::check(&tokens)?;
         let (tokens, computed) = crate::computed_columns::extract(tokens);
         clauses.extend(computed);
@@ -277,6 +279,7 @@ impl Session {
             // changed them).
             crate::field_names::name_fields(&mut statement);
             crate::flink_functions::rewrite(&mut statement, self.options.dialect.unwrap_or_default())?;
+            self.cast_to_maps(&mut statement).await?;
             attach_time_clauses(&mut statement, std::mem::take(&mut clauses[index]), self.names())?;
             match statement {
                 Statement::Insert(insert) => inserts.push(insert),
@@ -404,7 +407,10 @@ impl Session {
                 let rows = tables.chain(views).collect();
                 Ok(Output::Rows { columns: vec!["name".into(), "kind".into(), "connector".into()], rows })
             }
-            Statement::ExplainTable { table_name, .. } => self.describe(&self.names().object_name(&table_name)),
+            Statement::ExplainTable { table_name, .. } => {
+                let name = self.names().object_name(&table_name);
+                self.describe(&name).await
+            }
             Statement::Set(Set::SingleAssignment { variable, values, .. }) => {
                 // Flink quotes the name: SET 'parallelism.default' = '2'.
                 let name = variable.to_string().trim_matches('\'').to_string();
@@ -468,22 +474,27 @@ impl Session {
         }
     }
 
-    /// Arrow's map type of `MAP(key, value)`: its key and value types as DataFusion plans
-    /// them (it has no SQL map type), in the entries DataFusion's `map()` makes.
-    async fn map_type(&self, key: &SqlType, value: &SqlType) -> Result<DataType> {
-        let sql = format!("CREATE TABLE weir_map_types (k {key} NOT NULL, v {value})");
-        let statement = Parser::new(&GenericDialect {}).try_with_sql(&sql).and_then(|mut p| p.parse_statement());
-        let statement = statement.map_err(|e| Error::Plan(format!("MAP({key}, {value}): {e}")))?;
-        let plan = self.context.state().statement_to_plan(DFStatement::Statement(Box::new(statement))).await?;
-        let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(table)) = plan else {
-            return plan_err!("MAP({key}, {value}): could not read its types");
-        };
-        let schema = table.input.schema().as_arrow().clone();
-        let entries = Fields::from(vec![
-            schema.field(0).clone().with_name("key").with_nullable(false),
-            schema.field(1).clone().with_name("value").with_nullable(true),
-        ]);
-        Ok(DataType::Map(Arc::new(Field::new("entries", DataType::Struct(entries), false)), false))
+    /// `statement` with its casts to a type with a map in it (`CAST(x AS MAP<K, V>)`) made
+    /// casts to the Arrow type each plans as (see `map_types`).
+    async fn cast_to_maps(&self, statement: &mut Statement) -> Result<()> {
+        let mut planned = Vec::new();
+        for target in map_types::map_cast_targets(statement) {
+            let mut stand_in = target.clone();
+            map_types::stand_in_for_maps(&mut stand_in);
+            let sql = format!("CREATE TABLE weir_cast_types (c {stand_in})");
+            let parsed = Parser::new(&GenericDialect {}).try_with_sql(&sql).and_then(|mut p| p.parse_statement());
+            let parsed = parsed.map_err(|e| Error::Plan(format!("CAST to {target}: {e}")))?;
+            let plan = self.context.state().statement_to_plan(DFStatement::Statement(Box::new(parsed))).await?;
+            let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(table)) = plan else {
+                return plan_err!("CAST to {target}: could not read its type");
+            };
+            let arrow = map_types::maps_from_stand_ins(table.input.schema().field(0).data_type());
+            planned.push((target, arrow));
+        }
+        if !planned.is_empty() {
+            map_types::cast_to_planned_maps(statement, &planned);
+        }
+        Ok(())
     }
 
     async fn create_table(&mut self, mut create: CreateTable) -> Result<Output> {
@@ -550,17 +561,13 @@ impl Session {
             // DataFusion's own CREATE TABLE planning turns the SQL types into Arrow types; it has
             // no JSON type, so JSON columns go through it as text and are marked JSON after.
             let mut json_columns = Vec::new();
-            // Nor a map type: a MAP(K, V) column goes through as text, its type made after.
-            let mut map_columns = Vec::new();
+            // Nor a map type: maps go through as stand-in structs, made maps after.
             for column in &mut create.columns {
                 if matches!(column.data_type, SqlType::JSON | SqlType::JSONB) {
                     column.data_type = SqlType::Text;
                     json_columns.push(self.names().name(&column.name));
                 }
-                if let SqlType::Map(key, value) = &column.data_type {
-                    map_columns.push((self.names().name(&column.name), self.map_type(key, value).await?));
-                    column.data_type = SqlType::Text;
-                }
+                map_types::stand_in_for_maps(&mut column.data_type);
             }
             create.table_options = CreateTableOptions::None;
             create.name = ObjectName::from(vec![datafusion::sql::sqlparser::ast::Ident::new("weir_column_types")]);
@@ -576,10 +583,9 @@ impl Session {
             let fields: Vec<Field> = schema
                 .fields()
                 .iter()
-                .map(|f| match map_columns.iter().find(|(name, _)| name == f.name()) {
-                    Some((_, map)) => Field::new(f.name(), map.clone(), f.is_nullable()),
-                    None if json_columns.contains(f.name()) => json_field(f.name(), f.is_nullable()),
-                    None => f.as_ref().clone(),
+                .map(|f| match json_columns.contains(f.name()) {
+                    true => json_field(f.name(), f.is_nullable()),
+                    false => f.as_ref().clone().with_data_type(map_types::maps_from_stand_ins(f.data_type())),
                 })
                 .collect();
             Arc::new(Schema::new(fields))
@@ -658,12 +664,26 @@ impl Session {
         Ok(computed)
     }
 
-    fn describe(&self, name: &str) -> Result<Output> {
+    async fn describe(&mut self, name: &str) -> Result<Output> {
+        let columns = vec!["column".into(), "type".into(), "nullable".into(), "note".into()];
         let Some(table) = self.catalog.tables.get(name) else {
-            if self.catalog.views.contains_key(name) {
-                return plan_err!("'{name}' is a view; DESCRIBE shows tables (EXPLAIN a SELECT from it instead)");
+            if !self.catalog.views.contains_key(name) {
+                return plan_err!("there is no table or view named '{name}'");
             }
-            return plan_err!("there is no table named '{name}'");
+            // A view's columns are those its query gives.
+            Box::pin(self.register_catalog()).await?;
+            let view = self.context.table(TableReference::bare(name)).await?;
+            let rows = view
+                .schema()
+                .fields()
+                .iter()
+                .map(|field| {
+                    let data_type = if is_json(field) { "JSON".to_string() } else { field.data_type().to_string() };
+                    let nullable = if field.is_nullable() { "YES" } else { "NO" };
+                    vec![field.name().clone(), data_type, nullable.to_string(), "view column".to_string()]
+                })
+                .collect();
+            return Ok(Output::Rows { columns, rows });
         };
         let rows = table
             .schema
@@ -685,7 +705,7 @@ impl Session {
                 vec![field.name().clone(), data_type, if field.is_nullable() { "YES" } else { "NO" }.to_string(), note]
             })
             .collect();
-        Ok(Output::Rows { columns: vec!["column".into(), "type".into(), "nullable".into(), "note".into()], rows })
+        Ok(Output::Rows { columns, rows })
     }
 
     /// The optimised logical plan of `query` (a SELECT) writing to `sink`.
@@ -1129,7 +1149,7 @@ mod tests {
         assert!(
             error(&mut session, "CREATE TABLE t WITH (connector = 'blackhole')").await.contains("list its columns")
         );
-        assert!(error(&mut session, "DESCRIBE nothing").await.contains("there is no table named 'nothing'"));
+        assert!(error(&mut session, "DESCRIBE nothing").await.contains("there is no table or view named 'nothing'"));
         assert!(error(&mut session, "DROP TABLE nothing").await.contains("there is no table named 'nothing'"));
         run(&mut session, "CREATE TABLE t (a BIGINT) WITH (connector = 'blackhole')").await;
         assert!(
