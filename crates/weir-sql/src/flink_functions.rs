@@ -649,7 +649,8 @@ fn json_member(key: &str, value: &Expr, absent: bool) -> String {
 
 /// JSON_OBJECTAGG(k VALUE v) and JSON_ARRAYAGG(v): the group's members or elements joined by
 /// `string_agg` (which skips NULLs: an absent member), with Flink's defaults NULL ON NULL for
-/// objects and ABSENT ON NULL for arrays. (A key given twice is kept twice, where Flink fails.)
+/// objects and ABSENT ON NULL for arrays; a key given twice in a group fails the query, as in
+/// Flink (`json_unique_keys`).
 fn json_aggregate(name: &str, list: &[FunctionArg], absent_on_null: Option<bool>) -> Result<String> {
     match (name, list) {
         ("JSON_ARRAYAGG", [FunctionArg::Unnamed(FunctionArgExpr::Expr(v))]) => {
@@ -665,7 +666,7 @@ fn json_aggregate(name: &str, list: &[FunctionArg], absent_on_null: Option<bool>
                 return arity(name, "a key and a value, as in JSON_OBJECTAGG(k VALUE v)");
             };
             let member = json_member(&key, v, absent_on_null.unwrap_or(false));
-            Ok(format!("json_built(concat('{{', string_agg({member}, ','), '}}'))"))
+            Ok(format!("json_built(json_unique_keys(concat('{{', string_agg({member}, ','), '}}')))"))
         }
         _ => arity(name, "a key and a value, as in JSON_OBJECTAGG(k VALUE v)"),
     }

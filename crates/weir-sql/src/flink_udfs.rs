@@ -10,7 +10,7 @@
 //! `map_union(map, ...)`, Flink's `MAP_UNION`; `weir_raise_error(message)`, a query's failure;
 //! `json_built(text)`, a JSON construction's text
 //! marked for nesting; and the text functions of [`TEXT_FUNCTIONS`] (`hex`, `bin`,
-//! `url_encode`, `url_decode`, `convert_tz`, `json_compact`). NULL in, NULL out.
+//! `url_encode`, `url_decode`, `convert_tz`, `json_compact`, `json_unique_keys`). NULL in, NULL out.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::buffer::{NullBuffer, OffsetBuffer};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::arrow::datatypes::{Field, Fields, Schema};
 use datafusion::arrow::json::writer::LineDelimited;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -165,13 +165,15 @@ impl ScalarUDFImpl for Printf {
     }
 }
 
-/// One conversion of a Java format: `%[index$][flags][width][.precision]conversion`.
+/// One conversion of a Java format: `%[index$ | <][flags][width][.precision]conversion`.
 pub(crate) struct Conversion {
     index: Option<usize>,
     flags: String,
     width: usize,
     precision: Option<usize>,
     kind: char,
+    /// `%t` / `%T`'s date or time conversion (`Y`, `m`, `d`, `H`, `F`, `T`, ...).
+    time: Option<char>,
 }
 
 /// A piece of a Java format: literal text (`Ok`), or a conversion.
@@ -198,12 +200,23 @@ pub(crate) fn printf_format(format: &str) -> std::result::Result<Vec<FormatPiece
         match kind {
             '%' => text.push('%'),
             'n' => text.push('\n'),
-            's' | 'S' | 'd' | 'x' | 'X' | 'o' | 'f' | 'e' | 'E' | 'b' | 'B' | 'c' => {
-                let (index, rest) = match spec.split_once('$') {
-                    Some((index, rest)) => {
-                        (Some(index.parse::<usize>().map_err(|_| format!("'%{spec}{kind}'"))?), rest)
+            's' | 'S' | 'd' | 'x' | 'X' | 'o' | 'f' | 'e' | 'E' | 'b' | 'B' | 'c' | 't' | 'T' => {
+                let time = match kind {
+                    't' | 'T' => match chars.next() {
+                        Some(c) if time_format(c).is_some() => Some(c),
+                        Some(c) => return Err(format!("the date/time conversion '%{kind}{c}' is not supported")),
+                        None => return Err(format!("the format ends inside '%{spec}{kind}'")),
+                    },
+                    _ => None,
+                };
+                // `%<...`: the argument of the conversion before (index 0).
+                let (index, rest) = match (spec.strip_prefix('<'), spec.split_once('$')) {
+                    (Some(rest), _) => (Some(0), rest),
+                    (None, Some((index, rest))) => {
+                        let index = index.parse::<usize>().ok().filter(|i| *i > 0);
+                        (Some(index.ok_or_else(|| format!("'%{spec}{kind}'"))?), rest)
                     }
-                    None => (None, spec.as_str()),
+                    (None, None) => (None, spec.as_str()),
                 };
                 let flags: String = rest.chars().take_while(|c| "-0+ ,#(".contains(*c)).collect();
                 let rest = &rest[flags.len()..];
@@ -215,9 +228,11 @@ pub(crate) fn printf_format(format: &str) -> std::result::Result<Vec<FormatPiece
                 let width = if width.is_empty() { 0 } else { width.parse().map_err(|_| bad())? };
                 let precision = precision.map(|p| p.parse().map_err(|_| bad())).transpose()?;
                 pieces.push(Ok(std::mem::take(&mut text)));
-                pieces.push(Err(Conversion { index, flags, width, precision, kind }));
+                pieces.push(Err(Conversion { index, flags, width, precision, kind, time }));
             }
-            other => return Err(format!("the conversion '%{other}' is not supported (s, d, x, o, f, e, b, c, n, %)")),
+            other => {
+                return Err(format!("the conversion '%{other}' is not supported (s, d, x, o, f, e, b, c, t, n, %)"));
+            }
         }
     }
     pieces.push(Ok(text));
@@ -227,7 +242,7 @@ pub(crate) fn printf_format(format: &str) -> std::result::Result<Vec<FormatPiece
 /// One row's formatted text; `None` where a value does not fit its conversion.
 fn printf_row(pieces: &[FormatPiece], values: &[ArrayRef], row: usize) -> Option<String> {
     let mut out = String::new();
-    let mut next = 0;
+    let (mut next, mut last) = (0, None);
     for piece in pieces {
         let conversion = match piece {
             Ok(text) => {
@@ -237,17 +252,55 @@ fn printf_row(pieces: &[FormatPiece], values: &[ArrayRef], row: usize) -> Option
             Err(conversion) => conversion,
         };
         let index = match conversion.index {
-            Some(index) => index.checked_sub(1)?,
+            Some(0) => last?,
+            Some(index) => index - 1,
             None => {
                 next += 1;
                 next - 1
             }
         };
+        last = Some(index);
         let value = values.get(index)?;
         let scalar = ScalarValue::try_from_array(value, row).ok()?;
         out.push_str(&convert(conversion, &scalar)?);
     }
     Some(out)
+}
+
+/// chrono's format of Java's date/time conversion `%t<c>` (timestamps are UTC); the few
+/// computed instead (`s`, `Q`, `C`, `p`) have one too, to mark them supported.
+fn time_format(c: char) -> Option<&'static str> {
+    Some(match c {
+        'H' => "%H",
+        'I' => "%I",
+        'k' => "%-H",
+        'l' => "%-I",
+        'M' => "%M",
+        'S' => "%S",
+        'L' => "%3f",
+        'N' => "%9f",
+        'p' => "%p",
+        'Z' => "UTC",
+        'z' => "+0000",
+        's' | 'Q' | 'C' => "",
+        'B' => "%B",
+        'b' | 'h' => "%b",
+        'A' => "%A",
+        'a' => "%a",
+        'Y' => "%Y",
+        'y' => "%y",
+        'j' => "%j",
+        'm' => "%m",
+        'd' => "%d",
+        'e' => "%-d",
+        'R' => "%H:%M",
+        'T' => "%H:%M:%S",
+        'r' => "%I:%M:%S %p",
+        'D' => "%m/%d/%y",
+        'F' => "%Y-%m-%d",
+        'c' => "%a %b %d %H:%M:%S UTC %Y",
+        _ => return None,
+    })
 }
 
 /// One value in its conversion, padded to the width.
@@ -304,6 +357,22 @@ fn convert(conversion: &Conversion, value: &ScalarValue) -> Option<String> {
             },
         },
         _ if value.is_null() => ("null".to_string(), false),
+        't' | 'T' => {
+            let millis = match value.cast_to(&DataType::Timestamp(TimeUnit::Millisecond, None)).ok()? {
+                ScalarValue::TimestampMillisecond(Some(ms), _) => ms,
+                _ => return None,
+            };
+            let time = chrono::DateTime::from_timestamp_millis(millis)?.naive_utc();
+            use chrono::Datelike;
+            let text = match conversion.time? {
+                's' => millis.div_euclid(1000).to_string(),
+                'Q' => millis.to_string(),
+                'C' => format!("{:02}", time.year().div_euclid(100)),
+                'p' => time.format("%p").to_string().to_lowercase(),
+                other => time.format(time_format(other)?).to_string(),
+            };
+            (if conversion.kind == 'T' { text.to_uppercase() } else { text }, false)
+        }
         'd' => {
             let n = integer()?;
             (signed(grouped(&n.unsigned_abs().to_string()), n < 0), true)
@@ -603,7 +672,7 @@ impl ScalarUDFImpl for TextFunction {
 }
 
 /// Flink's text functions weir computes itself: (name, arguments, what it does).
-const TEXT_FUNCTIONS: [(&str, usize, TextOf); 9] = [
+const TEXT_FUNCTIONS: [(&str, usize, TextOf); 10] = [
     ("sha1", 1, sha1),
     ("json_string", 1, json_string),
     ("json_built", 1, json_built),
@@ -613,6 +682,7 @@ const TEXT_FUNCTIONS: [(&str, usize, TextOf); 9] = [
     ("url_decode", 1, url_decode),
     ("convert_tz", 3, convert_tz),
     ("json_compact", 1, json_compact),
+    ("json_unique_keys", 1, json_unique_keys),
 ];
 
 /// Each row's text of `column` cast to text.
@@ -674,6 +744,45 @@ fn json_compact(args: &[ArrayRef]) -> datafusion::error::Result<StringArray> {
         out
     };
     Ok(texts(value)?.iter().map(|t| t.map(compact)).collect())
+}
+
+/// `json_unique_keys(object)`: the JSON object's text as it is, failing the query if a key
+/// is in it twice (JSON_OBJECTAGG's group gave a key twice: Flink's fails too).
+fn json_unique_keys(args: &[ArrayRef]) -> datafusion::error::Result<StringArray> {
+    let [object] = args else { return exec_err!("json_unique_keys takes one text") };
+    let objects = texts(object)?;
+    for text in objects.iter().flatten() {
+        let mut reader = serde_json::Deserializer::from_str(text);
+        let repeated = serde::Deserializer::deserialize_map(&mut reader, RepeatedKey)
+            .map_err(|e| DataFusionError::Execution(format!("JSON_OBJECTAGG built '{text}': {e}")))?;
+        if let Some(key) = repeated {
+            return exec_err!("JSON_OBJECTAGG: the key '{key}' is given twice in one group");
+        }
+    }
+    Ok(objects)
+}
+
+/// A JSON object's first key given twice, if any.
+struct RepeatedKey;
+
+impl<'de> serde::de::Visitor<'de> for RepeatedKey {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+        // Read to the end (serde_json checks what follows the object).
+        let (mut seen, mut repeated) = (std::collections::HashSet::new(), None);
+        while let Some(key) = map.next_key::<String>()? {
+            map.next_value::<serde::de::IgnoredAny>()?;
+            if !seen.insert(key.clone()) && repeated.is_none() {
+                repeated = Some(key);
+            }
+        }
+        Ok(repeated)
+    }
 }
 
 /// `HEX(n)`: an integer's hex digits (a negative one's 64-bit two's complement, as Java's
