@@ -2,8 +2,8 @@
 # Runs weir's whole test suite: starts the real Kafka broker (tests/kafka/broker.sh) unless
 # WEIR_KAFKA_BOOTSTRAP names one, runs every crate's tests against it, then the web page's tests
 # in a headless browser (tests/web/run.sh) and the REST API fuzzed against its OpenAPI document
-# (tests/api/run.sh), and stops the broker again if this script started it. Arguments go to
-# cargo test (and skip the other two).
+# (tests/api/run.sh), and stops the broker again if this script started it. Installs psql for
+# the Postgres protocol's tests when missing. Arguments go to cargo test (and skip the other two).
 #
 # Builds go to $CARGO_TARGET_DIR (default ~/.cache/weir/target), outside the clone, so a fresh
 # clone on the same machine reuses earlier builds.
@@ -25,6 +25,14 @@ if [[ $started_broker == yes ]]; then
   trap 'bash tests/kafka/broker.sh stop' EXIT
 fi
 echo "run.sh: Kafka at $WEIR_KAFKA_BOOTSTRAP" >&2
+
+# The Postgres protocol's tests talk to weir with the real psql.
+if ! command -v psql >/dev/null 2>&1; then
+  echo "run.sh: installing psql (postgresql-client)" >&2
+  sudo=""
+  [[ $(id -u) -ne 0 ]] && sudo="sudo"
+  $sudo apt-get install -y -q postgresql-client >/dev/null || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q postgresql-client >/dev/null; }
+fi
 
 status=0
 cargo test --workspace --all-features --no-fail-fast "$@" || status=$?

@@ -173,6 +173,14 @@ pub trait Connector: Send + Sync {
         format!("{}: {}", table.name, self.name())
     }
 
+    /// Whether reading `table` comes to an end (a file source, a generator with a count, a
+    /// Kafka table read up to the offsets of its start): a client waits for such a query's
+    /// last row, and reads a stream's rows as they come.
+    fn bounded(&self, table: &ConnectorTable) -> bool {
+        let _ = table;
+        false
+    }
+
     /// `table` as the source of node `context.node`, read by `parallelism` subtasks.
     fn source(&self, table: &ConnectorTable, parallelism: usize, context: NodeContext<'_>) -> Result<PlannedSource> {
         let _ = (parallelism, context);

@@ -270,6 +270,10 @@ impl Connector for DatagenConnector {
         DatagenGenerator::of(table).map(|_| ())
     }
 
+    fn bounded(&self, table: &ConnectorTable) -> bool {
+        table.options.get("number-of-rows").is_some()
+    }
+
     fn reading(&self, table: &ConnectorTable) -> String {
         let rows = match table.options.get("number-of-rows") {
             Some(rows) => format!("{rows} rows"),

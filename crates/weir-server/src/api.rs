@@ -252,7 +252,7 @@ async fn output(State(state): State<AppState>, Path(id): Path<String>) -> ApiRes
     let preview = state.manager.preview(id)?;
     let columns: Vec<serde_json::Value> =
         preview.columns.iter().map(|(name, data_type)| serde_json::json!({"name": name, "type": data_type})).collect();
-    let schema = serde_json::json!({"columns": columns, "updating": preview.updating, "reading": preview.reading});
+    let schema = serde_json::json!({"columns": columns, "updating": preview.updating, "reading": preview.reading, "bounded": preview.bounded});
     let first = Event::default().event("schema").data(schema.to_string());
     let manager = state.manager.clone();
     let rows = futures::stream::unfold(Some(0usize), move |position| {

@@ -23,6 +23,8 @@ pub struct ServerConfig {
     pub filesystem_dirs: Option<Vec<PathBuf>>,
     /// Serve a non-loopback address without a token (refused otherwise).
     pub allow_unauthenticated: bool,
+    /// Where to speak the Postgres protocol too (`--pg-listen`); off unless set.
+    pub pg_listen: Option<SocketAddr>,
 }
 
 impl Default for ServerConfig {
@@ -34,6 +36,7 @@ impl Default for ServerConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             filesystem_dirs: None,
             allow_unauthenticated: false,
+            pg_listen: None,
         }
     }
 }
@@ -48,6 +51,7 @@ pub struct FileConfig {
     pub max_body_bytes: Option<usize>,
     pub filesystem_dirs: Option<Vec<PathBuf>>,
     pub allow_unauthenticated: Option<bool>,
+    pub pg_listen: Option<SocketAddr>,
 }
 
 impl FileConfig {
@@ -69,6 +73,7 @@ impl ServerConfig {
             max_body_bytes: overrides.max_body_bytes.or(file.max_body_bytes).unwrap_or(defaults.max_body_bytes),
             filesystem_dirs: overrides.filesystem_dirs.or(file.filesystem_dirs),
             allow_unauthenticated: overrides.allow_unauthenticated.or(file.allow_unauthenticated).unwrap_or(false),
+            pg_listen: overrides.pg_listen.or(file.pg_listen),
         }
     }
 
@@ -80,14 +85,16 @@ impl ServerConfig {
     /// Refuses to serve the API to the network without a token: anyone who reached it could
     /// run SQL that reads and writes files and connects to any Kafka address the server can
     /// reach. Loopback addresses are the user's own machine.
+    /// The same holds for the Postgres port, where the token is the password.
     pub fn check(&self) -> Result<(), String> {
-        if self.listen.ip().is_loopback() || self.token.is_some() || self.allow_unauthenticated {
-            return Ok(());
+        for listen in std::iter::once(self.listen).chain(self.pg_listen) {
+            if !(listen.ip().is_loopback() || self.token.is_some() || self.allow_unauthenticated) {
+                return Err(format!(
+                    "refusing to serve {listen} without a token: anyone who can reach it could run any SQL. Set one with --token or WEIR_TOKEN (clients then give it too), or say --allow-unauthenticated if that is what you want"
+                ));
+            }
         }
-        Err(format!(
-            "refusing to serve {} without a token: anyone who can reach it could run any SQL. Set one with --token or WEIR_TOKEN (clients then give it too), or say --allow-unauthenticated if that is what you want",
-            self.listen
-        ))
+        Ok(())
     }
 }
 
@@ -109,5 +116,8 @@ mod tests {
         assert!(refused.contains("--token") && refused.contains("--allow-unauthenticated"), "{refused}");
         assert!(on("0.0.0.0:8080", Some("t"), false).check().is_ok());
         assert!(on("0.0.0.0:8080", None, true).check().is_ok());
+        let pg = |address: &str| ServerConfig { pg_listen: address.parse().ok(), ..on("127.0.0.1:8080", None, false) };
+        assert!(pg("127.0.0.1:5432").check().is_ok());
+        assert!(pg("0.0.0.0:5432").check().unwrap_err().contains("0.0.0.0:5432"));
     }
 }

@@ -1,7 +1,8 @@
 //! `weir serve`: streaming SQL over HTTP. [`api`] holds the routes, [`manager`] the pipelines
 //! and their lifecycle, [`store`] what survives a restart (SQLite in the data directory),
 //! [`config`] the typed configuration, [`metrics`] the Prometheus page, [`rates`] the
-//! per-operator rates, [`dataflow`] the graph as data for the web page, [`web`] the page.
+//! per-operator rates, [`dataflow`] the graph as data for the web page, [`web`] the page,
+//! [`pg`] the Postgres protocol.
 
 pub mod api;
 pub mod config;
@@ -9,6 +10,8 @@ pub mod dataflow;
 pub mod error;
 pub mod manager;
 pub mod metrics;
+pub mod pg;
+mod pg_results;
 pub mod rates;
 pub mod store;
 pub mod web;
@@ -19,8 +22,12 @@ use tracing::info;
 pub use config::ServerConfig;
 
 /// Opens the data directory (resuming what was running), binds, and serves until the process
-/// ends. Calls `on_bound` with the bound address (useful with port 0).
-pub async fn serve(config: ServerConfig, on_bound: impl FnOnce(std::net::SocketAddr)) -> std::io::Result<()> {
+/// ends. Calls `on_bound` with the bound HTTP address and the Postgres one if asked for
+/// (useful with port 0).
+pub async fn serve(
+    config: ServerConfig,
+    on_bound: impl FnOnce(std::net::SocketAddr, Option<std::net::SocketAddr>),
+) -> std::io::Result<()> {
     config.check().map_err(std::io::Error::other)?;
     if config.token.is_none() && !config.listen.ip().is_loopback() {
         tracing::warn!(listen = %config.listen, "serving the API to the network without a token (--allow-unauthenticated)");
@@ -28,8 +35,16 @@ pub async fn serve(config: ServerConfig, on_bound: impl FnOnce(std::net::SocketA
     let manager = manager::Manager::open(config.clone()).await.map_err(|e| std::io::Error::other(e.body.message))?;
     let listener = TcpListener::bind(config.listen).await?;
     let bound = listener.local_addr()?;
+    let pg_bound = match config.pg_listen {
+        Some(address) => {
+            let (pg_listener, pg_bound) = pg::bind(address).await?;
+            tokio::spawn(pg::serve(pg_listener, manager.clone(), config.token.clone()));
+            Some(pg_bound)
+        }
+        None => None,
+    };
     info!(%bound, data_dir = %config.data_dir.display(), "weir is listening");
-    on_bound(bound);
+    on_bound(bound, pg_bound);
     let state = api::AppState { manager, token: config.token.clone() };
     axum::serve(listener, api::router(state, config.max_body_bytes)).await
 }

@@ -118,6 +118,8 @@ pub struct Preview {
     pub updating: bool,
     /// Per source table, where its reading starts ("kafka topic 'bids' from the earliest offset").
     pub reading: Vec<String>,
+    /// Whether every table it reads comes to an end, and so the query too.
+    pub bounded: bool,
 }
 
 /// Rows a bare SELECT's preview keeps, unless the session says otherwise.
@@ -439,10 +441,11 @@ impl Session {
                 let (name, planned, config) = self.plan_pipeline(vec![query]).await?;
                 let mut sources = planned.sources;
                 sources.sort();
-                let reading =
-                    sources.iter().filter_map(|t| self.catalog.tables.get(t)).map(reading_of).collect::<Result<_>>()?;
+                let tables: Vec<&TableDef> = sources.iter().filter_map(|t| self.catalog.tables.get(t)).collect();
+                let reading = tables.iter().map(|t| reading_of(t)).collect::<Result<_>>()?;
+                let bounded = tables.iter().map(|t| bounded(t)).collect::<Result<Vec<bool>>>()?.iter().all(|b| *b);
                 let updating = planned.updating.first().copied().unwrap_or(false);
-                let preview = Preview { buffer, columns, updating, reading };
+                let preview = Preview { buffer, columns, updating, reading, bounded };
                 Ok(Output::Pipeline(Box::new(PlannedPipeline {
                     name,
                     sql,
@@ -869,6 +872,12 @@ impl Session {
 fn reading_of(table: &TableDef) -> Result<String> {
     let connector = Registry::built_in().connector(&table.connector.connector)?;
     Ok(connector.reading(&table.connector_view()))
+}
+
+/// Whether reading `table` comes to an end.
+fn bounded(table: &TableDef) -> Result<bool> {
+    let connector = Registry::built_in().connector(&table.connector.connector)?;
+    Ok(connector.bounded(&table.connector_view()))
 }
 
 /// The option a connector whose tables are partitioned takes its partition columns in, also

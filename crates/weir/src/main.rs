@@ -47,12 +47,16 @@ enum Command {
         /// reach it could run any SQL).
         #[arg(long, env = "WEIR_ALLOW_UNAUTHENTICATED")]
         allow_unauthenticated: bool,
+        /// Also speak the Postgres wire protocol here, for psql, drivers and BI tools (off
+        /// unless set; with a token, the token is the password).
+        #[arg(long, env = "WEIR_PG_LISTEN")]
+        pg_listen: Option<SocketAddr>,
         /// Log lines as text (coloured on a terminal, unless NO_COLOR is set) or as JSON
         /// objects, one per line, for log collectors.
         #[arg(long, value_enum, default_value = "text", env = "WEIR_LOG_FORMAT")]
         log_format: LogFormat,
         /// A TOML file with any of: listen, data_dir, token, max_body_bytes, filesystem_dirs,
-        /// allow_unauthenticated.
+        /// allow_unauthenticated, pg_listen.
         #[arg(long, env = "WEIR_CONFIG")]
         config: Option<PathBuf>,
     },
@@ -143,6 +147,7 @@ async fn server_main(command: Command) -> anyhow::Result<()> {
             max_body_bytes,
             filesystem_dir,
             allow_unauthenticated,
+            pg_listen,
             log_format: _,
             config,
         } => {
@@ -157,12 +162,18 @@ async fn server_main(command: Command) -> anyhow::Result<()> {
                 max_body_bytes,
                 filesystem_dirs: (!filesystem_dir.is_empty()).then_some(filesystem_dir),
                 allow_unauthenticated: allow_unauthenticated.then_some(true),
+                pg_listen,
             };
             let config = weir_server::ServerConfig::resolve(file, overrides);
             let listen = config.listen;
-            weir_server::serve(config, |bound| println!("weir listening on http://{bound}"))
-                .await
-                .with_context(|| format!("serving on {listen}"))
+            weir_server::serve(config, |bound, pg| {
+                println!("weir listening on http://{bound}");
+                if let Some(pg) = pg {
+                    println!("weir speaks Postgres on {pg} (psql -h {} -p {})", pg.ip(), pg.port());
+                }
+            })
+            .await
+            .with_context(|| format!("serving on {listen}"))
         }
         Command::Run { file, data_dir, resume, max_rows, dialect } => {
             run::run_file(&file, &run::RunOptions { data_dir, resume, max_rows, dialect }).await

@@ -111,6 +111,11 @@ impl Connector for FilesystemConnector {
         )
     }
 
+    /// The files there when the pipeline starts.
+    fn bounded(&self, _: &ConnectorTable) -> bool {
+        true
+    }
+
     fn source(&self, table: &ConnectorTable, _: usize, _: NodeContext<'_>) -> Result<PlannedSource> {
         let (path, format, partitioning, _) = layout(table)?;
         // A source path is read at once: one that is not there is the user's mistake, not an

@@ -588,6 +588,10 @@ impl Connector for KafkaConnector {
         super::flink_options::from_flink(written, options)
     }
 
+    fn bounded(&self, table: &ConnectorTable) -> bool {
+        table.options.get("scan.bounded.mode") == Some("latest")
+    }
+
     fn reading(&self, table: &ConnectorTable) -> String {
         let options = &table.options;
         let topic = options.get("topic").unwrap_or_default();

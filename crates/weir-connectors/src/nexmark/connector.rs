@@ -99,6 +99,10 @@ impl Connector for NexmarkConnector {
         Ok(())
     }
 
+    fn bounded(&self, table: &ConnectorTable) -> bool {
+        config(&table.options).events.is_some()
+    }
+
     fn reading(&self, table: &ConnectorTable) -> String {
         let config = config(&table.options);
         let events = match config.events {

@@ -6,6 +6,7 @@
 mod cli;
 mod client;
 mod exactly_once;
+mod postgres;
 mod service;
 
 use std::sync::{Mutex, MutexGuard};

@@ -15,6 +15,8 @@ const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 pub(crate) struct Server {
     child: Child,
     pub(crate) address: String,
+    /// The Postgres port's address, when started with `--pg-listen`.
+    pub(crate) pg_address: Option<String>,
     token: Option<String>,
 }
 
@@ -24,12 +26,19 @@ impl Server {
         command.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data).args(extra);
         command.env_remove("WEIR_TOKEN").env("RUST_LOG", "warn").stdout(Stdio::piped()).stderr(Stdio::null());
         let mut child = command.spawn().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        stdout.read_line(&mut line).unwrap();
         let address =
             line.trim().strip_prefix("weir listening on http://").unwrap_or_else(|| panic!("{line}")).to_string();
+        let pg_address = extra.contains(&"--pg-listen").then(|| {
+            let mut line = String::new();
+            stdout.read_line(&mut line).unwrap();
+            let rest = line.trim().strip_prefix("weir speaks Postgres on ").unwrap_or_else(|| panic!("{line}"));
+            rest.split_whitespace().next().unwrap().to_string()
+        });
         let token = extra.iter().position(|a| *a == "--token").map(|i| extra[i + 1].to_string());
-        Self { child, address, token }
+        Self { child, address, pg_address, token }
     }
 
     /// (status, body) of one request.

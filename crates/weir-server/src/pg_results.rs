@@ -1,0 +1,459 @@
+//! What the service's statements give, as Postgres results (for [`crate::pg`]):
+//!
+//! - a done statement (CREATE TABLE, SET, ...) is its command tag, weir's message;
+//! - rows (SHOW, DESCRIBE, EXPLAIN, SHOW PIPELINES) are a result of text columns;
+//! - an INSERT starts a pipeline, and its tag names it;
+//! - a SELECT over input that ends is a result of its rows, typed, once the query has run
+//!   (psql prints a result only whole); of an updating query, its final rows;
+//! - a SELECT over a stream has no end: it is refused, naming `COPY (SELECT ...) TO STDOUT`,
+//!   which delivers any query's rows as they come, in COPY's text format (an updating query's
+//!   changes with their kind first: `+I`, `-U`, `+U`, `-D`), until the query ends or a cancel
+//!   request (Ctrl-C) stops it;
+//! - BEGIN / COMMIT / ROLLBACK, which drivers send, are accepted and do nothing: weir has no
+//!   transactions to offer, and every statement takes effect at once.
+//!
+//! Errors carry an SQLSTATE and, for SQL errors, the position psql puts its caret under.
+
+use std::fmt::Debug;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use futures::{Sink, SinkExt, Stream, StreamExt, stream};
+use pgwire::api::Type;
+use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo, QueryResponse, Response, Tag};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::copy::{CopyData, CopyDone, CopyOutResponse};
+use pgwire::messages::data::DataRow;
+use weir_sql::Preview;
+
+use crate::error::ApiError;
+use crate::manager::{Manager, StatementResult};
+
+/// How often a streamed result looks for new rows.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Runs `query` (one or more statements) and renders what it gives; a COPY is sent to
+/// `client` as it runs.
+pub async fn run<C>(manager: &Arc<Manager>, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    if let Some(response) = transaction_statement(query) {
+        return Ok(vec![response]);
+    }
+    if let Some(select) = copy_to_stdout(query).map_err(|message| user_error("42601", message, None))? {
+        copy(manager, client, &select).await?;
+        return Ok(Vec::new());
+    }
+    let results = manager.statements(query).await.map_err(|e| api_error(e, query))?;
+    let mut responses = Vec::with_capacity(results.len());
+    for result in results {
+        responses.push(match result {
+            StatementResult::Done { message } => Response::Execution(Tag::new(&message)),
+            StatementResult::Rows { columns, rows } => text_rows(columns, rows),
+            StatementResult::Pipeline { id, name, preview: false } => {
+                Response::Execution(Tag::new(&format!("INSERT started pipeline {id} ({name})")))
+            }
+            StatementResult::Pipeline { id, preview: true, .. } => select(manager, id).await?,
+        });
+    }
+    Ok(responses)
+}
+
+/// `BEGIN`, `START TRANSACTION`, `COMMIT`, `END`, `ROLLBACK`, `ABORT` alone: accepted.
+fn transaction_statement(query: &str) -> Option<Response> {
+    let words: Vec<String> =
+        query.trim().trim_end_matches(';').split_whitespace().map(|w| w.to_ascii_uppercase()).collect();
+    match words.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["BEGIN"] | ["BEGIN", "TRANSACTION" | "WORK"] | ["START", "TRANSACTION"] => {
+            Some(Response::TransactionStart(Tag::new("BEGIN")))
+        }
+        ["COMMIT" | "END"] | ["COMMIT" | "END", "TRANSACTION" | "WORK"] => {
+            Some(Response::TransactionEnd(Tag::new("COMMIT")))
+        }
+        ["ROLLBACK" | "ABORT"] | ["ROLLBACK" | "ABORT", "TRANSACTION" | "WORK"] => {
+            Some(Response::TransactionEnd(Tag::new("ROLLBACK")))
+        }
+        _ => None,
+    }
+}
+
+/// The query of `COPY (query) TO STDOUT [WITH (FORMAT text)]`, if `sql` is one; an error for
+/// another COPY.
+fn copy_to_stdout(sql: &str) -> Result<Option<String>, String> {
+    let text = sql.trim().trim_end_matches(';').trim_end();
+    let Some(rest) = text.get(..4).filter(|w| w.eq_ignore_ascii_case("COPY")).map(|_| text[4..].trim_start()) else {
+        return Ok(None);
+    };
+    let usage = "weir runs COPY (SELECT ...) TO STDOUT: a query's rows, as they come, in COPY's text format";
+    let Some(inner) = rest.strip_prefix('(') else { return Err(usage.into()) };
+    // The query's closing bracket: outside quotes, at depth 0.
+    let (mut depth, mut quote, mut end) = (1usize, None::<char>, None);
+    for (i, c) in inner.char_indices() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '(') => depth += 1,
+            (None, ')') => {
+                depth -= 1;
+                if depth == 0 {
+                    end = Some(i);
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    let Some(end) = end else { return Err(usage.into()) };
+    let after: Vec<String> = inner[end + 1..].split_whitespace().map(|w| w.to_ascii_uppercase()).collect();
+    let after: Vec<&str> = after.iter().map(String::as_str).collect();
+    match after.as_slice() {
+        ["TO", "STDOUT"] | ["TO", "STDOUT", "WITH", "(FORMAT", "TEXT)"] | ["TO", "STDOUT", "(FORMAT", "TEXT)"] => {
+            Ok(Some(inner[..end].to_string()))
+        }
+        _ => Err(usage.into()),
+    }
+}
+
+/// `COPY (select) TO STDOUT`: the query's rows sent to `client` as they come, each batch's
+/// flushed at once (pgwire's own COPY only buffers, and a slow stream's rows would sit in the
+/// buffer). Runs while the statement does, so a cancel request drops it, which stops the
+/// pipeline.
+async fn copy<C>(manager: &Arc<Manager>, client: &mut C, select: &str) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let results = manager.statements(select).await.map_err(|e| api_error(e, select))?;
+    let [StatementResult::Pipeline { id, preview: true, .. }] = results.as_slice() else {
+        return Err(user_error("42601", "COPY (...) TO STDOUT takes one SELECT".into(), None));
+    };
+    let preview = manager.preview(*id).map_err(|e| api_error(e, select))?;
+    let columns = preview.columns.len() + usize::from(preview.updating);
+    let text = vec![0; columns];
+    let start = CopyOutResponse::new(0, i16::try_from(columns).unwrap_or(i16::MAX), text);
+    client.send(PgWireBackendMessage::CopyOutResponse(start)).await?;
+    let mut batches = std::pin::pin!(rows_as_they_come(manager.clone(), *id, preview));
+    let mut rows = 0;
+    while let Some(batch) = batches.next().await {
+        for line in copy_lines(&batch?) {
+            client.feed(PgWireBackendMessage::CopyData(CopyData::new(line.into()))).await?;
+            rows += 1;
+        }
+        client.flush().await?;
+    }
+    client.send(PgWireBackendMessage::CopyDone(CopyDone::new())).await?;
+    client.send(PgWireBackendMessage::CommandComplete(Tag::new("COPY").with_rows(rows).into())).await?;
+    Ok(())
+}
+
+/// A bare SELECT's result: its rows once it has run, if its input ends; an updating query's
+/// final rows (its changes applied in order), as a table in Postgres would have them. Waits
+/// while the statement runs, so a cancel request drops it, which stops the pipeline.
+async fn select(manager: &Arc<Manager>, id: i64) -> PgWireResult<Response> {
+    let preview = manager.preview(id).map_err(|e| api_error(e, ""))?;
+    if !preview.bounded {
+        // It would never end, and psql prints a result only when it does.
+        let _ = manager.stop(id, true).await;
+        let _ = manager.delete(id).await;
+        let mut error = ErrorInfo::new(
+            "ERROR".into(),
+            "0A000".into(),
+            format!("this SELECT reads a stream ({}): it has no last row to wait for", preview.reading.join("; ")),
+        );
+        error.hint = Some("read its rows as they come with COPY (SELECT ...) TO STDOUT".into());
+        return Err(PgWireError::UserError(Box::new(error)));
+    }
+    let fields = Arc::new(fields(&preview));
+    let updating = preview.updating;
+    let mut batches = std::pin::pin!(rows_as_they_come(manager.clone(), id, preview));
+    let mut rows: Vec<Vec<Option<String>>> = Vec::new();
+    while let Some(batch) = batches.next().await {
+        let cells = text_cells(&batch?).map_err(|message| user_error("XX000", message, None))?;
+        for mut row in cells {
+            if !updating {
+                rows.push(row);
+                continue;
+            }
+            let op = row.remove(0);
+            match op.as_deref() {
+                Some("+I" | "+U") => rows.push(row),
+                _ => {
+                    if let Some(at) = rows.iter().position(|r| *r == row) {
+                        rows.remove(at);
+                    }
+                }
+            }
+        }
+    }
+    let mut encoder = DataRowEncoder::new(fields.clone());
+    let mut encoded = Vec::with_capacity(rows.len());
+    for row in rows {
+        for cell in &row {
+            encoder.encode_field(cell)?;
+        }
+        encoded.push(Ok(encoder.take_row()));
+    }
+    Ok(Response::Query(QueryResponse::new(fields, stream::iter(encoded))))
+}
+
+/// The batches of pipeline `id`'s preview as they come, until it ends. Dropping the stream
+/// before that (the statement canceled, the client gone) stops the pipeline.
+fn rows_as_they_come(
+    manager: Arc<Manager>,
+    id: i64,
+    preview: Preview,
+) -> impl Stream<Item = PgWireResult<RecordBatch>> + Send + 'static {
+    struct Reading {
+        position: usize,
+        running: StopOnDrop,
+    }
+    let reading = Reading { position: 0, running: StopOnDrop { manager, id, ended: false } };
+    stream::unfold(Some(reading), move |reading| {
+        let buffer = preview.buffer.clone();
+        async move {
+            let mut reading = reading?;
+            loop {
+                let ended = reading.running.manager.ended(reading.running.id);
+                let (batches, next, skipped) = buffer.since(reading.position);
+                if skipped > 0 {
+                    let message = format!(
+                        "the client fell {skipped} rows behind the rows weir keeps for it; the result is not whole"
+                    );
+                    return Some((vec![Err(user_error("53000", message, None))], None));
+                }
+                if next > reading.position {
+                    reading.position = next;
+                    return Some((batches.into_iter().map(Ok).collect(), Some(reading)));
+                }
+                if ended.is_some() {
+                    reading.running.ended = true;
+                    return None;
+                }
+                tokio::time::sleep(POLL).await;
+            }
+        }
+    })
+    .flat_map(stream::iter)
+}
+
+/// Stops a pipeline whose rows nobody reads any more (canceled, or the client gone).
+struct StopOnDrop {
+    manager: Arc<Manager>,
+    id: i64,
+    ended: bool,
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        let (manager, id) = (self.manager.clone(), self.id);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(error) = manager.stop(id, true).await {
+                    tracing::debug!(id, error = %error.body.message, "a canceled query's pipeline did not stop");
+                }
+            });
+        }
+    }
+}
+
+/// The result's columns, each with its Postgres type.
+fn fields(preview: &Preview) -> Vec<FieldInfo> {
+    let field = |(name, data_type): &(String, String)| {
+        FieldInfo::new(name.clone(), None, None, pg_type(data_type), FieldFormat::Text)
+    };
+    preview.columns.iter().map(field).collect()
+}
+
+/// The Postgres type of a column of the Arrow type named `name` (as weir's preview names it;
+/// `JSON` for a JSON column); text for one Postgres has no match for.
+fn pg_type(name: &str) -> Type {
+    if name == "JSON" {
+        return Type::JSON;
+    }
+    match DataType::from_str(name) {
+        Ok(DataType::Boolean) => Type::BOOL,
+        Ok(DataType::Int8 | DataType::Int16 | DataType::UInt8) => Type::INT2,
+        Ok(DataType::Int32 | DataType::UInt16) => Type::INT4,
+        Ok(DataType::Int64 | DataType::UInt32) => Type::INT8,
+        Ok(DataType::UInt64 | DataType::Decimal32(..) | DataType::Decimal64(..)) => Type::NUMERIC,
+        Ok(DataType::Decimal128(..) | DataType::Decimal256(..)) => Type::NUMERIC,
+        Ok(DataType::Float16 | DataType::Float32) => Type::FLOAT4,
+        Ok(DataType::Float64) => Type::FLOAT8,
+        Ok(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => Type::VARCHAR,
+        Ok(DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_)) => {
+            Type::BYTEA
+        }
+        Ok(DataType::Date32 | DataType::Date64) => Type::DATE,
+        Ok(DataType::Time32(_) | DataType::Time64(_)) => Type::TIME,
+        Ok(DataType::Timestamp(_, None)) => Type::TIMESTAMP,
+        Ok(DataType::Timestamp(_, Some(_))) => Type::TIMESTAMPTZ,
+        Ok(DataType::Interval(_) | DataType::Duration(_)) => Type::INTERVAL,
+        _ => Type::TEXT,
+    }
+}
+
+/// Each row of `batch` as text in Postgres's spelling, the change kind first; `None` is NULL.
+fn text_cells(batch: &RecordBatch) -> Result<Vec<Vec<Option<String>>>, String> {
+    let options = FormatOptions::new()
+        .with_timestamp_format(Some("%Y-%m-%d %H:%M:%S%.f"))
+        .with_timestamp_tz_format(Some("%Y-%m-%d %H:%M:%S%.f%:z"));
+    let changelog = weir_engine::changelog::is_changelog(&batch.schema());
+    let mut columns: Vec<&Arc<dyn Array>> = batch.columns().iter().collect();
+    if changelog {
+        columns.rotate_right(1);
+    }
+    let cells = |column: &Arc<dyn Array>| -> Result<Vec<Option<String>>, String> {
+        let valid = |row: usize| column.is_valid(row);
+        Ok(match column.data_type() {
+            DataType::Boolean => {
+                let values = column.as_boolean();
+                (0..column.len()).map(|r| valid(r).then(|| if values.value(r) { "t" } else { "f" }.into())).collect()
+            }
+            DataType::Binary => {
+                let values = column.as_binary::<i32>();
+                (0..column.len()).map(|r| valid(r).then(|| format!("\\x{}", hex(values.value(r))))).collect()
+            }
+            _ => {
+                let formatter = ArrayFormatter::try_new(column.as_ref(), &options).map_err(|e| e.to_string())?;
+                (0..column.len()).map(|r| valid(r).then(|| formatter.value(r).to_string())).collect()
+            }
+        })
+    };
+    let columns = columns.into_iter().map(cells).collect::<Result<Vec<_>, _>>()?;
+    Ok((0..batch.num_rows()).map(|row| columns.iter().map(|c| c[row].clone()).collect()).collect())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `batch`'s rows in COPY's text format: tab between columns, `\N` for NULL, a line each.
+fn copy_lines(batch: &RecordBatch) -> Vec<String> {
+    let Ok(cells) = text_cells(batch) else { return Vec::new() };
+    let mut lines = Vec::with_capacity(cells.len());
+    for row in cells {
+        let mut out = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i > 0 {
+                out.push('\t');
+            }
+            match cell {
+                None => out.push_str("\\N"),
+                Some(text) => {
+                    for c in text.chars() {
+                        match c {
+                            '\\' => out.push_str("\\\\"),
+                            '\t' => out.push_str("\\t"),
+                            '\n' => out.push_str("\\n"),
+                            '\r' => out.push_str("\\r"),
+                            c => out.push(c),
+                        }
+                    }
+                }
+            }
+        }
+        out.push('\n');
+        lines.push(out);
+    }
+    lines
+}
+
+/// Rows of text columns (SHOW, DESCRIBE, EXPLAIN, SHOW PIPELINES).
+fn text_rows(columns: Vec<String>, rows: Vec<Vec<String>>) -> Response {
+    let fields: Arc<Vec<FieldInfo>> = Arc::new(
+        columns.into_iter().map(|name| FieldInfo::new(name, None, None, Type::VARCHAR, FieldFormat::Text)).collect(),
+    );
+    let mut encoder = DataRowEncoder::new(fields.clone());
+    let rows: Vec<PgWireResult<DataRow>> = rows
+        .into_iter()
+        .map(|row| {
+            for cell in &row {
+                encoder.encode_field(cell)?;
+            }
+            Ok(encoder.take_row())
+        })
+        .collect();
+    Response::Query(QueryResponse::new(fields, stream::iter(rows)))
+}
+
+fn user_error(code: &str, message: String, position: Option<usize>) -> PgWireError {
+    let mut info = ErrorInfo::new("ERROR".into(), code.into(), message);
+    info.position = position.map(|p| p.to_string());
+    PgWireError::UserError(Box::new(info))
+}
+
+/// The service's error as Postgres's: an SQLSTATE for its kind and, where it names a line
+/// and column of `query`, the position (1-based, in characters) psql points at.
+fn api_error(error: ApiError, query: &str) -> PgWireError {
+    let body = error.body;
+    let code = match body.code {
+        "sql_syntax" => "42601",
+        "sql_invalid" if body.message.contains("there is no table") => "42P01",
+        "sql_invalid" if body.message.contains("No field named") => "42703",
+        "sql_invalid" if body.message.contains("not supported") => "0A000",
+        "sql_invalid" => "42000",
+        "not_found" => "42704",
+        "conflict" => "55000",
+        "bad_request" => "22023",
+        _ => "XX000",
+    };
+    let position = match (body.line, body.column) {
+        (Some(line), Some(column)) => position(query, line, column),
+        _ => None,
+    };
+    user_error(code, body.message, position)
+}
+
+/// The 1-based character position of (line, column), both 1-based, in `query`.
+fn position(query: &str, line: u64, column: u64) -> Option<usize> {
+    let line = usize::try_from(line).ok()?.checked_sub(1)?;
+    let column = usize::try_from(column).ok()?;
+    let before: usize = query.split('\n').take(line).map(|l| l.chars().count() + 1).sum();
+    Some(before + column)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_to_stdout_gives_its_query_and_refuses_other_copies() {
+        assert_eq!(copy_to_stdout("copy (SELECT ')' FROM t) to stdout;"), Ok(Some("SELECT ')' FROM t".into())));
+        assert_eq!(
+            copy_to_stdout("COPY (SELECT (a) FROM t) TO STDOUT WITH (FORMAT text)"),
+            Ok(Some("SELECT (a) FROM t".into()))
+        );
+        assert_eq!(copy_to_stdout("SELECT 1"), Ok(None));
+        assert!(copy_to_stdout("COPY t FROM STDIN").is_err());
+        assert!(copy_to_stdout("COPY (SELECT 1) TO '/tmp/x'").is_err());
+    }
+
+    #[test]
+    fn a_line_and_column_is_a_character_position() {
+        assert_eq!(position("SELECT x", 1, 8), Some(8));
+        assert_eq!(position("SELECT\n  é, x", 2, 6), Some(13));
+    }
+
+    #[test]
+    fn arrow_types_have_postgres_types() {
+        assert_eq!(pg_type("Int64"), Type::INT8);
+        assert_eq!(pg_type("Timestamp(ms)"), Type::TIMESTAMP);
+        assert_eq!(pg_type("Utf8"), Type::VARCHAR);
+        assert_eq!(pg_type("JSON"), Type::JSON);
+        assert_eq!(pg_type("Struct(\"a\": Int64)"), Type::TEXT);
+    }
+}

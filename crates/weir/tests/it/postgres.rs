@@ -1,0 +1,218 @@
+//! `weir serve --pg-listen` as Postgres clients use it, with the real `psql` (Debian's
+//! postgresql-client; `tests/run.sh` installs it when missing): each kind of statement, results
+//! typed and whole, an updating query's final rows, errors with SQLSTATE and caret, a streaming
+//! COPY stopped by Ctrl-C (a CancelRequest), the token as password, and garbage on the port.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::service::Server;
+
+const BOUNDED: &str = "CREATE TABLE nx WITH (connector = 'nexmark', events = '200', as_fast_as_possible = 'true')";
+
+/// psql at `server`'s Postgres port with `args`, no psqlrc, unaligned output; `password`
+/// given as PGPASSWORD.
+fn psql_command(server: &Server, password: Option<&str>, args: &[&str]) -> Command {
+    let address = server.pg_address.as_deref().expect("started with --pg-listen");
+    let (host, port) = address.rsplit_once(':').unwrap();
+    let mut command = Command::new("psql");
+    command.args(["-X", "-h", host, "-p", port, "-U", "weir", "-d", "weir"]).args(args);
+    command.env_remove("PGPASSWORD").env("PGCONNECT_TIMEOUT", "10");
+    if let Some(password) = password {
+        command.env("PGPASSWORD", password);
+    }
+    command
+}
+
+fn psql(server: &Server, args: &[&str]) -> Output {
+    psql_command(server, None, args).stdin(Stdio::null()).output().expect("psql runs (tests/run.sh installs it)")
+}
+
+fn text(output: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&output.stdout).to_string(), String::from_utf8_lossy(&output.stderr).to_string())
+}
+
+#[test]
+fn psql_runs_every_kind_of_statement_and_prints_errors_with_a_caret() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), &["--pg-listen", "127.0.0.1:0"]);
+    let output = psql(&server, &["-c", BOUNDED]);
+    assert_eq!(text(&output), ("created table nx\n".into(), String::new()));
+
+    // Several statements in one message; a bounded SELECT's rows, typed (psql right-aligns
+    // numbers); DESCRIBE, SHOW TABLES and SET.
+    let output = psql(
+        &server,
+        &[
+            "-c",
+            "SET parallelism = '2'; SELECT person.id, person.name, date_time FROM nx WHERE event_type = 0 AND person.id < 1002",
+            "-c",
+            "DESCRIBE nx",
+            "-c",
+            "SHOW TABLES",
+        ],
+    );
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    let expected = [
+        "  id  |     name      |        date_time        ",
+        "------+---------------+-------------------------",
+        " 1000 | Walter Abrams | 2023-11-14 22:13:20",
+        " 1001 | Deiter White  | 2023-11-14 22:13:20.005",
+        "(2 rows)",
+    ];
+    let lines: Vec<&str> = stdout.lines().collect();
+    let at = lines.iter().position(|l| l.trim_start().starts_with("id")).unwrap_or_else(|| panic!("{stdout}"));
+    assert_eq!(lines[at..at + 5], expected, "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with(" event_type | Int32 ")), "{stdout}");
+    assert!(stdout.contains(" nx   | table | nexmark"), "{stdout}");
+
+    // An updating query over input that ends: its final rows, as psql would show a table's.
+    let output = psql(&server, &["-A", "-t", "-c", "SELECT event_type, count(*) FROM nx GROUP BY event_type"]);
+    let (stdout, stderr) = text(&output);
+    let mut rows: Vec<&str> = stdout.lines().collect();
+    rows.sort();
+    assert_eq!(rows, ["0|4", "1|12", "2|184"], "{stderr}");
+
+    // An INSERT starts a pipeline, and says which.
+    let output = psql(
+        &server,
+        &[
+            "-c",
+            "CREATE TABLE sink (price BIGINT) WITH (connector = 'blackhole')",
+            "-c",
+            "INSERT INTO sink SELECT bid.price FROM nx WHERE event_type = 2",
+        ],
+    );
+    let (stdout, stderr) = text(&output);
+    assert!(stdout.contains("INSERT started pipeline "), "{stdout}{stderr}");
+
+    // Errors: the SQLSTATE (with VERBOSITY verbose), the message, and the caret where weir
+    // points.
+    let output = psql(&server, &["-v", "VERBOSITY=verbose", "-c", "SELECT nope\nFROM nx"]);
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr.contains("ERROR:  42703: Schema error: No field named nope."), "{stderr}");
+    assert!(stderr.contains("LINE 1: SELECT nope\n               ^"), "{stderr}");
+    let output = psql(&server, &["-c", "SELECT * FROM nowhere"]);
+    assert!(text(&output).1.contains("nowhere"), "{}", text(&output).1);
+    let output = psql(&server, &["-v", "VERBOSITY=verbose", "-c", "CREATE TABEL t (a BIGINT)"]);
+    let (_, stderr) = text(&output);
+    assert!(stderr.contains("ERROR:  42601: Expected: an object type after CREATE, found: TABEL"), "{stderr}");
+    assert!(stderr.contains("LINE 1: CREATE TABEL t (a BIGINT)\n               ^"), "{stderr}");
+
+    // A SELECT over a stream has no end to wait for: refused, naming COPY.
+    let output = psql(
+        &server,
+        &["-c", "CREATE TABLE live WITH (connector = 'nexmark', rate = '100')", "-c", "SELECT bid.price FROM live"],
+    );
+    let (_, stderr) = text(&output);
+    assert!(stderr.contains("has no last row to wait for"), "{stderr}");
+    assert!(stderr.contains("HINT:  read its rows as they come with COPY (SELECT ...) TO STDOUT"), "{stderr}");
+
+    // BEGIN / COMMIT are accepted (drivers send them).
+    let output = psql(&server, &["-c", "BEGIN", "-c", "SHOW TABLES", "-c", "COMMIT"]);
+    assert!(output.status.success(), "{}", text(&output).1);
+}
+
+#[test]
+fn a_streaming_copy_delivers_rows_until_ctrl_c_cancels_it() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), &["--pg-listen", "127.0.0.1:0"]);
+    let create = "CREATE TABLE live WITH (connector = 'nexmark', rate = '200')";
+    assert!(psql(&server, &["-c", create]).status.success());
+
+    // A bounded COPY ends by itself, every row there; an updating one's changes come with
+    // their kind first.
+    let output =
+        psql(&server, &["-c", BOUNDED, "-c", "COPY (SELECT bid.price FROM nx WHERE event_type = 2) TO STDOUT"]);
+    let (stdout, stderr) = text(&output);
+    assert_eq!(stdout.lines().skip(1).count(), 184, "{stdout}{stderr}");
+    let changes = "COPY (SELECT event_type, count(*) FROM nx GROUP BY event_type) TO STDOUT";
+    let output = psql(&server, &["-c", changes]);
+    let (stdout, _) = text(&output);
+    assert!(stdout.lines().next().is_some_and(|l| l.starts_with("+I\t")), "{stdout}");
+    assert!(stdout.lines().any(|l| l == "+U\t2\t184"), "{stdout}");
+
+    // A stream's COPY: rows arrive while it runs; Ctrl-C sends a CancelRequest, which stops
+    // the pipeline.
+    let out = data.path().join("copy.out");
+    let mut child = psql_command(
+        &server,
+        None,
+        &[
+            "-o",
+            out.to_str().unwrap(),
+            "-c",
+            "COPY (SELECT bid.auction, bid.price FROM live WHERE event_type = 2) TO STDOUT",
+        ],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let running = loop {
+        let (_, body) = server.call("GET", "/api/v1/pipelines", None);
+        let pipelines: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let copy = pipelines
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["sql"].as_str().unwrap_or("").contains("FROM live"))
+            .cloned();
+        if let Some(copy) = copy.filter(|p| p["status"] == "running") {
+            break copy;
+        }
+        assert!(Instant::now() < deadline, "the COPY's pipeline never ran: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("ERROR:  canceling statement due to user request"), "{stderr}");
+    let rows = std::fs::read_to_string(&out).unwrap();
+    assert!(rows.lines().count() >= 10, "a stream's rows arrive as it runs: {rows}");
+    assert!(rows.lines().all(|l| l.split('\t').count() == 2), "{rows}");
+    let id = running["id"].as_i64().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, body) = server.call("GET", &format!("/api/v1/pipelines/{id}"), None);
+        let pipeline: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if pipeline["status"] == "stopped" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the canceled COPY's pipeline goes on: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_token_is_the_password_and_garbage_on_the_port_harms_nothing() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), &["--pg-listen", "127.0.0.1:0", "--token", "s3cret"]);
+    let output = psql_command(&server, Some("s3cret"), &["-c", "SHOW TABLES"]).output().unwrap();
+    assert!(output.status.success(), "{}", text(&output).1);
+    let output = psql_command(&server, Some("wrong"), &["-c", "SHOW TABLES"]).output().unwrap();
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.to_lowercase().contains("password authentication failed"), "{stderr}");
+
+    // Garbage bytes: that connection is closed, the server goes on.
+    let address = server.pg_address.clone().unwrap();
+    for garbage in [&b"GET / HTTP/1.1\r\n\r\n"[..], &[0xff; 64][..], &[0, 0, 0, 8, 4, 210, 22, 47][..]] {
+        let mut stream = TcpStream::connect(&address).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = stream.write_all(garbage);
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+    }
+    let output = psql_command(&server, Some("s3cret"), &["-c", "SHOW TABLES"]).output().unwrap();
+    assert!(output.status.success(), "{}", text(&output).1);
+}
