@@ -11,6 +11,7 @@ pub mod error;
 pub mod manager;
 pub mod metrics;
 pub mod pg;
+mod pg_catalog;
 mod pg_results;
 pub mod rates;
 pub mod store;

@@ -483,6 +483,16 @@ impl Manager {
         handle.is_finished().then(|| status_name(handle.status().state))
     }
 
+    /// Tables and views with their columns, as a Postgres client's catalog shows them.
+    pub async fn relations(&self) -> ApiResult<Vec<crate::pg_catalog::Relation>> {
+        let mut session = self.session.lock().await;
+        let relations = session.relations().await?;
+        Ok(relations
+            .into_iter()
+            .map(|(name, schema, view)| crate::pg_catalog::Relation { name, schema, view })
+            .collect())
+    }
+
     /// Tables and views with their schemas and options (secrets redacted).
     pub async fn tables(&self) -> Vec<TableView> {
         let session = self.session.lock().await;

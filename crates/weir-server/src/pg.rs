@@ -24,7 +24,6 @@ use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionManager, PgWireServerHandlers};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
-use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 use tracing::{debug, info};
 
@@ -35,7 +34,7 @@ use crate::pg_results;
 pub async fn serve(listener: TcpListener, manager: Arc<Manager>, token: Option<String>) {
     let connections = Arc::new(ConnectionManager::new());
     let handlers = Arc::new(Handlers {
-        queries: Arc::new(Queries { manager }),
+        queries: Arc::new(Queries { manager, catalog: crate::pg_catalog::CatalogContext::new() }),
         startup: Arc::new(match token {
             Some(token) => Startup::Token(Box::new(
                 CleartextPasswordAuthStartupHandler::new(
@@ -137,18 +136,12 @@ impl AuthSource for TokenSource {
     async fn get_password(&self, _login: &LoginInfo) -> PgWireResult<Password> {
         Ok(Password::new(None, self.token.as_bytes().to_vec()))
     }
-
-    async fn verify_password(&self, login: &LoginInfo, presented: &[u8]) -> PgWireResult<Option<()>> {
-        match bool::from(presented.ct_eq(self.token.as_bytes())) {
-            true => Ok(None),
-            false => Err(PgWireError::InvalidPassword(login.user().unwrap_or_default().to_owned())),
-        }
-    }
 }
 
 /// The simple query protocol: each message's statements run as the service runs them.
 struct Queries {
     manager: Arc<Manager>,
+    catalog: crate::pg_catalog::CatalogContext,
 }
 
 #[async_trait]
@@ -162,6 +155,6 @@ impl SimpleQueryHandler for Queries {
     {
         // Results are whole when this returns (COPY's are sent from here): a cancel request
         // drops this future, and with it the pipeline.
-        pg_results::run(&self.manager, client, query).await
+        pg_results::run(&self.manager, &self.catalog, client, query).await
     }
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::array::{Array, AsArray};
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use futures::{Sink, SinkExt, Stream, StreamExt, stream};
@@ -34,13 +34,19 @@ use weir_sql::Preview;
 
 use crate::error::ApiError;
 use crate::manager::{Manager, StatementResult};
+use crate::pg_catalog;
 
 /// How often a streamed result looks for new rows.
 const POLL: Duration = Duration::from_millis(100);
 
 /// Runs `query` (one or more statements) and renders what it gives; a COPY is sent to
 /// `client` as it runs.
-pub async fn run<C>(manager: &Arc<Manager>, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+pub async fn run<C>(
+    manager: &Arc<Manager>,
+    catalog: &pg_catalog::CatalogContext,
+    client: &mut C,
+    query: &str,
+) -> PgWireResult<Vec<Response>>
 where
     C: Sink<PgWireBackendMessage> + Unpin + Send,
     C::Error: Debug,
@@ -52,6 +58,11 @@ where
     if let Some(select) = copy_to_stdout(query).map_err(|message| user_error("42601", message, None))? {
         copy(manager, client, &select).await?;
         return Ok(Vec::new());
+    }
+    if pg_catalog::asks_the_catalog(query) {
+        let relations = manager.relations().await.map_err(|e| api_error(e, query))?;
+        let answers = catalog.answer(relations, query).await.map_err(|message| user_error("42000", message, None))?;
+        return answers.into_iter().map(|(schema, batches)| typed_rows(&schema, &batches)).collect();
     }
     let results = manager.statements(query).await.map_err(|e| api_error(e, query))?;
     let mut responses = Vec::with_capacity(results.len());
@@ -279,31 +290,57 @@ fn fields(preview: &Preview) -> Vec<FieldInfo> {
 }
 
 /// The Postgres type of a column of the Arrow type named `name` (as weir's preview names it;
-/// `JSON` for a JSON column); text for one Postgres has no match for.
+/// `JSON` for a JSON column).
 fn pg_type(name: &str) -> Type {
-    if name == "JSON" {
-        return Type::JSON;
+    match (name, DataType::from_str(name)) {
+        ("JSON", _) => Type::JSON,
+        (_, Ok(data_type)) => pg_type_of(&data_type),
+        (_, Err(_)) => Type::TEXT,
     }
-    match DataType::from_str(name) {
-        Ok(DataType::Boolean) => Type::BOOL,
-        Ok(DataType::Int8 | DataType::Int16 | DataType::UInt8) => Type::INT2,
-        Ok(DataType::Int32 | DataType::UInt16) => Type::INT4,
-        Ok(DataType::Int64 | DataType::UInt32) => Type::INT8,
-        Ok(DataType::UInt64 | DataType::Decimal32(..) | DataType::Decimal64(..)) => Type::NUMERIC,
-        Ok(DataType::Decimal128(..) | DataType::Decimal256(..)) => Type::NUMERIC,
-        Ok(DataType::Float16 | DataType::Float32) => Type::FLOAT4,
-        Ok(DataType::Float64) => Type::FLOAT8,
-        Ok(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => Type::VARCHAR,
-        Ok(DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_)) => {
-            Type::BYTEA
-        }
-        Ok(DataType::Date32 | DataType::Date64) => Type::DATE,
-        Ok(DataType::Time32(_) | DataType::Time64(_)) => Type::TIME,
-        Ok(DataType::Timestamp(_, None)) => Type::TIMESTAMP,
-        Ok(DataType::Timestamp(_, Some(_))) => Type::TIMESTAMPTZ,
-        Ok(DataType::Interval(_) | DataType::Duration(_)) => Type::INTERVAL,
+}
+
+/// The Postgres type of an Arrow type; text for one Postgres has no match for.
+fn pg_type_of(data_type: &DataType) -> Type {
+    match data_type {
+        DataType::Boolean => Type::BOOL,
+        DataType::Int8 | DataType::Int16 | DataType::UInt8 => Type::INT2,
+        DataType::Int32 | DataType::UInt16 => Type::INT4,
+        DataType::Int64 | DataType::UInt32 => Type::INT8,
+        DataType::UInt64 | DataType::Decimal32(..) | DataType::Decimal64(..) => Type::NUMERIC,
+        DataType::Decimal128(..) | DataType::Decimal256(..) => Type::NUMERIC,
+        DataType::Float16 | DataType::Float32 => Type::FLOAT4,
+        DataType::Float64 => Type::FLOAT8,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Type::VARCHAR,
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => Type::BYTEA,
+        DataType::Date32 | DataType::Date64 => Type::DATE,
+        DataType::Time32(_) | DataType::Time64(_) => Type::TIME,
+        DataType::Timestamp(_, None) => Type::TIMESTAMP,
+        DataType::Timestamp(_, Some(_)) => Type::TIMESTAMPTZ,
+        DataType::Interval(_) | DataType::Duration(_) => Type::INTERVAL,
         _ => Type::TEXT,
     }
+}
+
+/// A batch query's result (the catalog's): its rows, each column typed by its Arrow type.
+fn typed_rows(schema: &SchemaRef, batches: &[RecordBatch]) -> PgWireResult<Response> {
+    let fields: Arc<Vec<FieldInfo>> = Arc::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| FieldInfo::new(f.name().clone(), None, None, pg_type_of(f.data_type()), FieldFormat::Text))
+            .collect(),
+    );
+    let mut encoder = DataRowEncoder::new(fields.clone());
+    let mut rows = Vec::new();
+    for batch in batches {
+        for row in text_cells(batch).map_err(|message| user_error("XX000", message, None))? {
+            for cell in &row {
+                encoder.encode_field(cell)?;
+            }
+            rows.push(Ok(encoder.take_row()));
+        }
+    }
+    Ok(Response::Query(QueryResponse::new(fields, stream::iter(rows))))
 }
 
 /// Each row of `batch` as text in Postgres's spelling, the change kind first; `None` is NULL.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::compute::can_cast_types;
-use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::view::ViewTable;
 use datafusion::common::{DFSchema, TableReference};
 use datafusion::datasource::empty::EmptyTable;
@@ -665,6 +665,22 @@ impl Session {
             computed.push((name.clone(), sql, Field::new(name, data_type, true)));
         }
         Ok(computed)
+    }
+
+    /// Every table and view with its columns (a view's as its query gives them), and whether
+    /// it is a view.
+    pub async fn relations(&mut self) -> Result<Vec<(String, SchemaRef, bool)>> {
+        let mut relations: Vec<(String, SchemaRef, bool)> =
+            self.catalog.tables.values().map(|t| (t.name.clone(), t.schema.clone(), false)).collect();
+        if self.catalog.views.is_empty() {
+            return Ok(relations);
+        }
+        Box::pin(self.register_catalog()).await?;
+        for name in self.catalog.views.keys() {
+            let view = self.context.table(TableReference::bare(name.as_str())).await?;
+            relations.push((name.clone(), Arc::new(view.schema().as_arrow().clone()), true));
+        }
+        Ok(relations)
     }
 
     async fn describe(&mut self, name: &str) -> Result<Output> {

@@ -112,6 +112,43 @@ fn psql_runs_every_kind_of_statement_and_prints_errors_with_a_caret() {
     assert!(stderr.contains("has no last row to wait for"), "{stderr}");
     assert!(stderr.contains("HINT:  read its rows as they come with COPY (SELECT ...) TO STDOUT"), "{stderr}");
 
+    // psql's \d family reads the catalog: tables and views with their columns.
+    let output = psql(
+        &server,
+        &[
+            "-c",
+            "CREATE VIEW bids AS SELECT bid.auction, bid.price FROM nx WHERE event_type = 2",
+            "-c",
+            "\\dt",
+            "-c",
+            "\\d bids",
+            "-c",
+            "\\d nx",
+            "-c",
+            "\\dn",
+            "-c",
+            "\\l",
+            "-c",
+            "\\d nothing",
+        ],
+    );
+    let (stdout, stderr) = text(&output);
+    for expected in [
+        " public | live | table |",
+        " public | nx   | table |",
+        "View \"public.bids\"",
+        " auction | bigint |",
+        "Table \"public.nx\"",
+        " event_type | integer                     |           | not null |",
+        " date_time  | timestamp without time zone |           | not null |",
+        " public | ",
+        " weir     | ",
+    ] {
+        assert!(stdout.contains(expected), "{expected:?} in {stdout}");
+    }
+    assert!(!stdout.contains(" public | bids | view"), "\\dt lists tables only: {stdout}");
+    assert!(stderr.contains("Did not find any relation named \"nothing\"."), "{stderr}");
+
     // BEGIN / COMMIT are accepted (drivers send them).
     let output = psql(&server, &["-c", "BEGIN", "-c", "SHOW TABLES", "-c", "COMMIT"]);
     assert!(output.status.success(), "{}", text(&output).1);
