@@ -12,6 +12,7 @@ pub mod manager;
 pub mod metrics;
 pub mod pg;
 mod pg_catalog;
+mod pg_cursors;
 mod pg_results;
 pub mod rates;
 pub mod store;

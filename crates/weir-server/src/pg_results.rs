@@ -24,8 +24,8 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use futures::{Sink, SinkExt, Stream, StreamExt, stream};
-use pgwire::api::Type;
 use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::{ClientInfo, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyOutResponse};
@@ -35,6 +35,7 @@ use weir_sql::Preview;
 use crate::error::ApiError;
 use crate::manager::{Manager, StatementResult};
 use crate::pg_catalog;
+use crate::pg_cursors::{self, Cursor, CursorStatement, Cursors};
 
 /// How often a streamed result looks for new rows.
 const POLL: Duration = Duration::from_millis(100);
@@ -48,7 +49,7 @@ pub async fn run<C>(
     query: &str,
 ) -> PgWireResult<Vec<Response>>
 where
-    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
     C::Error: Debug,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
@@ -58,6 +59,11 @@ where
     if let Some(select) = copy_to_stdout(query).map_err(|message| user_error("42601", message, None))? {
         copy(manager, client, &select).await?;
         return Ok(Vec::new());
+    }
+    if let Some(statement) = pg_cursors::parse(query) {
+        let statement = statement.map_err(|usage| user_error("42601", format!("weir reads {usage}"), None))?;
+        let cursors = client.session_extensions().get_or_insert_with(Cursors::default);
+        return cursor(manager, &cursors, statement).await.map(|response| vec![response]);
     }
     if pg_catalog::asks_the_catalog(query) {
         let relations = manager.relations().await.map_err(|e| api_error(e, query))?;
@@ -132,6 +138,45 @@ fn copy_to_stdout(sql: &str) -> Result<Option<String>, String> {
             Ok(Some(inner[..end].to_string()))
         }
         _ => Err(usage.into()),
+    }
+}
+
+/// A cursor statement on this connection's `cursors`.
+async fn cursor(manager: &Arc<Manager>, cursors: &Cursors, statement: CursorStatement) -> PgWireResult<Response> {
+    let mut open = cursors.open.lock().await;
+    match statement {
+        CursorStatement::Declare { name, query } => {
+            if open.contains_key(&name) {
+                return Err(user_error("42P03", format!("cursor \"{name}\" already exists"), None));
+            }
+            let results = manager.statements(&query).await.map_err(|e| api_error(e, &query))?;
+            let [StatementResult::Pipeline { id, preview: true, .. }] = results.as_slice() else {
+                return Err(user_error("42601", "a cursor is declared FOR one SELECT".into(), None));
+            };
+            let preview = manager.preview(*id).map_err(|e| api_error(e, &query))?;
+            let columns = preview.columns.iter().map(|(name, data_type)| (name.clone(), pg_type(data_type))).collect();
+            let updating = preview.updating;
+            let batches = Box::pin(rows_as_they_come(manager.clone(), *id, preview));
+            open.insert(name, Cursor::new(batches, columns, updating));
+            Ok(pg_cursors::done("DECLARE CURSOR"))
+        }
+        CursorStatement::Fetch { name, count } => match open.get_mut(&name) {
+            Some(cursor) => {
+                cursor
+                    .fetch(count, |batch| text_cells(batch).map_err(|message| user_error("XX000", message, None)))
+                    .await
+            }
+            None => Err(user_error("34000", format!("cursor \"{name}\" does not exist"), None)),
+        },
+        CursorStatement::Close { name: None } => {
+            open.clear();
+            Ok(pg_cursors::done("CLOSE CURSOR ALL"))
+        }
+        // Dropping the cursor stops its query.
+        CursorStatement::Close { name: Some(name) } => match open.remove(&name) {
+            Some(_) => Ok(pg_cursors::done("CLOSE CURSOR")),
+            None => Err(user_error("34000", format!("cursor \"{name}\" does not exist"), None)),
+        },
     }
 }
 

@@ -1,7 +1,8 @@
 //! `weir serve --pg-listen` as Postgres clients use it, with the real `psql` (Debian's
 //! postgresql-client; `tests/run.sh` installs it when missing): each kind of statement, results
-//! typed and whole, an updating query's final rows, errors with SQLSTATE and caret, a streaming
-//! COPY stopped by Ctrl-C (a CancelRequest), the token as password, and garbage on the port.
+//! typed and whole, an updating query's final rows, errors with SQLSTATE and caret, psql's \d
+//! family, a streaming COPY stopped by Ctrl-C (a CancelRequest), cursors, the token as
+//! password, and garbage on the port.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -226,6 +227,57 @@ fn a_streaming_copy_delivers_rows_until_ctrl_c_cancels_it() {
             break;
         }
         assert!(Instant::now() < deadline, "the canceled COPY's pipeline goes on: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn cursors_fetch_a_streams_rows_as_they_come_and_stop_it_when_closed() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), &["--pg-listen", "127.0.0.1:0"]);
+    let script = format!(
+        "{BOUNDED};
+CREATE TABLE live WITH (connector = 'nexmark', rate = '200');
+DECLARE c CURSOR FOR SELECT bid.auction, bid.price FROM live WHERE event_type = 2;
+FETCH 3 FROM c;
+FETCH 2 FROM c;
+DECLARE u CURSOR FOR SELECT event_type, count(*) FROM nx GROUP BY event_type;
+FETCH ALL FROM u;
+CLOSE c;
+FETCH 1 FROM c;
+"
+    );
+    let output = psql_command(&server, None, &["-A", "-t", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            child.stdin.take().unwrap().write_all(script.as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    let (stdout, stderr) = text(&output);
+    let lines: Vec<&str> = stdout.lines().filter(|l| !l.is_empty()).collect();
+    // created table x2, DECLARE CURSOR, 3 rows, 2 rows, DECLARE CURSOR, the changes, CLOSE.
+    assert_eq!(lines[..3], ["created table nx", "created table live", "DECLARE CURSOR"], "{stdout}");
+    assert!(lines[3..8].iter().all(|l| l.split('|').count() == 2), "{stdout}");
+    assert_eq!(lines[8], "DECLARE CURSOR", "{stdout}");
+    let changes: Vec<&str> =
+        lines[9..].iter().take_while(|l| l.starts_with('+') || l.starts_with('-')).copied().collect();
+    assert!(changes.contains(&"+U|2|184") && changes[0].starts_with("+I|"), "{stdout}");
+    assert_eq!(lines.last(), Some(&"CLOSE CURSOR"), "{stdout}");
+    assert!(stderr.contains("ERROR:  cursor \"c\" does not exist"), "{stderr}");
+
+    // Every query a cursor started has stopped or finished.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, body) = server.call("GET", "/api/v1/pipelines", None);
+        let pipelines: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if pipelines.as_array().unwrap().iter().all(|p| p["status"] != "running") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a closed cursor's query goes on: {body}");
         std::thread::sleep(Duration::from_millis(100));
     }
 }
