@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod pg;
 mod pg_catalog;
 mod pg_cursors;
+mod pg_extended;
 mod pg_results;
 pub mod rates;
 pub mod store;

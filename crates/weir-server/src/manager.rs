@@ -483,6 +483,12 @@ impl Manager {
         handle.is_finished().then(|| status_name(handle.status().state))
     }
 
+    /// What `sql` gives if it is one SELECT, planned but not run (see
+    /// `Session::describe_select`).
+    pub async fn describe_select(&self, sql: &str) -> ApiResult<Option<weir_sql::SelectShape>> {
+        Ok(self.session.lock().await.describe_select(sql).await?)
+    }
+
     /// Tables and views with their columns, as a Postgres client's catalog shows them.
     pub async fn relations(&self) -> ApiResult<Vec<crate::pg_catalog::Relation>> {
         let mut session = self.session.lock().await;

@@ -84,6 +84,10 @@ impl PgWireServerHandlers for Handlers {
         self.queries.clone()
     }
 
+    fn extended_query_handler(&self) -> Arc<impl pgwire::api::query::ExtendedQueryHandler> {
+        self.queries.clone()
+    }
+
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
         self.startup.clone()
     }
@@ -138,10 +142,11 @@ impl AuthSource for TokenSource {
     }
 }
 
-/// The simple query protocol: each message's statements run as the service runs them.
-struct Queries {
-    manager: Arc<Manager>,
-    catalog: crate::pg_catalog::CatalogContext,
+/// The simple query protocol (here) and the extended one (`pg_extended.rs`): each message's
+/// statements run as the service runs them.
+pub(crate) struct Queries {
+    pub(crate) manager: Arc<Manager>,
+    pub(crate) catalog: crate::pg_catalog::CatalogContext,
 }
 
 #[async_trait]

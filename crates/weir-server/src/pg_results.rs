@@ -20,7 +20,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::array::{Array, AsArray};
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::compute::{concat_batches, interleave};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use futures::{Sink, SinkExt, Stream, StreamExt, stream};
@@ -218,6 +219,34 @@ where
 /// while the statement runs, so a cancel request drops it, which stops the pipeline.
 async fn select(manager: &Arc<Manager>, id: i64) -> PgWireResult<Response> {
     let preview = manager.preview(id).map_err(|e| api_error(e, ""))?;
+    let fields = Arc::new(fields(&preview));
+    let batch = final_rows(manager, id, preview).await?;
+    let mut encoder = DataRowEncoder::new(fields.clone());
+    let mut encoded = Vec::with_capacity(batch.num_rows());
+    for row in text_cells(&batch).map_err(|message| user_error("XX000", message, None))? {
+        for cell in &row {
+            encoder.encode_field(cell)?;
+        }
+        encoded.push(Ok(encoder.take_row()));
+    }
+    Ok(Response::Query(QueryResponse::new(fields, stream::iter(encoded))))
+}
+
+/// Runs `sql`, one SELECT, and gives its rows once it has run, as [`select`] does (for the
+/// extended protocol, which encodes them itself).
+pub async fn select_rows(manager: &Arc<Manager>, sql: &str) -> PgWireResult<RecordBatch> {
+    let results = manager.statements(sql).await.map_err(|e| api_error(e, sql))?;
+    let [StatementResult::Pipeline { id, preview: true, .. }] = results.as_slice() else {
+        return Err(user_error("42601", "expected one SELECT".into(), None));
+    };
+    let preview = manager.preview(*id).map_err(|e| api_error(e, sql))?;
+    final_rows(manager, *id, preview).await
+}
+
+/// The rows of pipeline `id`, a bare SELECT over input that ends, once it has ended: an
+/// updating query's changes applied in order (each retraction takes back an equal row), in
+/// one batch without the change column. A SELECT over a stream is refused, and dropped.
+async fn final_rows(manager: &Arc<Manager>, id: i64, preview: Preview) -> PgWireResult<RecordBatch> {
     if !preview.bounded {
         // It would never end, and psql prints a result only when it does.
         let _ = manager.stop(id, true).await;
@@ -230,37 +259,50 @@ async fn select(manager: &Arc<Manager>, id: i64) -> PgWireResult<Response> {
         error.hint = Some("read its rows as they come with COPY (SELECT ...) TO STDOUT".into());
         return Err(PgWireError::UserError(Box::new(error)));
     }
-    let fields = Arc::new(fields(&preview));
+    let schema = Arc::new(Schema::new(
+        preview
+            .columns
+            .iter()
+            .map(|(name, data_type)| Field::new(name, DataType::from_str(data_type).unwrap_or(DataType::Utf8), true))
+            .collect::<Vec<_>>(),
+    ));
     let updating = preview.updating;
-    let mut batches = std::pin::pin!(rows_as_they_come(manager.clone(), id, preview));
-    let mut rows: Vec<Vec<Option<String>>> = Vec::new();
-    while let Some(batch) = batches.next().await {
-        let cells = text_cells(&batch?).map_err(|message| user_error("XX000", message, None))?;
-        for mut row in cells {
-            if !updating {
-                rows.push(row);
-                continue;
-            }
+    let mut stream = std::pin::pin!(rows_as_they_come(manager.clone(), id, preview));
+    let mut batches = Vec::new();
+    while let Some(batch) = stream.next().await {
+        batches.push(batch?);
+    }
+    let internal = |e: datafusion::arrow::error::ArrowError| user_error("XX000", e.to_string(), None);
+    let Some(first) = batches.first() else { return Ok(RecordBatch::new_empty(schema)) };
+    if !updating {
+        return concat_batches(&first.schema(), &batches).map_err(internal);
+    }
+    // Each live row as (batch, row); a retraction removes the first live row equal to it.
+    let mut live: Vec<(usize, usize)> = Vec::new();
+    let mut keys: Vec<Vec<Option<String>>> = Vec::new();
+    for (b, batch) in batches.iter().enumerate() {
+        for (r, mut row) in
+            text_cells(batch).map_err(|message| user_error("XX000", message, None))?.into_iter().enumerate()
+        {
             let op = row.remove(0);
-            match op.as_deref() {
-                Some("+I" | "+U") => rows.push(row),
-                _ => {
-                    if let Some(at) = rows.iter().position(|r| *r == row) {
-                        rows.remove(at);
-                    }
-                }
+            if matches!(op.as_deref(), Some("+I" | "+U")) {
+                live.push((b, r));
+                keys.push(row);
+            } else if let Some(at) = keys.iter().position(|k| *k == row) {
+                live.remove(at);
+                keys.remove(at);
             }
         }
     }
-    let mut encoder = DataRowEncoder::new(fields.clone());
-    let mut encoded = Vec::with_capacity(rows.len());
-    for row in rows {
-        for cell in &row {
-            encoder.encode_field(cell)?;
-        }
-        encoded.push(Ok(encoder.take_row()));
-    }
-    Ok(Response::Query(QueryResponse::new(fields, stream::iter(encoded))))
+    let data = first.num_columns() - 1;
+    let columns = (0..data)
+        .map(|c| {
+            let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
+            interleave(&arrays, &live).map_err(internal)
+        })
+        .collect::<PgWireResult<Vec<_>>>()?;
+    let fields: Vec<Arc<Field>> = first.schema().fields()[..data].to_vec();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(internal)
 }
 
 /// The batches of pipeline `id`'s preview as they come, until it ends. Dropping the stream
@@ -480,7 +522,7 @@ fn user_error(code: &str, message: String, position: Option<usize>) -> PgWireErr
 
 /// The service's error as Postgres's: an SQLSTATE for its kind and, where it names a line
 /// and column of `query`, the position (1-based, in characters) psql points at.
-fn api_error(error: ApiError, query: &str) -> PgWireError {
+pub(crate) fn api_error(error: ApiError, query: &str) -> PgWireError {
     let body = error.body;
     let code = match body.code {
         "sql_syntax" => "42601",

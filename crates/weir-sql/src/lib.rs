@@ -37,4 +37,4 @@ pub mod window_table_functions;
 pub use error::{Error, Result};
 pub use pipeline_options::{PIPELINE_OPTIONS, PipelineOptions};
 pub use pipeline_statements::PipelineCommand;
-pub use session::{FileRoots, Output, PlannedPipeline, Preview, Session};
+pub use session::{FileRoots, Output, PlannedPipeline, Preview, SelectShape, Session};

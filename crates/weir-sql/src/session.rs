@@ -122,6 +122,15 @@ pub struct Preview {
     pub bounded: bool,
 }
 
+/// What a SELECT gives, known before it runs ([`Session::describe_select`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SelectShape {
+    /// (name, type) of each column, as [`Preview::columns`] names them.
+    pub columns: Vec<(String, String)>,
+    /// The type of each `$n` parameter, `$1` first; None where the query does not say.
+    pub parameters: Vec<Option<DataType>>,
+}
+
 /// Rows a bare SELECT's preview keeps, unless the session says otherwise.
 const PREVIEW_ROWS: usize = 10_000;
 
@@ -240,8 +249,10 @@ impl Session {
         }
     }
 
-    /// Parses `sql` (one or more statements) and runs each in turn; stops at the first error.
-    pub async fn execute(&mut self, sql: &str) -> Result<Vec<Output>> {
+    /// `sql` read into statements (Flink's spellings rewritten on the tokens), each with its
+    /// time clauses, and the pipeline commands and statement sets taken out (`Taken`, its
+    /// tokens spent).
+    fn parse(&mut self, sql: &str) -> Result<(Vec<Statement>, Vec<Vec<TimeClause>>, pipeline_statements::Taken)> {
         self.read_names_by_the_options();
         let (text, mut clauses) = time_clauses::extract(sql)?;
         let tokens = crate::flink_types::rewrite(window_table_functions::tokens(&text)?)?;
@@ -252,14 +263,49 @@ impl Session {
         clauses.extend(computed);
         let (tokens, metadata) = crate::metadata_columns::extract(tokens)?;
         clauses.extend(metadata);
-        let taken = pipeline_statements::take_commands(tokens)?;
-        let mut commands = taken.commands;
-        commands.reverse();
+        let mut taken = pipeline_statements::take_commands(tokens)?;
         let statements = Parser::new(&GenericDialect {})
-            .with_tokens_with_locations(taken.tokens)
+            .with_tokens_with_locations(std::mem::take(&mut taken.tokens))
             .parse_statements()
             .map_err(syntax_error)?;
-        let mut clauses = clauses_by_statement(&statements, clauses)?;
+        let clauses = clauses_by_statement(&statements, clauses)?;
+        Ok((statements, clauses, taken))
+    }
+
+    /// What `sql`, if it is one SELECT, gives when run: its columns (name and type, as a
+    /// preview names them) and the types of its `$n` parameters (by number, 1 first; None where
+    /// nothing says), planned but not run. For a client that asks before it runs a query.
+    pub async fn describe_select(&mut self, sql: &str) -> Result<Option<SelectShape>> {
+        let (statements, mut clauses, taken) = self.parse(sql)?;
+        if statements.len() != 1 || !taken.commands.is_empty() || !matches!(statements[0], Statement::Query(_)) {
+            return Ok(None);
+        }
+        let Some(mut statement) = statements.into_iter().next() else { return Ok(None) };
+        crate::field_names::name_fields(&mut statement);
+        crate::flink_functions::rewrite(&mut statement, self.options.dialect.unwrap_or_default())?;
+        self.cast_to_maps(&mut statement).await?;
+        attach_time_clauses(&mut statement, std::mem::take(&mut clauses[0]), self.names())?;
+        Box::pin(self.register_catalog()).await?;
+        let state = self.context.state();
+        let plan = state.statement_to_plan(DFStatement::Statement(Box::new(statement))).await.map_err(located)?;
+        let types = plan.get_parameter_types()?;
+        let count =
+            types.keys().filter_map(|name| name.trim_start_matches('$').parse::<usize>().ok()).max().unwrap_or(0);
+        let parameters = (1..=count).map(|n| types.get(&format!("${n}")).cloned().flatten()).collect();
+        let columns = plan
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| (f.name().clone(), if is_json(f) { "JSON".into() } else { f.data_type().to_string() }))
+            .collect();
+        Ok(Some(SelectShape { columns, parameters }))
+    }
+
+    /// Parses `sql` (one or more statements) and runs each in turn; stops at the first error.
+    pub async fn execute(&mut self, sql: &str) -> Result<Vec<Output>> {
+        let (statements, mut clauses, taken) = self.parse(sql)?;
+        let mut commands = taken.commands;
+        commands.reverse();
         let mut outputs = Vec::new();
         // Consecutive INSERTs make one pipeline, sharing the sources they read.
         let mut inserts: Vec<Insert> = Vec::new();

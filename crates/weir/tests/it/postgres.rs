@@ -2,7 +2,8 @@
 //! postgresql-client; `tests/run.sh` installs it when missing): each kind of statement, results
 //! typed and whole, an updating query's final rows, errors with SQLSTATE and caret, psql's \d
 //! family, a streaming COPY stopped by Ctrl-C (a CancelRequest), cursors, the token as
-//! password, and garbage on the port.
+//! password, and garbage on the port; and a driver (tokio-postgres) over the extended query
+//! protocol with parameters.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -192,22 +193,12 @@ fn a_streaming_copy_delivers_rows_until_ctrl_c_cancels_it() {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let running = loop {
-        let (_, body) = server.call("GET", "/api/v1/pipelines", None);
-        let pipelines: serde_json::Value = serde_json::from_str(&body).unwrap();
-        let copy = pipelines
-            .as_array()
-            .unwrap()
+    let running = pipelines_until(&server, "the COPY's pipeline runs", |pipelines| {
+        pipelines
             .iter()
-            .find(|p| p["sql"].as_str().unwrap_or("").contains("FROM live"))
-            .cloned();
-        if let Some(copy) = copy.filter(|p| p["status"] == "running") {
-            break copy;
-        }
-        assert!(Instant::now() < deadline, "the COPY's pipeline never ran: {body}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+            .find(|p| p["sql"].as_str().is_some_and(|sql| sql.contains("FROM live")) && p["status"] == "running")
+            .cloned()
+    });
     std::thread::sleep(Duration::from_secs(2));
     assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
     let status = child.wait().unwrap();
@@ -218,17 +209,10 @@ fn a_streaming_copy_delivers_rows_until_ctrl_c_cancels_it() {
     let rows = std::fs::read_to_string(&out).unwrap();
     assert!(rows.lines().count() >= 10, "a stream's rows arrive as it runs: {rows}");
     assert!(rows.lines().all(|l| l.split('\t').count() == 2), "{rows}");
-    let id = running["id"].as_i64().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (_, body) = server.call("GET", &format!("/api/v1/pipelines/{id}"), None);
-        let pipeline: serde_json::Value = serde_json::from_str(&body).unwrap();
-        if pipeline["status"] == "stopped" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the canceled COPY's pipeline goes on: {body}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let id = running["id"].clone();
+    pipelines_until(&server, "the canceled COPY's pipeline stops", |pipelines| {
+        pipelines.iter().any(|p| p["id"] == id && p["status"] == "stopped").then_some(())
+    });
 }
 
 #[test]
@@ -270,14 +254,22 @@ FETCH 1 FROM c;
     assert!(stderr.contains("ERROR:  cursor \"c\" does not exist"), "{stderr}");
 
     // Every query a cursor started has stopped or finished.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    pipelines_until(&server, "every cursor's query ends", |pipelines| {
+        pipelines.iter().all(|p| p["status"] != "running").then_some(())
+    });
+}
+
+/// Polls `server`'s pipelines (GET /api/v1/pipelines) until `found` finds something in them;
+/// fails after 60 s, saying `what` did not happen.
+fn pipelines_until<T>(server: &Server, what: &str, found: impl Fn(&[serde_json::Value]) -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (_, body) = server.call("GET", "/api/v1/pipelines", None);
         let pipelines: serde_json::Value = serde_json::from_str(&body).unwrap();
-        if pipelines.as_array().unwrap().iter().all(|p| p["status"] != "running") {
-            break;
+        if let Some(found) = found(pipelines.as_array().unwrap()) {
+            return found;
         }
-        assert!(Instant::now() < deadline, "a closed cursor's query goes on: {body}");
+        assert!(Instant::now() < deadline, "not so after 60 s: {what}: {body}");
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -304,4 +296,45 @@ fn the_token_is_the_password_and_garbage_on_the_port_harms_nothing() {
     }
     let output = psql_command(&server, Some("s3cret"), &["-c", "SHOW TABLES"]).output().unwrap();
     assert!(output.status.success(), "{}", text(&output).1);
+}
+
+#[test]
+fn a_driver_prepares_binds_parameters_and_reads_typed_rows() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), &["--pg-listen", "127.0.0.1:0"]);
+    let (host, port) = server.pg_address.as_deref().unwrap().rsplit_once(':').unwrap();
+    let config = format!("host={host} port={port} user=weir dbname=weir");
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let (client, connection) = tokio_postgres::connect(&config, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(connection);
+        // The simple protocol, then the extended one (Parse/Bind/Describe/Execute, binary rows).
+        client.batch_execute(BOUNDED).await.unwrap();
+        let rows = client
+            .query("SELECT person.id, person.name FROM nx WHERE event_type = 0 AND person.id < $1", &[&1002i64])
+            .await
+            .unwrap();
+        let people: Vec<(i64, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        assert_eq!(people, [(1000, "Walter Abrams".to_string()), (1001, "Deiter White".to_string())]);
+
+        // An updating query's final rows, typed; a prepared statement run with two values.
+        let rows = client.query("SELECT event_type, count(*) AS n FROM nx GROUP BY event_type", &[]).await.unwrap();
+        let mut counts: Vec<(i32, i64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        counts.sort();
+        assert_eq!(counts, [(0, 4), (1, 12), (2, 184)]);
+        let statement = client.prepare("SELECT count(*) FROM nx WHERE event_type = $1").await.unwrap();
+        assert_eq!(statement.params(), [tokio_postgres::types::Type::INT4]);
+        for (kind, expected) in [(2i32, 184i64), (0, 4)] {
+            assert_eq!(client.query_one(&statement, &[&kind]).await.unwrap().get::<_, i64>(0), expected);
+        }
+        let rows = client
+            .query("SELECT bid.url FROM nx WHERE event_type = 2 AND bid.channel = $1", &[&"Google"])
+            .await
+            .unwrap();
+        assert!(!rows.is_empty() && rows.iter().all(|r| r.get::<_, String>(0).starts_with("https://")));
+
+        // Other statements, and errors with their SQLSTATE.
+        client.execute("CREATE TABLE sink (a BIGINT) WITH (connector = 'blackhole')", &[]).await.unwrap();
+        let error = client.query("SELECT nope FROM nx", &[]).await.unwrap_err();
+        assert_eq!(error.code().map(|c| c.code()), Some("42703"), "{error}");
+    });
 }

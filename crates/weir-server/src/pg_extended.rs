@@ -1,0 +1,238 @@
+//! The extended query protocol (Parse, Bind, Describe, Execute), which drivers use: psycopg,
+//! tokio-postgres, JDBC. A statement is its SQL text. Describing a SELECT plans it without
+//! running it ([`Manager::describe_select`]): its columns, and the types of its `$n` parameters
+//! as DataFusion infers them (the client's own types win). Binding turns each parameter into an
+//! SQL literal in the text (`arrow-pg` decodes the client's text or binary value by its type),
+//! so the statement then runs exactly as the simple protocol runs it; a SELECT's rows are
+//! encoded by `arrow-pg` in the formats the client asked for (binary too).
+
+use std::fmt::Debug;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::common::ParamValues;
+use datafusion::logical_expr::lit;
+use futures::{Sink, stream};
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::ExtendedQueryHandler;
+use pgwire::api::results::{
+    DescribePortalResponse, DescribeResponse, DescribeStatementResponse, QueryResponse, Response,
+};
+use pgwire::api::stmt::{QueryParser, StoredStatement};
+use pgwire::api::store::PortalStore;
+use pgwire::api::{ClientInfo, ClientPortalStore, Type};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+use weir_sql::SelectShape;
+
+use crate::pg::Queries;
+use crate::pg_results;
+
+/// Parsing keeps the text: weir parses it when it runs, with the parameters in it.
+#[derive(Debug, Default)]
+pub struct SqlText;
+
+#[async_trait]
+impl QueryParser for SqlText {
+    type Statement = String;
+
+    async fn parse_sql<C>(&self, _client: &C, sql: &str, _types: &[Option<Type>]) -> PgWireResult<Option<String>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        Ok(Some(sql.to_string()))
+    }
+
+    fn get_parameter_types(&self, _statement: &String) -> PgWireResult<Vec<Type>> {
+        Ok(Vec::new())
+    }
+
+    fn get_result_schema(
+        &self,
+        _statement: &String,
+        _format: Option<&pgwire::api::portal::Format>,
+    ) -> PgWireResult<Vec<pgwire::api::results::FieldInfo>> {
+        Ok(Vec::new())
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Queries {
+    type Statement = String;
+    type QueryParser = SqlText;
+
+    fn query_parser(&self) -> Arc<SqlText> {
+        Arc::new(SqlText)
+    }
+
+    async fn do_describe_statement<C>(
+        &self,
+        _client: &mut C,
+        target: &StoredStatement<String>,
+    ) -> PgWireResult<DescribeStatementResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = String>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let given = &target.parameter_types;
+        match self.describe(&target.statement).await? {
+            Some(shape) => {
+                let parameters = parameter_types(given, &shape)?;
+                let fields = arrow_schema_to_pg_fields(&shape_schema(&shape), &Format::UnifiedText, None)?;
+                Ok(DescribeStatementResponse::new(parameters, fields))
+            }
+            None => {
+                let parameters = given.iter().map(|t| t.clone().unwrap_or(Type::TEXT)).collect();
+                Ok(DescribeStatementResponse::new(parameters, Vec::new()))
+            }
+        }
+    }
+
+    async fn do_describe_portal<C>(
+        &self,
+        _client: &mut C,
+        portal: &Portal<String>,
+    ) -> PgWireResult<DescribePortalResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = String>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let sql = self.bound(portal).await?;
+        match self.describe(&sql).await? {
+            Some(shape) => {
+                let fields = arrow_schema_to_pg_fields(&shape_schema(&shape), &portal.result_column_format, None)?;
+                Ok(DescribePortalResponse::new(fields))
+            }
+            None => Ok(DescribePortalResponse::no_data()),
+        }
+    }
+
+    async fn do_query<C>(&self, client: &mut C, portal: &Portal<String>, _max_rows: usize) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = String>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let sql = self.bound(portal).await?;
+        if self.describe(&sql).await?.is_some() {
+            // A SELECT: its rows in the formats asked for.
+            let batch = pg_results::select_rows(&self.manager, &sql).await?;
+            let fields = Arc::new(arrow_schema_to_pg_fields(&batch.schema(), &portal.result_column_format, None)?);
+            let rows: Vec<_> = encode_recordbatch(fields.clone(), batch).collect();
+            return Ok(Response::Query(QueryResponse::new(fields, stream::iter(rows))));
+        }
+        let mut responses = pg_results::run(&self.manager, &self.catalog, client, &sql).await?;
+        match responses.len() {
+            0 => Ok(Response::EmptyQuery),
+            1 => Ok(responses.remove(0)),
+            _ => Err(user_error("a prepared statement is one statement".into())),
+        }
+    }
+}
+
+impl Queries {
+    /// The shape of `sql` if it is one SELECT (not a catalog query, which is answered as the
+    /// simple protocol answers it).
+    async fn describe(&self, sql: &str) -> PgWireResult<Option<SelectShape>> {
+        if crate::pg_catalog::asks_the_catalog(sql) {
+            return Ok(None);
+        }
+        self.manager.describe_select(sql).await.map_err(|e| pg_results::api_error(e, sql))
+    }
+
+    /// The portal's statement with its parameters written in as literals.
+    async fn bound(&self, portal: &Portal<String>) -> PgWireResult<String> {
+        let sql = &portal.statement.statement;
+        if portal.parameters.is_empty() {
+            return Ok(sql.clone());
+        }
+        // The types DataFusion infers decode what the client left untyped.
+        let shape = self.describe(sql).await?;
+        let inferred: Vec<Option<DataType>> = shape.map(|s| s.parameters).unwrap_or_default();
+        let inferred: Vec<Option<&DataType>> = inferred.iter().map(Option::as_ref).collect();
+        let values = arrow_pg::datatypes::df::deserialize_parameters(portal, &inferred)?;
+        let ParamValues::List(values) = values else { return Err(user_error("parameters are $1, $2, ...".into())) };
+        let literals = values
+            .into_iter()
+            .map(|value| {
+                datafusion::sql::unparser::expr_to_sql(&lit(value.value))
+                    .map(|expr| expr.to_string())
+                    .map_err(|e| user_error(format!("a parameter: {e}")))
+            })
+            .collect::<PgWireResult<Vec<String>>>()?;
+        Ok(with_parameters(sql, &literals))
+    }
+}
+
+/// `sql` with each `$n` outside quotes replaced by `literals[n - 1]`.
+fn with_parameters(sql: &str, literals: &[String]) -> String {
+    let chars: Vec<char> = sql.chars().collect();
+    let (mut out, mut quote, mut i) = (String::with_capacity(sql.len()), None::<char>, 0);
+    while i < chars.len() {
+        let c = chars[i];
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '$') => {
+                let digits: String = chars[i + 1..].iter().take_while(|d| d.is_ascii_digit()).collect();
+                let literal = digits.parse::<usize>().ok().and_then(|n| n.checked_sub(1)).and_then(|n| literals.get(n));
+                if let Some(literal) = literal {
+                    out.push_str(literal);
+                    i += 1 + digits.len();
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        out.push(c);
+        i += 1;
+    }
+    out
+}
+
+/// The parameters' types: the client's, else DataFusion's inference, else text.
+fn parameter_types(given: &[Option<Type>], shape: &SelectShape) -> PgWireResult<Vec<Type>> {
+    let count = given.len().max(shape.parameters.len());
+    (0..count)
+        .map(|i| match (given.get(i).cloned().flatten(), shape.parameters.get(i).cloned().flatten()) {
+            (Some(given), _) => Ok(given),
+            (None, Some(inferred)) => into_pg_type(&inferred),
+            (None, None) => Ok(Type::TEXT),
+        })
+        .collect()
+}
+
+/// The Arrow schema of a SELECT's columns as described (a JSON column is text).
+fn shape_schema(shape: &SelectShape) -> Schema {
+    let field = |(name, data_type): &(String, String)| {
+        Field::new(name, DataType::from_str(data_type).unwrap_or(DataType::Utf8), true)
+    };
+    Schema::new(shape.columns.iter().map(field).collect::<Vec<_>>())
+}
+
+fn user_error(message: String) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), "42000".into(), message)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_are_written_in_outside_quotes() {
+        let literals = ["5".to_string(), "'it''s'".to_string()];
+        assert_eq!(
+            with_parameters("SELECT '$1', \"$2\" FROM t WHERE a > $1 AND b = $2 AND c = $3", &literals),
+            "SELECT '$1', \"$2\" FROM t WHERE a > 5 AND b = 'it''s' AND c = $3"
+        );
+    }
+}
