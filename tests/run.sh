@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs weir's whole test suite: starts the real Kafka broker (tests/kafka/broker.sh) unless
 # WEIR_KAFKA_BOOTSTRAP names one, runs every crate's tests against it, then the web page's tests
-# in a headless browser (tests/web/run.sh) and the REST API fuzzed against its OpenAPI document
-# (tests/api/run.sh), and stops the broker again if this script started it. Installs psql for
-# the Postgres protocol's tests when missing. Arguments go to cargo test (and skip the other two).
+# in a headless browser (tests/web/run.sh), the REST API fuzzed against its OpenAPI document
+# (tests/api/run.sh) and the Postgres protocol through psycopg (tests/pg/run.sh), and stops the
+# broker again if this script started it. Installs psql for the Postgres protocol's tests when
+# missing. Arguments go to cargo test (and skip the other three).
 #
 # Builds go to $CARGO_TARGET_DIR (default ~/.cache/weir/target), outside the clone, so a fresh
 # clone on the same machine reuses earlier builds.
@@ -41,5 +42,7 @@ if [[ $# -eq 0 ]]; then
   bash tests/web/run.sh || status=$?
   echo "run.sh: the REST API fuzzed by schemathesis" >&2
   bash tests/api/run.sh || status=$?
+  echo "run.sh: the Postgres protocol through psycopg" >&2
+  bash tests/pg/run.sh || status=$?
 fi
 exit $status

@@ -8,31 +8,12 @@
 set -euo pipefail
 
 cd "$(dirname "$0")"
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/weir/target}
+source ../weir_serve.sh
 version=4.32.5
 venv=$HOME/.cache/weir/schemathesis-$version
-if [[ ! -x $venv/bin/st ]]; then
-  echo "api fuzz: installing schemathesis $version into $venv" >&2
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$version"
-fi
-if [[ -z ${WEIR_BIN:-} ]]; then
-  cargo test --workspace --all-features --no-run --quiet
-  WEIR_BIN=$CARGO_TARGET_DIR/debug/weir
-fi
-
-data=$(mktemp -d)
+python_venv "$venv" schemathesis "schemathesis==$version"
 token=fuzz-token
-"$WEIR_BIN" serve --listen 127.0.0.1:0 --data-dir "$data/weir" --token "$token" >"$data/stdout" 2>"$data/stderr" &
-server=$!
-trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true; rm -rf "$data"' EXIT
-url=""
-for _ in $(seq 100); do
-  url=$(sed -n 's/^weir listening on //p' "$data/stdout")
-  [[ -n $url ]] && break
-  sleep 0.1
-done
-[[ -n $url ]] || { cat "$data/stderr" >&2; echo "api fuzz: weir serve did not start" >&2; exit 1; }
+start_weir_serve --token "$token"
 auth="Authorization: Bearer $token"
 sql="CREATE TABLE gen WITH (connector = 'nexmark', rate = '500'); SET checkpoint.interval = '200 ms'; SELECT bid.auction FROM gen WHERE event_type = 2"
 curl -sf -H "$auth" -H 'Content-Type: application/json' -d "{\"sql\": \"$sql\"}" "$url/api/v1/statements" >/dev/null

@@ -54,7 +54,7 @@ where
     C::Error: Debug,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
-    if let Some(response) = transaction_statement(query) {
+    if let Some(response) = transaction_statement(query).or_else(|| session_setting(query)) {
         return Ok(vec![response]);
     }
     if let Some(select) = copy_to_stdout(query).map_err(|message| user_error("42601", message, None))? {
@@ -100,6 +100,54 @@ fn transaction_statement(query: &str) -> Option<Response> {
         ["ROLLBACK" | "ABORT"] | ["ROLLBACK" | "ABORT", "TRANSACTION" | "WORK"] => {
             Some(Response::TransactionEnd(Tag::new("ROLLBACK")))
         }
+        _ => None,
+    }
+}
+
+/// Postgres's own session settings, which drivers and tools set and read: a SET of one is
+/// accepted and changes nothing (weir keeps no such setting), a SHOW gives Postgres's value.
+/// `SET` and `SHOW` of anything else are weir's.
+const POSTGRES_SETTINGS: [(&str, &str); 15] = [
+    ("application_name", ""),
+    ("bytea_output", "hex"),
+    ("client_encoding", "UTF8"),
+    ("client_min_messages", "notice"),
+    ("datestyle", "ISO, MDY"),
+    ("default_transaction_isolation", "read committed"),
+    ("extra_float_digits", "1"),
+    ("intervalstyle", "postgres"),
+    ("lock_timeout", "0"),
+    ("search_path", "public"),
+    ("server_encoding", "UTF8"),
+    ("standard_conforming_strings", "on"),
+    ("statement_timeout", "0"),
+    ("timezone", "UTC"),
+    ("transaction_isolation", "read committed"),
+];
+
+/// `SET name ...` / `SHOW name` of one of [`POSTGRES_SETTINGS`] (also `SET SESSION ...`,
+/// `SET TIME ZONE ...`, `SET SESSION CHARACTERISTICS AS TRANSACTION ...`).
+fn session_setting(query: &str) -> Option<Response> {
+    let text = query.trim().trim_end_matches(';').trim_end();
+    let words: Vec<String> = text.split_whitespace().map(|w| w.trim_matches('"').to_ascii_lowercase()).collect();
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    let known = |name: &str| {
+        let name = name.split(['=', ' ']).next().unwrap_or(name);
+        POSTGRES_SETTINGS.iter().find(|(n, _)| *n == name)
+    };
+    match words.as_slice() {
+        ["set", "session", "characteristics", ..] | ["set", "time", "zone", ..] => {
+            Some(Response::Execution(Tag::new("SET")))
+        }
+        ["set", "session" | "local", name, ..] | ["set", name, ..] if known(name).is_some() => {
+            Some(Response::Execution(Tag::new("SET")))
+        }
+        ["show", name] => known(name).map(|(name, value)| {
+            let fields = Arc::new(vec![FieldInfo::new((*name).to_string(), None, None, Type::TEXT, FieldFormat::Text)]);
+            let mut encoder = DataRowEncoder::new(fields.clone());
+            let row = encoder.encode_field(&Some(value.to_string())).map(|()| encoder.take_row());
+            Response::Query(QueryResponse::new(fields, stream::iter(vec![row])))
+        }),
         _ => None,
     }
 }
@@ -564,6 +612,22 @@ mod tests {
         assert_eq!(copy_to_stdout("SELECT 1"), Ok(None));
         assert!(copy_to_stdout("COPY t FROM STDIN").is_err());
         assert!(copy_to_stdout("COPY (SELECT 1) TO '/tmp/x'").is_err());
+    }
+
+    #[test]
+    fn postgres_session_settings_are_accepted_and_weirs_are_left_to_weir() {
+        for set in [
+            "SET DateStyle = 'ISO'",
+            "set extra_float_digits = 3;",
+            "SET SESSION search_path TO public",
+            "SET TIME ZONE 'UTC'",
+            "SET application_name='x'",
+        ] {
+            assert!(matches!(session_setting(set), Some(Response::Execution(_))), "{set}");
+        }
+        assert!(matches!(session_setting("SHOW TimeZone"), Some(Response::Query(_))));
+        assert!(session_setting("SET parallelism = '2'").is_none());
+        assert!(session_setting("SHOW TABLES").is_none());
     }
 
     #[test]
