@@ -32,7 +32,9 @@ if ! command -v psql >/dev/null 2>&1; then
   echo "run.sh: installing psql (postgresql-client)" >&2
   sudo=""
   [[ $(id -u) -ne 0 ]] && sudo="sudo"
-  $sudo apt-get install -y -q postgresql-client >/dev/null || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q postgresql-client >/dev/null; }
+  $sudo apt-get install -y -q postgresql-client >/dev/null \
+    || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q postgresql-client >/dev/null; } \
+    || echo "run.sh: psql could not be installed; the Postgres protocol's psql tests will say so" >&2
 fi
 
 status=0

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# weir's Postgres protocol as a Python program uses it: psycopg 3 (from PyPI, pinned, in a
-# virtualenv under ~/.cache/weir) against a real `weir serve --pg-listen` (psycopg_check.py:
-# session settings, DDL, parameters bound by the driver, typed rows, an updating query's final rows, a
-# server-side cursor over a stream, COPY TO STDOUT, errors with their SQLSTATE, the token as
-# password).
+# weir's Postgres protocol as programs use it, against a real `weir serve --pg-listen`:
+# psycopg 3 (from PyPI, pinned, in a virtualenv under ~/.cache/weir; psycopg_check.py: session
+# settings, DDL, parameters bound by the driver, typed rows, an updating query's final rows, a
+# cursor over a stream, COPY TO STDOUT, errors with their SQLSTATE, the token as password), then
+# the PostgreSQL JDBC driver (from Maven Central, pinned; JdbcCheck.java: prepared statements
+# past its server-side threshold, binary rows, metadata).
 set -euo pipefail
 
 cd "$(dirname "$0")"
@@ -21,3 +22,13 @@ for _ in $(seq 50); do
 done
 [[ -n $pg ]] || { echo "pg tests: weir serve did not open its Postgres port" >&2; exit 1; }
 "$venv/bin/python" psycopg_check.py "${pg%:*}" "${pg##*:}" "$token"
+
+# The JDBC driver from Maven Central, run as a single-file Java program.
+jdbc_version=42.7.14
+jdbc=$HOME/.cache/weir/jdbc/postgresql-$jdbc_version.jar
+if [[ ! -f $jdbc ]]; then
+  echo "pg tests: fetching the PostgreSQL JDBC driver $jdbc_version" >&2
+  mvn -q -B dependency:copy -Dartifact="org.postgresql:postgresql:$jdbc_version" \
+    -DoutputDirectory="$(dirname "$jdbc")" >"$data/mvn.log" 2>&1 || { cat "$data/mvn.log" >&2; exit 1; }
+fi
+java -cp "$jdbc" JdbcCheck.java "${pg%:*}" "${pg##*:}" "$token"

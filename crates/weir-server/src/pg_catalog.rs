@@ -82,11 +82,13 @@ impl CatalogContext {
     }
 
     /// Each statement's result (its schema and rows) of the catalog query `query` over
-    /// `relations`.
+    /// `relations`; with `run` false, its schema only (planned, not run: `$n` parameters may be
+    /// left in it).
     pub async fn answer(
         &self,
         relations: Vec<Relation>,
         query: &str,
+        run: bool,
     ) -> Result<Vec<(SchemaRef, Vec<RecordBatch>)>, String> {
         let mut context = self.context.lock().await;
         let context = match &mut *context {
@@ -107,8 +109,12 @@ impl CatalogContext {
             let state = context.state();
             let statement = DFStatement::Statement(Box::new(statement));
             let plan = state.statement_to_plan(statement).await.map_err(|e| e.to_string())?;
+            let schema = Arc::new(plan.schema().as_arrow().clone());
+            if !run {
+                results.push((schema, Vec::new()));
+                continue;
+            }
             let frame = context.execute_logical_plan(plan).await.map_err(|e| e.to_string())?;
-            let schema = Arc::new(frame.schema().as_arrow().clone());
             let batches = frame.collect().await.map_err(|e| e.to_string())?;
             results.push((schema, batches));
         }

@@ -4,7 +4,9 @@
 //! as DataFusion infers them (the client's own types win). Binding turns each parameter into an
 //! SQL literal in the text (`arrow-pg` decodes the client's text or binary value by its type),
 //! so the statement then runs exactly as the simple protocol runs it; a SELECT's rows are
-//! encoded by `arrow-pg` in the formats the client asked for (binary too).
+//! encoded by `arrow-pg` in the formats the client asked for (binary too). A catalog query
+//! (`pg_catalog.rs`) is described by planning it in the catalog context, and its rows are
+//! encoded the same way.
 
 use std::fmt::Debug;
 use std::str::FromStr;
@@ -80,6 +82,11 @@ impl ExtendedQueryHandler for Queries {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let given = &target.parameter_types;
+        if let Some(schema) = self.catalog_schema(&target.statement).await? {
+            let parameters = given.iter().map(|t| t.clone().unwrap_or(Type::TEXT)).collect();
+            let fields = arrow_schema_to_pg_fields(&schema, &Format::UnifiedText, None)?;
+            return Ok(DescribeStatementResponse::new(parameters, fields));
+        }
         match self.describe(&target.statement).await? {
             Some(shape) => {
                 let parameters = parameter_types(given, &shape)?;
@@ -105,6 +112,13 @@ impl ExtendedQueryHandler for Queries {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let sql = self.bound(portal).await?;
+        if let Some(schema) = self.catalog_schema(&sql).await? {
+            return Ok(DescribePortalResponse::new(arrow_schema_to_pg_fields(
+                &schema,
+                &portal.result_column_format,
+                None,
+            )?));
+        }
         match self.describe(&sql).await? {
             Some(shape) => {
                 let fields = arrow_schema_to_pg_fields(&shape_schema(&shape), &portal.result_column_format, None)?;
@@ -122,6 +136,16 @@ impl ExtendedQueryHandler for Queries {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let sql = self.bound(portal).await?;
+        if crate::pg_catalog::asks_the_catalog(&sql) {
+            // Its last statement's rows, in the formats asked for.
+            let relations = self.manager.relations().await.map_err(|e| pg_results::api_error(e, &sql))?;
+            let answers = self.catalog.answer(relations, &sql, true).await.map_err(user_error)?;
+            let Some((schema, batches)) = answers.into_iter().last() else { return Ok(Response::EmptyQuery) };
+            let fields = Arc::new(arrow_schema_to_pg_fields(&schema, &portal.result_column_format, None)?);
+            let rows: Vec<_> =
+                batches.into_iter().flat_map(|batch| encode_recordbatch(fields.clone(), batch)).collect();
+            return Ok(Response::Query(QueryResponse::new(fields, stream::iter(rows))));
+        }
         if self.describe(&sql).await?.is_some() {
             // A SELECT: its rows in the formats asked for.
             let batch = pg_results::select_rows(&self.manager, &sql).await?;
@@ -139,6 +163,16 @@ impl ExtendedQueryHandler for Queries {
 }
 
 impl Queries {
+    /// The columns of `sql` if it is a catalog query (its last statement's), planned only.
+    async fn catalog_schema(&self, sql: &str) -> PgWireResult<Option<datafusion::arrow::datatypes::SchemaRef>> {
+        if !crate::pg_catalog::asks_the_catalog(sql) {
+            return Ok(None);
+        }
+        let relations = self.manager.relations().await.map_err(|e| pg_results::api_error(e, sql))?;
+        let answers = self.catalog.answer(relations, sql, false).await.map_err(user_error)?;
+        Ok(answers.into_iter().last().map(|(schema, _)| schema))
+    }
+
     /// The shape of `sql` if it is one SELECT (not a catalog query, which is answered as the
     /// simple protocol answers it).
     async fn describe(&self, sql: &str) -> PgWireResult<Option<SelectShape>> {

@@ -68,7 +68,8 @@ where
     }
     if pg_catalog::asks_the_catalog(query) {
         let relations = manager.relations().await.map_err(|e| api_error(e, query))?;
-        let answers = catalog.answer(relations, query).await.map_err(|message| user_error("42000", message, None))?;
+        let answers =
+            catalog.answer(relations, query, true).await.map_err(|message| user_error("42000", message, None))?;
         return answers.into_iter().map(|(schema, batches)| typed_rows(&schema, &batches)).collect();
     }
     let results = manager.statements(query).await.map_err(|e| api_error(e, query))?;
