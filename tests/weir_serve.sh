@@ -15,6 +15,18 @@ python_venv() {
   fi
 }
 
+# first_match SED_SCRIPT FILE: waits up to 10 s for `sed -n SED_SCRIPT FILE` to print something,
+# and prints it (nothing if it never does).
+first_match() {
+  local found=""
+  for _ in $(seq 100); do
+    found=$(sed -n "$1" "$2")
+    [[ -n $found ]] && break
+    sleep 0.1
+  done
+  printf '%s' "$found"
+}
+
 # start_weir_serve ARGS...: starts `weir serve --listen 127.0.0.1:0 --data-dir <tmp> ARGS` (the
 # binary $WEIR_BIN, else the one the cargo tests build), stops it and removes its data on exit,
 # and waits for its first line; sets $data (its temporary directory: stdout, stderr there) and
@@ -28,11 +40,6 @@ start_weir_serve() {
   "$WEIR_BIN" serve --listen 127.0.0.1:0 --data-dir "$data/weir" "$@" >"$data/stdout" 2>"$data/stderr" &
   server=$!
   trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true; rm -rf "$data"' EXIT
-  url=""
-  for _ in $(seq 100); do
-    url=$(sed -n 's/^weir listening on //p' "$data/stdout")
-    [[ -n $url ]] && break
-    sleep 0.1
-  done
+  url=$(first_match 's/^weir listening on //p' "$data/stdout")
   [[ -n $url ]] || { cat "$data/stderr" >&2; echo "weir serve did not start" >&2; exit 1; }
 }

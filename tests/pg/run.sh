@@ -14,12 +14,7 @@ venv=$HOME/.cache/weir/psycopg-$version
 python_venv "$venv" psycopg "psycopg[binary]==$version"
 token=pg-token
 start_weir_serve --pg-listen 127.0.0.1:0 --token "$token"
-pg=""
-for _ in $(seq 50); do
-  pg=$(sed -n 's/^weir speaks Postgres on \([^ ]*\) .*/\1/p' "$data/stdout")
-  [[ -n $pg ]] && break
-  sleep 0.1
-done
+pg=$(first_match 's/^weir speaks Postgres on \([^ ]*\) .*/\1/p' "$data/stdout")
 [[ -n $pg ]] || { echo "pg tests: weir serve did not open its Postgres port" >&2; exit 1; }
 "$venv/bin/python" psycopg_check.py "${pg%:*}" "${pg##*:}" "$token"
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use datafusion::arrow::record_batch::RecordBatch;
 use futures::{Stream, StreamExt};
 use pgwire::api::Type;
-use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::results::{FieldFormat, FieldInfo, Response, Tag};
 use pgwire::error::PgWireResult;
 
 /// After a FETCH's first row, how long it waits for the rest of its count.
@@ -141,15 +141,7 @@ impl Cursor {
             }
         }
         let take = self.ahead.len().min(wanted);
-        let mut encoder = DataRowEncoder::new(self.fields.clone());
-        let mut rows = Vec::with_capacity(take);
-        for row in self.ahead.drain(..take) {
-            for cell in &row {
-                encoder.encode_field(cell)?;
-            }
-            rows.push(Ok(encoder.take_row()));
-        }
-        let mut response = QueryResponse::new(self.fields.clone(), futures::stream::iter(rows));
+        let mut response = crate::pg_results::text_result(self.fields.clone(), self.ahead.drain(..take))?;
         response.set_command_tag("FETCH");
         Ok(Response::Query(response))
     }

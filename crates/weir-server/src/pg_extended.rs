@@ -9,12 +9,11 @@
 //! encoded the same way.
 
 use std::fmt::Debug;
-use std::str::FromStr;
 use std::sync::Arc;
 
 use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
 use async_trait::async_trait;
-use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::datatypes::DataType;
 use datafusion::common::ParamValues;
 use datafusion::logical_expr::lit;
 use futures::{Sink, stream};
@@ -90,7 +89,8 @@ impl ExtendedQueryHandler for Queries {
         match self.describe(&target.statement).await? {
             Some(shape) => {
                 let parameters = parameter_types(given, &shape)?;
-                let fields = arrow_schema_to_pg_fields(&shape_schema(&shape), &Format::UnifiedText, None)?;
+                let fields =
+                    arrow_schema_to_pg_fields(&pg_results::columns_schema(&shape.columns), &Format::UnifiedText, None)?;
                 Ok(DescribeStatementResponse::new(parameters, fields))
             }
             None => {
@@ -121,7 +121,11 @@ impl ExtendedQueryHandler for Queries {
         }
         match self.describe(&sql).await? {
             Some(shape) => {
-                let fields = arrow_schema_to_pg_fields(&shape_schema(&shape), &portal.result_column_format, None)?;
+                let fields = arrow_schema_to_pg_fields(
+                    &pg_results::columns_schema(&shape.columns),
+                    &portal.result_column_format,
+                    None,
+                )?;
                 Ok(DescribePortalResponse::new(fields))
             }
             None => Ok(DescribePortalResponse::no_data()),
@@ -243,14 +247,6 @@ fn parameter_types(given: &[Option<Type>], shape: &SelectShape) -> PgWireResult<
             (None, None) => Ok(Type::TEXT),
         })
         .collect()
-}
-
-/// The Arrow schema of a SELECT's columns as described (a JSON column is text).
-fn shape_schema(shape: &SelectShape) -> Schema {
-    let field = |(name, data_type): &(String, String)| {
-        Field::new(name, DataType::from_str(data_type).unwrap_or(DataType::Utf8), true)
-    };
-    Schema::new(shape.columns.iter().map(field).collect::<Vec<_>>())
 }
 
 fn user_error(message: String) -> PgWireError {

@@ -30,7 +30,6 @@ use pgwire::api::{ClientInfo, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyOutResponse};
-use pgwire::messages::data::DataRow;
 use weir_sql::Preview;
 
 use crate::error::ApiError;
@@ -77,7 +76,7 @@ where
     for result in results {
         responses.push(match result {
             StatementResult::Done { message } => Response::Execution(Tag::new(&message)),
-            StatementResult::Rows { columns, rows } => text_rows(columns, rows),
+            StatementResult::Rows { columns, rows } => text_rows(columns, rows)?,
             StatementResult::Pipeline { id, name, preview: false } => {
                 Response::Execution(Tag::new(&format!("INSERT started pipeline {id} ({name})")))
             }
@@ -145,9 +144,9 @@ fn session_setting(query: &str) -> Option<Response> {
         }
         ["show", name] => known(name).map(|(name, value)| {
             let fields = Arc::new(vec![FieldInfo::new((*name).to_string(), None, None, Type::TEXT, FieldFormat::Text)]);
-            let mut encoder = DataRowEncoder::new(fields.clone());
-            let row = encoder.encode_field(&Some(value.to_string())).map(|()| encoder.take_row());
-            Response::Query(QueryResponse::new(fields, stream::iter(vec![row])))
+            // One text cell never fails to encode.
+            text_result(fields, [vec![Some(value.to_string())]])
+                .map_or_else(|e| Response::Error(Box::new(e.into())), Response::Query)
         }),
         _ => None,
     }
@@ -270,15 +269,8 @@ async fn select(manager: &Arc<Manager>, id: i64) -> PgWireResult<Response> {
     let preview = manager.preview(id).map_err(|e| api_error(e, ""))?;
     let fields = Arc::new(fields(&preview));
     let batch = final_rows(manager, id, preview).await?;
-    let mut encoder = DataRowEncoder::new(fields.clone());
-    let mut encoded = Vec::with_capacity(batch.num_rows());
-    for row in text_cells(&batch).map_err(|message| user_error("XX000", message, None))? {
-        for cell in &row {
-            encoder.encode_field(cell)?;
-        }
-        encoded.push(Ok(encoder.take_row()));
-    }
-    Ok(Response::Query(QueryResponse::new(fields, stream::iter(encoded))))
+    let rows = text_cells(&batch).map_err(|message| user_error("XX000", message, None))?;
+    text_result(fields, rows).map(Response::Query)
 }
 
 /// Runs `sql`, one SELECT, and gives its rows once it has run, as [`select`] does (for the
@@ -308,13 +300,7 @@ async fn final_rows(manager: &Arc<Manager>, id: i64, preview: Preview) -> PgWire
         error.hint = Some("read its rows as they come with COPY (SELECT ...) TO STDOUT".into());
         return Err(PgWireError::UserError(Box::new(error)));
     }
-    let schema = Arc::new(Schema::new(
-        preview
-            .columns
-            .iter()
-            .map(|(name, data_type)| Field::new(name, DataType::from_str(data_type).unwrap_or(DataType::Utf8), true))
-            .collect::<Vec<_>>(),
-    ));
+    let schema = Arc::new(columns_schema(&preview.columns));
     let updating = preview.updating;
     let mut stream = std::pin::pin!(rows_as_they_come(manager.clone(), id, preview));
     let mut batches = Vec::new();
@@ -425,6 +411,15 @@ fn fields(preview: &Preview) -> Vec<FieldInfo> {
     preview.columns.iter().map(field).collect()
 }
 
+/// The Arrow schema of columns named with their types as a preview names them (a JSON
+/// column is text).
+pub(crate) fn columns_schema(columns: &[(String, String)]) -> Schema {
+    let field = |(name, data_type): &(String, String)| {
+        Field::new(name, DataType::from_str(data_type).unwrap_or(DataType::Utf8), true)
+    };
+    Schema::new(columns.iter().map(field).collect::<Vec<_>>())
+}
+
 /// The Postgres type of a column of the Arrow type named `name` (as weir's preview names it;
 /// `JSON` for a JSON column).
 fn pg_type(name: &str) -> Type {
@@ -466,17 +461,11 @@ fn typed_rows(schema: &SchemaRef, batches: &[RecordBatch]) -> PgWireResult<Respo
             .map(|f| FieldInfo::new(f.name().clone(), None, None, pg_type_of(f.data_type()), FieldFormat::Text))
             .collect(),
     );
-    let mut encoder = DataRowEncoder::new(fields.clone());
     let mut rows = Vec::new();
     for batch in batches {
-        for row in text_cells(batch).map_err(|message| user_error("XX000", message, None))? {
-            for cell in &row {
-                encoder.encode_field(cell)?;
-            }
-            rows.push(Ok(encoder.take_row()));
-        }
+        rows.extend(text_cells(batch).map_err(|message| user_error("XX000", message, None))?);
     }
-    Ok(Response::Query(QueryResponse::new(fields, stream::iter(rows))))
+    text_result(fields, rows).map(Response::Query)
 }
 
 /// Each row of `batch` as text in Postgres's spelling, the change kind first; `None` is NULL.
@@ -546,21 +535,29 @@ fn copy_lines(batch: &RecordBatch) -> Vec<String> {
 }
 
 /// Rows of text columns (SHOW, DESCRIBE, EXPLAIN, SHOW PIPELINES).
-fn text_rows(columns: Vec<String>, rows: Vec<Vec<String>>) -> Response {
+fn text_rows(columns: Vec<String>, rows: Vec<Vec<String>>) -> PgWireResult<Response> {
     let fields: Arc<Vec<FieldInfo>> = Arc::new(
         columns.into_iter().map(|name| FieldInfo::new(name, None, None, Type::VARCHAR, FieldFormat::Text)).collect(),
     );
+    let rows = rows.into_iter().map(|row| row.into_iter().map(Some).collect());
+    text_result(fields, rows).map(Response::Query)
+}
+
+/// A result of `fields` whose rows are cells of text (`None` is NULL), each in its
+/// column's Postgres spelling.
+pub(crate) fn text_result(
+    fields: Arc<Vec<FieldInfo>>,
+    rows: impl IntoIterator<Item = Vec<Option<String>>>,
+) -> PgWireResult<QueryResponse> {
     let mut encoder = DataRowEncoder::new(fields.clone());
-    let rows: Vec<PgWireResult<DataRow>> = rows
-        .into_iter()
-        .map(|row| {
-            for cell in &row {
-                encoder.encode_field(cell)?;
-            }
-            Ok(encoder.take_row())
-        })
-        .collect();
-    Response::Query(QueryResponse::new(fields, stream::iter(rows)))
+    let mut encoded = Vec::new();
+    for row in rows {
+        for cell in &row {
+            encoder.encode_field(cell)?;
+        }
+        encoded.push(Ok(encoder.take_row()));
+    }
+    Ok(QueryResponse::new(fields, stream::iter(encoded)))
 }
 
 fn user_error(code: &str, message: String, position: Option<usize>) -> PgWireError {
