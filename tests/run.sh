@@ -27,14 +27,15 @@ if [[ $started_broker == yes ]]; then
 fi
 echo "run.sh: Kafka at $WEIR_KAFKA_BOOTSTRAP" >&2
 
-# The Postgres protocol's tests talk to weir with the real psql.
-if ! command -v psql >/dev/null 2>&1; then
-  echo "run.sh: installing psql (postgresql-client)" >&2
+# The Postgres protocol's tests talk to weir with the real psql, over TLS with a certificate
+# made by openssl.
+if ! command -v psql >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
+  echo "run.sh: installing psql (postgresql-client) and openssl" >&2
   sudo=""
   [[ $(id -u) -ne 0 ]] && sudo="sudo"
-  $sudo apt-get install -y -q postgresql-client >/dev/null \
-    || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q postgresql-client >/dev/null; } \
-    || echo "run.sh: psql could not be installed; the Postgres protocol's psql tests will say so" >&2
+  $sudo apt-get install -y -q postgresql-client openssl >/dev/null \
+    || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q postgresql-client openssl >/dev/null; } \
+    || echo "run.sh: psql or openssl could not be installed; the Postgres protocol's tests will say so" >&2
 fi
 
 status=0

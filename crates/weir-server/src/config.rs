@@ -25,6 +25,10 @@ pub struct ServerConfig {
     pub allow_unauthenticated: bool,
     /// Where to speak the Postgres protocol too (`--pg-listen`); off unless set.
     pub pg_listen: Option<SocketAddr>,
+    /// TLS on the Postgres port: a PEM certificate chain and its PEM private key (both or
+    /// neither).
+    pub pg_tls_cert: Option<PathBuf>,
+    pub pg_tls_key: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -37,6 +41,8 @@ impl Default for ServerConfig {
             filesystem_dirs: None,
             allow_unauthenticated: false,
             pg_listen: None,
+            pg_tls_cert: None,
+            pg_tls_key: None,
         }
     }
 }
@@ -52,6 +58,8 @@ pub struct FileConfig {
     pub filesystem_dirs: Option<Vec<PathBuf>>,
     pub allow_unauthenticated: Option<bool>,
     pub pg_listen: Option<SocketAddr>,
+    pub pg_tls_cert: Option<PathBuf>,
+    pub pg_tls_key: Option<PathBuf>,
 }
 
 impl FileConfig {
@@ -74,6 +82,8 @@ impl ServerConfig {
             filesystem_dirs: overrides.filesystem_dirs.or(file.filesystem_dirs),
             allow_unauthenticated: overrides.allow_unauthenticated.or(file.allow_unauthenticated).unwrap_or(false),
             pg_listen: overrides.pg_listen.or(file.pg_listen),
+            pg_tls_cert: overrides.pg_tls_cert.or(file.pg_tls_cert),
+            pg_tls_key: overrides.pg_tls_key.or(file.pg_tls_key),
         }
     }
 
@@ -93,6 +103,9 @@ impl ServerConfig {
                     "refusing to serve {listen} without a token: anyone who can reach it could run any SQL. Set one with --token or WEIR_TOKEN (clients then give it too), or say --allow-unauthenticated if that is what you want"
                 ));
             }
+        }
+        if self.pg_tls_cert.is_some() != self.pg_tls_key.is_some() {
+            return Err("TLS on the Postgres port needs both --pg-tls-cert and --pg-tls-key".into());
         }
         Ok(())
     }
@@ -119,5 +132,7 @@ mod tests {
         let pg = |address: &str| ServerConfig { pg_listen: address.parse().ok(), ..on("127.0.0.1:8080", None, false) };
         assert!(pg("127.0.0.1:5432").check().is_ok());
         assert!(pg("0.0.0.0:5432").check().unwrap_err().contains("0.0.0.0:5432"));
+        let half_tls = ServerConfig { pg_tls_cert: Some("c.pem".into()), ..pg("127.0.0.1:5432") };
+        assert!(half_tls.check().unwrap_err().contains("--pg-tls-key"));
     }
 }

@@ -11,10 +11,12 @@ pub mod error;
 pub mod manager;
 pub mod metrics;
 pub mod pg;
+mod pg_auth;
 mod pg_catalog;
 mod pg_cursors;
 mod pg_extended;
 mod pg_results;
+mod pg_rows;
 pub mod rates;
 pub mod store;
 pub mod web;
@@ -40,8 +42,14 @@ pub async fn serve(
     let bound = listener.local_addr()?;
     let pg_bound = match config.pg_listen {
         Some(address) => {
+            let tls = match (&config.pg_tls_cert, &config.pg_tls_key) {
+                (Some(certificate), Some(key)) => {
+                    Some(pg_auth::Tls::load(certificate, key).map_err(std::io::Error::other)?)
+                }
+                _ => None,
+            };
             let (pg_listener, pg_bound) = pg::bind(address).await?;
-            tokio::spawn(pg::serve(pg_listener, manager.clone(), config.token.clone()));
+            tokio::spawn(pg::serve(pg_listener, manager.clone(), config.token.clone(), tls));
             Some(pg_bound)
         }
         None => None,

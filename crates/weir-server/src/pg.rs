@@ -3,10 +3,8 @@
 //! own ([`Manager::statements`], as REST and `weir sql` run them), and [`pg_results`] renders
 //! what they give as Postgres results.
 //!
-//! Authentication: without a token, any user is let in (the listener is loopback only unless
-//! a token is set, as for the HTTP API); with a token, the password must be the token (sent in
-//! clear text: there is no TLS on this port yet). A CancelRequest (Ctrl-C in psql) reaches the
-//! statement through pgwire's connection manager and stops the pipeline it started.
+//! Who may connect, and TLS: [`crate::pg_auth`]. A CancelRequest (Ctrl-C in psql) reaches
+//! the statement through pgwire's connection manager and stops the pipeline it started.
 
 use std::fmt::Debug;
 use std::net::SocketAddr;
@@ -14,37 +12,31 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::Sink;
-use pgwire::api::auth::cleartext::CleartextPasswordAuthStartupHandler;
-use pgwire::api::auth::noop::NoopStartupHandler;
-use pgwire::api::auth::{AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler};
+use pgwire::api::auth::StartupHandler;
 use pgwire::api::cancel::DefaultCancelHandler;
+use pgwire::api::portal::Format;
 use pgwire::api::query::SimpleQueryHandler;
 use pgwire::api::results::Response;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionManager, PgWireServerHandlers};
 use pgwire::error::{PgWireError, PgWireResult};
-use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use pgwire::messages::PgWireBackendMessage;
 use tokio::net::TcpListener;
 use tracing::{debug, info};
 
 use crate::manager::Manager;
+use crate::pg_auth::{Auth, Tls};
 use crate::pg_results;
 
-/// Accepts Postgres connections on `listener` until the process ends.
-pub async fn serve(listener: TcpListener, manager: Arc<Manager>, token: Option<String>) {
+/// Accepts Postgres connections on `listener` until the process ends: with `token`, the
+/// token is the password; with `tls`, clients may (or must, by their `sslmode`) use TLS.
+pub async fn serve(listener: TcpListener, manager: Arc<Manager>, token: Option<String>, tls: Option<Tls>) {
     let connections = Arc::new(ConnectionManager::new());
+    let auth = Auth::new(token, tls, connections.clone());
+    let tls = auth.tls();
     let handlers = Arc::new(Handlers {
         queries: Arc::new(Queries { manager, catalog: crate::pg_catalog::CatalogContext::new() }),
-        startup: Arc::new(match token {
-            Some(token) => Startup::Token(Box::new(
-                CleartextPasswordAuthStartupHandler::new(
-                    TokenSource { token },
-                    DefaultServerParameterProvider::default(),
-                )
-                .with_connection_manager(connections.clone()),
-            )),
-            None => Startup::Trust(Trust { connections: connections.clone() }),
-        }),
+        auth,
         cancel: Arc::new(DefaultCancelHandler::new(connections)),
     });
     loop {
@@ -55,10 +47,10 @@ pub async fn serve(listener: TcpListener, manager: Arc<Manager>, token: Option<S
                 continue;
             }
         };
-        let handlers = handlers.clone();
+        let (handlers, tls) = (handlers.clone(), tls.clone());
         tokio::spawn(async move {
             // A client that sends garbage or goes away ends its own connection only.
-            if let Err(error) = pgwire::tokio::process_socket(socket, None, handlers).await {
+            if let Err(error) = pgwire::tokio::process_socket(socket, tls, handlers).await {
                 debug!(%peer, %error, "a Postgres connection ended with an error");
             }
         });
@@ -75,7 +67,7 @@ pub async fn bind(address: SocketAddr) -> std::io::Result<(TcpListener, SocketAd
 
 struct Handlers {
     queries: Arc<Queries>,
-    startup: Arc<Startup>,
+    auth: Auth,
     cancel: Arc<DefaultCancelHandler>,
 }
 
@@ -88,57 +80,13 @@ impl PgWireServerHandlers for Handlers {
         self.queries.clone()
     }
 
+    /// Called once per connection.
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
-        self.startup.clone()
+        Arc::new(self.auth.startup())
     }
 
     fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
         self.cancel.clone()
-    }
-}
-
-/// How a connection is let in: freely (no token) or with the token as its password.
-enum Startup {
-    Trust(Trust),
-    Token(Box<CleartextPasswordAuthStartupHandler<TokenSource, DefaultServerParameterProvider>>),
-}
-
-#[async_trait]
-impl StartupHandler for Startup {
-    async fn on_startup<C>(&self, client: &mut C, message: PgWireFrontendMessage) -> PgWireResult<()>
-    where
-        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        match self {
-            Startup::Trust(trust) => trust.on_startup(client, message).await,
-            Startup::Token(token) => token.on_startup(client, message).await,
-        }
-    }
-}
-
-/// No password asked; the connection is registered for cancel requests.
-struct Trust {
-    connections: Arc<ConnectionManager>,
-}
-
-impl NoopStartupHandler for Trust {
-    fn connection_manager(&self) -> Option<Arc<ConnectionManager>> {
-        Some(self.connections.clone())
-    }
-}
-
-/// The service's token, the one password any user may give.
-#[derive(Debug)]
-struct TokenSource {
-    token: String,
-}
-
-#[async_trait]
-impl AuthSource for TokenSource {
-    async fn get_password(&self, _login: &LoginInfo) -> PgWireResult<Password> {
-        Ok(Password::new(None, self.token.as_bytes().to_vec()))
     }
 }
 
@@ -160,6 +108,6 @@ impl SimpleQueryHandler for Queries {
     {
         // Results are whole when this returns (COPY's are sent from here): a cancel request
         // drops this future, and with it the pipeline.
-        pg_results::run(&self.manager, &self.catalog, client, query).await
+        pg_results::run(&self.manager, &self.catalog, client, query, &Format::UnifiedText).await
     }
 }

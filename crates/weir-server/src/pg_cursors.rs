@@ -7,14 +7,16 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use futures::{Stream, StreamExt};
-use pgwire::api::Type;
-use pgwire::api::results::{FieldFormat, FieldInfo, Response, Tag};
+use pgwire::api::portal::Format;
+use pgwire::api::results::{FieldInfo, Response, Tag};
 use pgwire::error::PgWireResult;
+
+use crate::pg_rows;
 
 /// After a FETCH's first row, how long it waits for the rest of its count.
 pub const MORE_WITHIN: Duration = Duration::from_secs(1);
@@ -98,50 +100,62 @@ pub fn parse(sql: &str) -> Option<Result<CursorStatement, String>> {
 
 type Batches = Pin<Box<dyn Stream<Item = PgWireResult<RecordBatch>> + Send>>;
 
-/// An open cursor: its query's batches (dropping them stops the query) and rows read ahead.
+/// An open cursor: its query's batches (dropping them stops the query) and the rows read
+/// ahead, prepared for Postgres ([`pg_rows::prepared`]).
 pub struct Cursor {
     batches: Batches,
-    fields: Arc<Vec<FieldInfo>>,
-    ahead: VecDeque<Vec<Option<String>>>,
+    schema: SchemaRef,
+    ahead: VecDeque<RecordBatch>,
     ended: bool,
 }
 
 impl Cursor {
-    /// A cursor over `batches`, rows of `columns` ((name, Postgres type)), changes if
-    /// `updating`.
-    pub fn new(batches: Batches, columns: Vec<(String, Type)>, updating: bool) -> Self {
-        let op = updating.then(|| ("op".to_string(), Type::VARCHAR));
-        let fields = op
-            .into_iter()
-            .chain(columns)
-            .map(|(name, data_type)| FieldInfo::new(name, None, None, data_type, FieldFormat::Text))
-            .collect();
-        Self { batches, fields: Arc::new(fields), ahead: VecDeque::new(), ended: false }
+    /// A cursor over `batches`, whose rows are of the prepared `schema`.
+    pub fn new(batches: Batches, schema: SchemaRef) -> Self {
+        Self { batches, schema, ahead: VecDeque::new(), ended: false }
     }
 
-    /// The next `count` rows (all that come, for None): waits for the first as long as it
-    /// takes, then up to [`MORE_WITHIN`] for the rest; fewer once the query has ended.
-    pub async fn fetch(
-        &mut self,
-        count: Option<usize>,
-        cells: impl Fn(&RecordBatch) -> PgWireResult<Vec<Vec<Option<String>>>>,
-    ) -> PgWireResult<Response> {
+    /// The columns a FETCH gives, in `format`.
+    pub fn fields(&self, format: &Format) -> PgWireResult<Vec<FieldInfo>> {
+        pg_rows::fields(&self.schema, format)
+    }
+
+    /// The next `count` rows (all that come, for None) in `format`: waits for the first as
+    /// long as it takes, then up to [`MORE_WITHIN`] for the rest; fewer once the query has
+    /// ended.
+    pub async fn fetch(&mut self, count: Option<usize>, format: &Format) -> PgWireResult<Response> {
         let wanted = count.unwrap_or(usize::MAX);
-        while self.ahead.len() < wanted && !self.ended {
-            let next = match self.ahead.is_empty() {
-                true => self.batches.next().await,
-                false => match tokio::time::timeout(MORE_WITHIN, self.batches.next()).await {
+        let mut have: usize = self.ahead.iter().map(RecordBatch::num_rows).sum();
+        while have < wanted && !self.ended {
+            let next = match have {
+                0 => self.batches.next().await,
+                _ => match tokio::time::timeout(MORE_WITHIN, self.batches.next()).await {
                     Ok(next) => next,
                     Err(_) => break,
                 },
             };
             match next {
-                Some(batch) => self.ahead.extend(cells(&batch?)?),
+                Some(batch) => {
+                    let batch = pg_rows::prepared(&batch?)?;
+                    have += batch.num_rows();
+                    self.ahead.push_back(batch);
+                }
                 None => self.ended = true,
             }
         }
-        let take = self.ahead.len().min(wanted);
-        let mut response = crate::pg_results::text_result(self.fields.clone(), self.ahead.drain(..take))?;
+        let mut taken = Vec::new();
+        let mut left = wanted.min(have);
+        while left > 0 {
+            let Some(batch) = self.ahead.pop_front() else { break };
+            if batch.num_rows() > left {
+                self.ahead.push_front(batch.slice(left, batch.num_rows() - left));
+                taken.push(batch.slice(0, left));
+                break;
+            }
+            left -= batch.num_rows();
+            taken.push(batch);
+        }
+        let mut response = pg_rows::response(&self.schema, taken, format)?;
         response.set_command_tag("FETCH");
         Ok(Response::Query(response))
     }

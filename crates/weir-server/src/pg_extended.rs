@@ -11,17 +11,15 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
+use arrow_pg::datatypes::into_pg_type;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::ParamValues;
 use datafusion::logical_expr::lit;
-use futures::{Sink, stream};
+use futures::Sink;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::ExtendedQueryHandler;
-use pgwire::api::results::{
-    DescribePortalResponse, DescribeResponse, DescribeStatementResponse, QueryResponse, Response,
-};
+use pgwire::api::results::{DescribePortalResponse, DescribeResponse, DescribeStatementResponse, FieldInfo, Response};
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, Type};
@@ -30,7 +28,9 @@ use pgwire::messages::PgWireBackendMessage;
 use weir_sql::SelectShape;
 
 use crate::pg::Queries;
+use crate::pg_cursors::{self, CursorStatement, Cursors};
 use crate::pg_results;
+use crate::pg_rows;
 
 /// Parsing keeps the text: weir parses it when it runs, with the parameters in it.
 #[derive(Debug, Default)]
@@ -71,7 +71,7 @@ impl ExtendedQueryHandler for Queries {
 
     async fn do_describe_statement<C>(
         &self,
-        _client: &mut C,
+        client: &mut C,
         target: &StoredStatement<String>,
     ) -> PgWireResult<DescribeStatementResponse>
     where
@@ -81,28 +81,17 @@ impl ExtendedQueryHandler for Queries {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let given = &target.parameter_types;
-        if let Some(schema) = self.catalog_schema(&target.statement).await? {
-            let parameters = given.iter().map(|t| t.clone().unwrap_or(Type::TEXT)).collect();
-            let fields = arrow_schema_to_pg_fields(&schema, &Format::UnifiedText, None)?;
-            return Ok(DescribeStatementResponse::new(parameters, fields));
-        }
-        match self.describe(&target.statement).await? {
-            Some(shape) => {
-                let parameters = parameter_types(given, &shape)?;
-                let fields =
-                    arrow_schema_to_pg_fields(&pg_results::columns_schema(&shape.columns), &Format::UnifiedText, None)?;
-                Ok(DescribeStatementResponse::new(parameters, fields))
-            }
-            None => {
-                let parameters = given.iter().map(|t| t.clone().unwrap_or(Type::TEXT)).collect();
-                Ok(DescribeStatementResponse::new(parameters, Vec::new()))
-            }
-        }
+        let (shape, fields) = self.result_fields(client, &target.statement, &Format::UnifiedText).await?;
+        let parameters = match shape {
+            Some(shape) => parameter_types(given, &shape)?,
+            None => given.iter().map(|t| t.clone().unwrap_or(Type::TEXT)).collect(),
+        };
+        Ok(DescribeStatementResponse::new(parameters, fields.unwrap_or_default()))
     }
 
     async fn do_describe_portal<C>(
         &self,
-        _client: &mut C,
+        client: &mut C,
         portal: &Portal<String>,
     ) -> PgWireResult<DescribePortalResponse>
     where
@@ -112,22 +101,8 @@ impl ExtendedQueryHandler for Queries {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let sql = self.bound(portal).await?;
-        if let Some(schema) = self.catalog_schema(&sql).await? {
-            return Ok(DescribePortalResponse::new(arrow_schema_to_pg_fields(
-                &schema,
-                &portal.result_column_format,
-                None,
-            )?));
-        }
-        match self.describe(&sql).await? {
-            Some(shape) => {
-                let fields = arrow_schema_to_pg_fields(
-                    &pg_results::columns_schema(&shape.columns),
-                    &portal.result_column_format,
-                    None,
-                )?;
-                Ok(DescribePortalResponse::new(fields))
-            }
+        match self.result_fields(client, &sql, &portal.result_column_format).await?.1 {
+            Some(fields) => Ok(DescribePortalResponse::new(fields)),
             None => Ok(DescribePortalResponse::no_data()),
         }
     }
@@ -140,24 +115,8 @@ impl ExtendedQueryHandler for Queries {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let sql = self.bound(portal).await?;
-        if crate::pg_catalog::asks_the_catalog(&sql) {
-            // Its last statement's rows, in the formats asked for.
-            let relations = self.manager.relations().await.map_err(|e| pg_results::api_error(e, &sql))?;
-            let answers = self.catalog.answer(relations, &sql, true).await.map_err(user_error)?;
-            let Some((schema, batches)) = answers.into_iter().last() else { return Ok(Response::EmptyQuery) };
-            let fields = Arc::new(arrow_schema_to_pg_fields(&schema, &portal.result_column_format, None)?);
-            let rows: Vec<_> =
-                batches.into_iter().flat_map(|batch| encode_recordbatch(fields.clone(), batch)).collect();
-            return Ok(Response::Query(QueryResponse::new(fields, stream::iter(rows))));
-        }
-        if self.describe(&sql).await?.is_some() {
-            // A SELECT: its rows in the formats asked for.
-            let batch = pg_results::select_rows(&self.manager, &sql).await?;
-            let fields = Arc::new(arrow_schema_to_pg_fields(&batch.schema(), &portal.result_column_format, None)?);
-            let rows: Vec<_> = encode_recordbatch(fields.clone(), batch).collect();
-            return Ok(Response::Query(QueryResponse::new(fields, stream::iter(rows))));
-        }
-        let mut responses = pg_results::run(&self.manager, &self.catalog, client, &sql).await?;
+        let mut responses =
+            pg_results::run(&self.manager, &self.catalog, client, &sql, &portal.result_column_format).await?;
         match responses.len() {
             0 => Ok(Response::EmptyQuery),
             1 => Ok(responses.remove(0)),
@@ -167,23 +126,51 @@ impl ExtendedQueryHandler for Queries {
 }
 
 impl Queries {
-    /// The columns of `sql` if it is a catalog query (its last statement's), planned only.
-    async fn catalog_schema(&self, sql: &str) -> PgWireResult<Option<datafusion::arrow::datatypes::SchemaRef>> {
-        if !crate::pg_catalog::asks_the_catalog(sql) {
-            return Ok(None);
-        }
-        let relations = self.manager.relations().await.map_err(|e| pg_results::api_error(e, sql))?;
-        let answers = self.catalog.answer(relations, sql, false).await.map_err(user_error)?;
-        Ok(answers.into_iter().last().map(|(schema, _)| schema))
-    }
-
-    /// The shape of `sql` if it is one SELECT (not a catalog query, which is answered as the
-    /// simple protocol answers it).
-    async fn describe(&self, sql: &str) -> PgWireResult<Option<SelectShape>> {
+    /// The columns `sql` gives, in `format`, without running it where it has effects or no
+    /// end: a catalog query's and a SELECT's from their plans (with the SELECT's shape, for
+    /// its parameters); a FETCH's from its cursor; a statement that only reads weir's state
+    /// (SHOW, DESCRIBE, EXPLAIN) by running it, as Execute will again. None: no rows.
+    async fn result_fields<C>(
+        &self,
+        client: &mut C,
+        sql: &str,
+        format: &Format,
+    ) -> PgWireResult<(Option<SelectShape>, Option<Vec<FieldInfo>>)>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
         if crate::pg_catalog::asks_the_catalog(sql) {
-            return Ok(None);
+            let relations = self.manager.relations().await.map_err(|e| pg_results::api_error(e, sql))?;
+            let answers = self.catalog.answer(relations, sql, false).await.map_err(user_error)?;
+            let Some((schema, _)) = answers.into_iter().last() else { return Ok((None, None)) };
+            return Ok((None, Some(pg_rows::fields(&pg_rows::prepared_schema(&schema), format)?)));
         }
-        self.manager.describe_select(sql).await.map_err(|e| pg_results::api_error(e, sql))
+        if let Some(Ok(CursorStatement::Fetch { name, .. })) = pg_cursors::parse(sql) {
+            let cursors = client.session_extensions().get_or_insert_with(Cursors::default);
+            let open = cursors.open.lock().await;
+            return Ok((None, open.get(&name).map(|cursor| cursor.fields(format)).transpose()?));
+        }
+        if reads_only(sql) {
+            let mut responses = pg_results::run(&self.manager, &self.catalog, client, sql, format).await?;
+            return Ok((
+                None,
+                match responses.pop() {
+                    Some(Response::Query(rows)) => Some(rows.row_schema().to_vec()),
+                    _ => None,
+                },
+            ));
+        }
+        let shape = self.manager.describe_select(sql).await.map_err(|e| pg_results::api_error(e, sql))?;
+        let fields = match &shape {
+            Some(shape) => {
+                let schema = pg_rows::preview_schema(&shape.columns, false);
+                Some(pg_rows::fields(&pg_rows::prepared_schema(&schema), format)?)
+            }
+            None => None,
+        };
+        Ok((shape, fields))
     }
 
     /// The portal's statement with its parameters written in as literals.
@@ -193,7 +180,10 @@ impl Queries {
             return Ok(sql.clone());
         }
         // The types DataFusion infers decode what the client left untyped.
-        let shape = self.describe(sql).await?;
+        let shape = match crate::pg_catalog::asks_the_catalog(sql) {
+            true => None,
+            false => self.manager.describe_select(sql).await.map_err(|e| pg_results::api_error(e, sql))?,
+        };
         let inferred: Vec<Option<DataType>> = shape.map(|s| s.parameters).unwrap_or_default();
         let inferred: Vec<Option<&DataType>> = inferred.iter().map(Option::as_ref).collect();
         let values = arrow_pg::datatypes::df::deserialize_parameters(portal, &inferred)?;
@@ -208,6 +198,14 @@ impl Queries {
             .collect::<PgWireResult<Vec<String>>>()?;
         Ok(with_parameters(sql, &literals))
     }
+}
+
+/// Whether `sql` is one statement that only reads weir's state and gives rows: SHOW,
+/// DESCRIBE, EXPLAIN.
+fn reads_only(sql: &str) -> bool {
+    let text = sql.trim().trim_end_matches(';');
+    let first = text.split_whitespace().next().unwrap_or("").to_ascii_uppercase();
+    matches!(first.as_str(), "SHOW" | "DESCRIBE" | "DESC" | "EXPLAIN") && !text.contains(';')
 }
 
 /// `sql` with each `$n` outside quotes replaced by `literals[n - 1]`.

@@ -15,18 +15,17 @@
 //! Errors carry an SQLSTATE and, for SQL errors, the position psql puts its caret under.
 
 use std::fmt::Debug;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::array::Array;
 use datafusion::arrow::compute::{concat_batches, interleave};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use futures::{Sink, SinkExt, Stream, StreamExt, stream};
-use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo, QueryResponse, Response, Tag};
-use pgwire::api::{ClientInfo, Type};
+use pgwire::api::ClientInfo;
+use pgwire::api::portal::Format;
+use pgwire::api::results::{Response, Tag};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyOutResponse};
@@ -36,25 +35,30 @@ use crate::error::ApiError;
 use crate::manager::{Manager, StatementResult};
 use crate::pg_catalog;
 use crate::pg_cursors::{self, Cursor, CursorStatement, Cursors};
+use crate::pg_rows;
 
 /// How often a streamed result looks for new rows.
 const POLL: Duration = Duration::from_millis(100);
 
-/// Runs `query` (one or more statements) and renders what it gives; a COPY is sent to
-/// `client` as it runs.
+/// Runs `query` (one or more statements) and renders what it gives, rows in `format` (the
+/// simple protocol's is text); a COPY is sent to `client` as it runs.
 pub async fn run<C>(
     manager: &Arc<Manager>,
     catalog: &pg_catalog::CatalogContext,
     client: &mut C,
     query: &str,
+    format: &Format,
 ) -> PgWireResult<Vec<Response>>
 where
     C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
     C::Error: Debug,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
-    if let Some(response) = transaction_statement(query).or_else(|| session_setting(query)) {
+    if let Some(response) = transaction_statement(query) {
         return Ok(vec![response]);
+    }
+    if let Some(response) = session_setting(query, format) {
+        return Ok(vec![response?]);
     }
     if let Some(select) = copy_to_stdout(query).map_err(|message| user_error("42601", message, None))? {
         copy(manager, client, &select).await?;
@@ -63,43 +67,46 @@ where
     if let Some(statement) = pg_cursors::parse(query) {
         let statement = statement.map_err(|usage| user_error("42601", format!("weir reads {usage}"), None))?;
         let cursors = client.session_extensions().get_or_insert_with(Cursors::default);
-        return cursor(manager, &cursors, statement).await.map(|response| vec![response]);
+        return cursor(manager, &cursors, statement, format).await.map(|response| vec![response]);
     }
     if pg_catalog::asks_the_catalog(query) {
         let relations = manager.relations().await.map_err(|e| api_error(e, query))?;
         let answers =
             catalog.answer(relations, query, true).await.map_err(|message| user_error("42000", message, None))?;
-        return answers.into_iter().map(|(schema, batches)| typed_rows(&schema, &batches)).collect();
+        return answers.into_iter().map(|(schema, batches)| typed_rows(&schema, &batches, format)).collect();
     }
     let results = manager.statements(query).await.map_err(|e| api_error(e, query))?;
     let mut responses = Vec::with_capacity(results.len());
     for result in results {
         responses.push(match result {
             StatementResult::Done { message } => Response::Execution(Tag::new(&message)),
-            StatementResult::Rows { columns, rows } => text_rows(columns, rows)?,
+            StatementResult::Rows { columns, rows } => Response::Query(pg_rows::text_response(&columns, rows, format)?),
             StatementResult::Pipeline { id, name, preview: false } => {
                 Response::Execution(Tag::new(&format!("INSERT started pipeline {id} ({name})")))
             }
-            StatementResult::Pipeline { id, preview: true, .. } => select(manager, id).await?,
+            StatementResult::Pipeline { id, preview: true, .. } => select(manager, id, format).await?,
         });
     }
     Ok(responses)
 }
 
-/// `BEGIN`, `START TRANSACTION`, `COMMIT`, `END`, `ROLLBACK`, `ABORT` alone: accepted.
+/// `BEGIN` / `START TRANSACTION` (with any modes: ISOLATION LEVEL, READ ONLY, ...), `COMMIT`,
+/// `END`, `ROLLBACK`, `ABORT`, and savepoints (`SAVEPOINT s`, `RELEASE s`, `ROLLBACK TO s`),
+/// which drivers and SQLAlchemy send: accepted, and nothing is done.
 fn transaction_statement(query: &str) -> Option<Response> {
     let words: Vec<String> =
         query.trim().trim_end_matches(';').split_whitespace().map(|w| w.to_ascii_uppercase()).collect();
     match words.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
-        ["BEGIN"] | ["BEGIN", "TRANSACTION" | "WORK"] | ["START", "TRANSACTION"] => {
-            Some(Response::TransactionStart(Tag::new("BEGIN")))
-        }
+        ["BEGIN", ..] | ["START", "TRANSACTION", ..] => Some(Response::TransactionStart(Tag::new("BEGIN"))),
         ["COMMIT" | "END"] | ["COMMIT" | "END", "TRANSACTION" | "WORK"] => {
             Some(Response::TransactionEnd(Tag::new("COMMIT")))
         }
         ["ROLLBACK" | "ABORT"] | ["ROLLBACK" | "ABORT", "TRANSACTION" | "WORK"] => {
             Some(Response::TransactionEnd(Tag::new("ROLLBACK")))
         }
+        ["SAVEPOINT", _] => Some(Response::Execution(Tag::new("SAVEPOINT"))),
+        ["RELEASE", _] | ["RELEASE", "SAVEPOINT", _] => Some(Response::Execution(Tag::new("RELEASE"))),
+        ["ROLLBACK", "TO", _] | ["ROLLBACK", "TO", "SAVEPOINT", _] => Some(Response::Execution(Tag::new("ROLLBACK"))),
         _ => None,
     }
 }
@@ -126,8 +133,9 @@ const POSTGRES_SETTINGS: [(&str, &str); 15] = [
 ];
 
 /// `SET name ...` / `SHOW name` of one of [`POSTGRES_SETTINGS`] (also `SET SESSION ...`,
-/// `SET TIME ZONE ...`, `SET SESSION CHARACTERISTICS AS TRANSACTION ...`).
-fn session_setting(query: &str) -> Option<Response> {
+/// `SET TIME ZONE ...`, `SET SESSION CHARACTERISTICS AS TRANSACTION ...`, `SHOW TRANSACTION
+/// ISOLATION LEVEL`).
+fn session_setting(query: &str, format: &Format) -> Option<PgWireResult<Response>> {
     let text = query.trim().trim_end_matches(';').trim_end();
     let words: Vec<String> = text.split_whitespace().map(|w| w.trim_matches('"').to_ascii_lowercase()).collect();
     let words: Vec<&str> = words.iter().map(String::as_str).collect();
@@ -137,16 +145,18 @@ fn session_setting(query: &str) -> Option<Response> {
     };
     match words.as_slice() {
         ["set", "session", "characteristics", ..] | ["set", "time", "zone", ..] => {
-            Some(Response::Execution(Tag::new("SET")))
+            Some(Ok(Response::Execution(Tag::new("SET"))))
         }
         ["set", "session" | "local", name, ..] | ["set", name, ..] if known(name).is_some() => {
-            Some(Response::Execution(Tag::new("SET")))
+            Some(Ok(Response::Execution(Tag::new("SET"))))
         }
+        ["show", "transaction", "isolation", "level"] => Some(
+            pg_rows::text_response(&["transaction_isolation".into()], vec![vec!["read committed".into()]], format)
+                .map(Response::Query),
+        ),
         ["show", name] => known(name).map(|(name, value)| {
-            let fields = Arc::new(vec![FieldInfo::new((*name).to_string(), None, None, Type::TEXT, FieldFormat::Text)]);
-            // One text cell never fails to encode.
-            text_result(fields, [vec![Some(value.to_string())]])
-                .map_or_else(|e| Response::Error(Box::new(e.into())), Response::Query)
+            pg_rows::text_response(&[(*name).to_string()], vec![vec![(*value).to_string()]], format)
+                .map(Response::Query)
         }),
         _ => None,
     }
@@ -191,7 +201,12 @@ fn copy_to_stdout(sql: &str) -> Result<Option<String>, String> {
 }
 
 /// A cursor statement on this connection's `cursors`.
-async fn cursor(manager: &Arc<Manager>, cursors: &Cursors, statement: CursorStatement) -> PgWireResult<Response> {
+async fn cursor(
+    manager: &Arc<Manager>,
+    cursors: &Cursors,
+    statement: CursorStatement,
+    format: &Format,
+) -> PgWireResult<Response> {
     let mut open = cursors.open.lock().await;
     match statement {
         CursorStatement::Declare { name, query } => {
@@ -203,18 +218,13 @@ async fn cursor(manager: &Arc<Manager>, cursors: &Cursors, statement: CursorStat
                 return Err(user_error("42601", "a cursor is declared FOR one SELECT".into(), None));
             };
             let preview = manager.preview(*id).map_err(|e| api_error(e, &query))?;
-            let columns = preview.columns.iter().map(|(name, data_type)| (name.clone(), pg_type(data_type))).collect();
-            let updating = preview.updating;
+            let schema = pg_rows::prepared_schema(&pg_rows::preview_schema(&preview.columns, preview.updating));
             let batches = Box::pin(rows_as_they_come(manager.clone(), *id, preview));
-            open.insert(name, Cursor::new(batches, columns, updating));
+            open.insert(name, Cursor::new(batches, schema));
             Ok(pg_cursors::done("DECLARE CURSOR"))
         }
         CursorStatement::Fetch { name, count } => match open.get_mut(&name) {
-            Some(cursor) => {
-                cursor
-                    .fetch(count, |batch| text_cells(batch).map_err(|message| user_error("XX000", message, None)))
-                    .await
-            }
+            Some(cursor) => cursor.fetch(count, format).await,
             None => Err(user_error("34000", format!("cursor \"{name}\" does not exist"), None)),
         },
         CursorStatement::Close { name: None } => {
@@ -251,7 +261,7 @@ where
     let mut batches = std::pin::pin!(rows_as_they_come(manager.clone(), *id, preview));
     let mut rows = 0;
     while let Some(batch) = batches.next().await {
-        for line in copy_lines(&batch?) {
+        for line in copy_lines(&pg_rows::prepared(&batch?)?)? {
             client.feed(PgWireBackendMessage::CopyData(CopyData::new(line.into()))).await?;
             rows += 1;
         }
@@ -265,23 +275,10 @@ where
 /// A bare SELECT's result: its rows once it has run, if its input ends; an updating query's
 /// final rows (its changes applied in order), as a table in Postgres would have them. Waits
 /// while the statement runs, so a cancel request drops it, which stops the pipeline.
-async fn select(manager: &Arc<Manager>, id: i64) -> PgWireResult<Response> {
+async fn select(manager: &Arc<Manager>, id: i64, format: &Format) -> PgWireResult<Response> {
     let preview = manager.preview(id).map_err(|e| api_error(e, ""))?;
-    let fields = Arc::new(fields(&preview));
     let batch = final_rows(manager, id, preview).await?;
-    let rows = text_cells(&batch).map_err(|message| user_error("XX000", message, None))?;
-    text_result(fields, rows).map(Response::Query)
-}
-
-/// Runs `sql`, one SELECT, and gives its rows once it has run, as [`select`] does (for the
-/// extended protocol, which encodes them itself).
-pub async fn select_rows(manager: &Arc<Manager>, sql: &str) -> PgWireResult<RecordBatch> {
-    let results = manager.statements(sql).await.map_err(|e| api_error(e, sql))?;
-    let [StatementResult::Pipeline { id, preview: true, .. }] = results.as_slice() else {
-        return Err(user_error("42601", "expected one SELECT".into(), None));
-    };
-    let preview = manager.preview(*id).map_err(|e| api_error(e, sql))?;
-    final_rows(manager, *id, preview).await
+    pg_rows::batch_response(&batch, format).map(Response::Query)
 }
 
 /// The rows of pipeline `id`, a bare SELECT over input that ends, once it has ended: an
@@ -300,7 +297,7 @@ async fn final_rows(manager: &Arc<Manager>, id: i64, preview: Preview) -> PgWire
         error.hint = Some("read its rows as they come with COPY (SELECT ...) TO STDOUT".into());
         return Err(PgWireError::UserError(Box::new(error)));
     }
-    let schema = Arc::new(columns_schema(&preview.columns));
+    let schema = Arc::new(pg_rows::preview_schema(&preview.columns, false));
     let updating = preview.updating;
     let mut stream = std::pin::pin!(rows_as_they_come(manager.clone(), id, preview));
     let mut batches = Vec::new();
@@ -314,13 +311,11 @@ async fn final_rows(manager: &Arc<Manager>, id: i64, preview: Preview) -> PgWire
     }
     // Each live row as (batch, row); a retraction removes the first live row equal to it.
     let mut live: Vec<(usize, usize)> = Vec::new();
-    let mut keys: Vec<Vec<Option<String>>> = Vec::new();
+    let mut keys: Vec<Vec<Option<Vec<u8>>>> = Vec::new();
     for (b, batch) in batches.iter().enumerate() {
-        for (r, mut row) in
-            text_cells(batch).map_err(|message| user_error("XX000", message, None))?.into_iter().enumerate()
-        {
+        for (r, mut row) in pg_rows::text_cells(&pg_rows::prepared(batch)?)?.into_iter().enumerate() {
             let op = row.remove(0);
-            if matches!(op.as_deref(), Some("+I" | "+U")) {
+            if matches!(op.as_deref(), Some(b"+I" | b"+U")) {
                 live.push((b, r));
                 keys.push(row);
             } else if let Some(at) = keys.iter().position(|k| *k == row) {
@@ -403,161 +398,42 @@ impl Drop for StopOnDrop {
     }
 }
 
-/// The result's columns, each with its Postgres type.
-fn fields(preview: &Preview) -> Vec<FieldInfo> {
-    let field = |(name, data_type): &(String, String)| {
-        FieldInfo::new(name.clone(), None, None, pg_type(data_type), FieldFormat::Text)
-    };
-    preview.columns.iter().map(field).collect()
+/// A batch query's result (the catalog's), in `format`.
+fn typed_rows(schema: &SchemaRef, batches: &[RecordBatch], format: &Format) -> PgWireResult<Response> {
+    let prepared = batches.iter().map(pg_rows::prepared).collect::<PgWireResult<Vec<_>>>()?;
+    pg_rows::response(&pg_rows::prepared_schema(schema), prepared, format).map(Response::Query)
 }
 
-/// The Arrow schema of columns named with their types as a preview names them (a JSON
-/// column is text).
-pub(crate) fn columns_schema(columns: &[(String, String)]) -> Schema {
-    let field = |(name, data_type): &(String, String)| {
-        Field::new(name, DataType::from_str(data_type).unwrap_or(DataType::Utf8), true)
-    };
-    Schema::new(columns.iter().map(field).collect::<Vec<_>>())
-}
-
-/// The Postgres type of a column of the Arrow type named `name` (as weir's preview names it;
-/// `JSON` for a JSON column).
-fn pg_type(name: &str) -> Type {
-    match (name, DataType::from_str(name)) {
-        ("JSON", _) => Type::JSON,
-        (_, Ok(data_type)) => pg_type_of(&data_type),
-        (_, Err(_)) => Type::TEXT,
-    }
-}
-
-/// The Postgres type of an Arrow type; text for one Postgres has no match for.
-fn pg_type_of(data_type: &DataType) -> Type {
-    match data_type {
-        DataType::Boolean => Type::BOOL,
-        DataType::Int8 | DataType::Int16 | DataType::UInt8 => Type::INT2,
-        DataType::Int32 | DataType::UInt16 => Type::INT4,
-        DataType::Int64 | DataType::UInt32 => Type::INT8,
-        DataType::UInt64 | DataType::Decimal32(..) | DataType::Decimal64(..) => Type::NUMERIC,
-        DataType::Decimal128(..) | DataType::Decimal256(..) => Type::NUMERIC,
-        DataType::Float16 | DataType::Float32 => Type::FLOAT4,
-        DataType::Float64 => Type::FLOAT8,
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Type::VARCHAR,
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => Type::BYTEA,
-        DataType::Date32 | DataType::Date64 => Type::DATE,
-        DataType::Time32(_) | DataType::Time64(_) => Type::TIME,
-        DataType::Timestamp(_, None) => Type::TIMESTAMP,
-        DataType::Timestamp(_, Some(_)) => Type::TIMESTAMPTZ,
-        DataType::Interval(_) | DataType::Duration(_) => Type::INTERVAL,
-        _ => Type::TEXT,
-    }
-}
-
-/// A batch query's result (the catalog's): its rows, each column typed by its Arrow type.
-fn typed_rows(schema: &SchemaRef, batches: &[RecordBatch]) -> PgWireResult<Response> {
-    let fields: Arc<Vec<FieldInfo>> = Arc::new(
-        schema
-            .fields()
-            .iter()
-            .map(|f| FieldInfo::new(f.name().clone(), None, None, pg_type_of(f.data_type()), FieldFormat::Text))
-            .collect(),
-    );
-    let mut rows = Vec::new();
-    for batch in batches {
-        rows.extend(text_cells(batch).map_err(|message| user_error("XX000", message, None))?);
-    }
-    text_result(fields, rows).map(Response::Query)
-}
-
-/// Each row of `batch` as text in Postgres's spelling, the change kind first; `None` is NULL.
-fn text_cells(batch: &RecordBatch) -> Result<Vec<Vec<Option<String>>>, String> {
-    let options = FormatOptions::new()
-        .with_timestamp_format(Some("%Y-%m-%d %H:%M:%S%.f"))
-        .with_timestamp_tz_format(Some("%Y-%m-%d %H:%M:%S%.f%:z"));
-    let changelog = weir_engine::changelog::is_changelog(&batch.schema());
-    let mut columns: Vec<&Arc<dyn Array>> = batch.columns().iter().collect();
-    if changelog {
-        columns.rotate_right(1);
-    }
-    let cells = |column: &Arc<dyn Array>| -> Result<Vec<Option<String>>, String> {
-        let valid = |row: usize| column.is_valid(row);
-        Ok(match column.data_type() {
-            DataType::Boolean => {
-                let values = column.as_boolean();
-                (0..column.len()).map(|r| valid(r).then(|| if values.value(r) { "t" } else { "f" }.into())).collect()
-            }
-            DataType::Binary => {
-                let values = column.as_binary::<i32>();
-                (0..column.len()).map(|r| valid(r).then(|| format!("\\x{}", hex(values.value(r))))).collect()
-            }
-            _ => {
-                let formatter = ArrayFormatter::try_new(column.as_ref(), &options).map_err(|e| e.to_string())?;
-                (0..column.len()).map(|r| valid(r).then(|| formatter.value(r).to_string())).collect()
-            }
-        })
-    };
-    let columns = columns.into_iter().map(cells).collect::<Result<Vec<_>, _>>()?;
-    Ok((0..batch.num_rows()).map(|row| columns.iter().map(|c| c[row].clone()).collect()).collect())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// `batch`'s rows in COPY's text format: tab between columns, `\N` for NULL, a line each.
-fn copy_lines(batch: &RecordBatch) -> Vec<String> {
-    let Ok(cells) = text_cells(batch) else { return Vec::new() };
-    let mut lines = Vec::with_capacity(cells.len());
-    for row in cells {
-        let mut out = String::new();
+/// A prepared `batch`'s rows in COPY's text format: tab between columns, `\N` for NULL, a
+/// line each.
+fn copy_lines(batch: &RecordBatch) -> PgWireResult<Vec<Vec<u8>>> {
+    let rows = pg_rows::text_cells(batch)?;
+    let mut lines = Vec::with_capacity(rows.len());
+    for row in rows {
+        let mut out = Vec::new();
         for (i, cell) in row.iter().enumerate() {
             if i > 0 {
-                out.push('\t');
+                out.push(b'\t');
             }
             match cell {
-                None => out.push_str("\\N"),
+                None => out.extend_from_slice(b"\\N"),
                 Some(text) => {
-                    for c in text.chars() {
-                        match c {
-                            '\\' => out.push_str("\\\\"),
-                            '\t' => out.push_str("\\t"),
-                            '\n' => out.push_str("\\n"),
-                            '\r' => out.push_str("\\r"),
-                            c => out.push(c),
+                    for &byte in text {
+                        match byte {
+                            b'\\' => out.extend_from_slice(b"\\\\"),
+                            b'\t' => out.extend_from_slice(b"\\t"),
+                            b'\n' => out.extend_from_slice(b"\\n"),
+                            b'\r' => out.extend_from_slice(b"\\r"),
+                            byte => out.push(byte),
                         }
                     }
                 }
             }
         }
-        out.push('\n');
+        out.push(b'\n');
         lines.push(out);
     }
-    lines
-}
-
-/// Rows of text columns (SHOW, DESCRIBE, EXPLAIN, SHOW PIPELINES).
-fn text_rows(columns: Vec<String>, rows: Vec<Vec<String>>) -> PgWireResult<Response> {
-    let fields: Arc<Vec<FieldInfo>> = Arc::new(
-        columns.into_iter().map(|name| FieldInfo::new(name, None, None, Type::VARCHAR, FieldFormat::Text)).collect(),
-    );
-    let rows = rows.into_iter().map(|row| row.into_iter().map(Some).collect());
-    text_result(fields, rows).map(Response::Query)
-}
-
-/// A result of `fields` whose rows are cells of text (`None` is NULL), each in its
-/// column's Postgres spelling.
-pub(crate) fn text_result(
-    fields: Arc<Vec<FieldInfo>>,
-    rows: impl IntoIterator<Item = Vec<Option<String>>>,
-) -> PgWireResult<QueryResponse> {
-    let mut encoder = DataRowEncoder::new(fields.clone());
-    let mut encoded = Vec::new();
-    for row in rows {
-        for cell in &row {
-            encoder.encode_field(cell)?;
-        }
-        encoded.push(Ok(encoder.take_row()));
-    }
-    Ok(QueryResponse::new(fields, stream::iter(encoded)))
+    Ok(lines)
 }
 
 fn user_error(code: &str, message: String, position: Option<usize>) -> PgWireError {
@@ -613,6 +489,18 @@ mod tests {
     }
 
     #[test]
+    fn transactions_and_savepoints_are_accepted() {
+        for statement in ["BEGIN ISOLATION LEVEL READ COMMITTED", "start transaction read only", "SAVEPOINT \"_pg3_1\""]
+        {
+            assert!(transaction_statement(statement).is_some(), "{statement}");
+        }
+        for statement in ["RELEASE _pg3_1", "ROLLBACK TO SAVEPOINT s", "commit;"] {
+            assert!(transaction_statement(statement).is_some(), "{statement}");
+        }
+        assert!(transaction_statement("BEGINNING").is_none());
+    }
+
+    #[test]
     fn postgres_session_settings_are_accepted_and_weirs_are_left_to_weir() {
         for set in [
             "SET DateStyle = 'ISO'",
@@ -621,25 +509,18 @@ mod tests {
             "SET TIME ZONE 'UTC'",
             "SET application_name='x'",
         ] {
-            assert!(matches!(session_setting(set), Some(Response::Execution(_))), "{set}");
+            assert!(matches!(session_setting(set, &Format::UnifiedText), Some(Ok(Response::Execution(_)))), "{set}");
         }
-        assert!(matches!(session_setting("SHOW TimeZone"), Some(Response::Query(_))));
-        assert!(session_setting("SET parallelism = '2'").is_none());
-        assert!(session_setting("SHOW TABLES").is_none());
+        for show in ["SHOW TimeZone", "show transaction isolation level"] {
+            assert!(matches!(session_setting(show, &Format::UnifiedText), Some(Ok(Response::Query(_)))), "{show}");
+        }
+        assert!(session_setting("SET parallelism = '2'", &Format::UnifiedText).is_none());
+        assert!(session_setting("SHOW TABLES", &Format::UnifiedText).is_none());
     }
 
     #[test]
     fn a_line_and_column_is_a_character_position() {
         assert_eq!(position("SELECT x", 1, 8), Some(8));
         assert_eq!(position("SELECT\n  é, x", 2, 6), Some(13));
-    }
-
-    #[test]
-    fn arrow_types_have_postgres_types() {
-        assert_eq!(pg_type("Int64"), Type::INT8);
-        assert_eq!(pg_type("Timestamp(ms)"), Type::TIMESTAMP);
-        assert_eq!(pg_type("Utf8"), Type::VARCHAR);
-        assert_eq!(pg_type("JSON"), Type::JSON);
-        assert_eq!(pg_type("Struct(\"a\": Int64)"), Type::TEXT);
     }
 }

@@ -51,12 +51,19 @@ enum Command {
         /// unless set; with a token, the token is the password).
         #[arg(long, env = "WEIR_PG_LISTEN")]
         pg_listen: Option<SocketAddr>,
+        /// TLS on the Postgres port: this PEM certificate chain (with --pg-tls-key). Clients
+        /// then may (or must, by their sslmode) use TLS, and SCRAM binds to the certificate.
+        #[arg(long, env = "WEIR_PG_TLS_CERT", requires = "pg_tls_key")]
+        pg_tls_cert: Option<PathBuf>,
+        /// The PEM private key of --pg-tls-cert.
+        #[arg(long, env = "WEIR_PG_TLS_KEY", requires = "pg_tls_cert")]
+        pg_tls_key: Option<PathBuf>,
         /// Log lines as text (coloured on a terminal, unless NO_COLOR is set) or as JSON
         /// objects, one per line, for log collectors.
         #[arg(long, value_enum, default_value = "text", env = "WEIR_LOG_FORMAT")]
         log_format: LogFormat,
         /// A TOML file with any of: listen, data_dir, token, max_body_bytes, filesystem_dirs,
-        /// allow_unauthenticated, pg_listen.
+        /// allow_unauthenticated, pg_listen, pg_tls_cert, pg_tls_key.
         #[arg(long, env = "WEIR_CONFIG")]
         config: Option<PathBuf>,
     },
@@ -148,6 +155,8 @@ async fn server_main(command: Command) -> anyhow::Result<()> {
             filesystem_dir,
             allow_unauthenticated,
             pg_listen,
+            pg_tls_cert,
+            pg_tls_key,
             log_format: _,
             config,
         } => {
@@ -163,6 +172,8 @@ async fn server_main(command: Command) -> anyhow::Result<()> {
                 filesystem_dirs: (!filesystem_dir.is_empty()).then_some(filesystem_dir),
                 allow_unauthenticated: allow_unauthenticated.then_some(true),
                 pg_listen,
+                pg_tls_cert,
+                pg_tls_key,
             };
             let config = weir_server::ServerConfig::resolve(file, overrides);
             let listen = config.listen;

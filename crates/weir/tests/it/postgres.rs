@@ -2,7 +2,7 @@
 //! postgresql-client; `tests/run.sh` installs it when missing): each kind of statement, results
 //! typed and whole, an updating query's final rows, errors with SQLSTATE and caret, psql's \d
 //! family, a streaming COPY stopped by Ctrl-C (a CancelRequest), cursors, the token as
-//! password, and garbage on the port; and a driver (tokio-postgres) over the extended query
+//! password through SCRAM, TLS with SCRAM bound to the certificate, and garbage on the port; and a driver (tokio-postgres) over the extended query
 //! protocol with parameters.
 
 use std::io::{Read, Write};
@@ -59,10 +59,10 @@ fn psql_runs_every_kind_of_statement_and_prints_errors_with_a_caret() {
     let (stdout, stderr) = text(&output);
     assert!(output.status.success(), "{stderr}");
     let expected = [
-        "  id  |     name      |        date_time        ",
-        "------+---------------+-------------------------",
-        " 1000 | Walter Abrams | 2023-11-14 22:13:20",
-        " 1001 | Deiter White  | 2023-11-14 22:13:20.005",
+        "  id  |     name      |         date_time          ",
+        "------+---------------+----------------------------",
+        " 1000 | Walter Abrams | 2023-11-14 22:13:20.000000",
+        " 1001 | Deiter White  | 2023-11-14 22:13:20.005000",
         "(2 rows)",
     ];
     let lines: Vec<&str> = stdout.lines().collect();
@@ -296,6 +296,63 @@ fn the_token_is_the_password_and_garbage_on_the_port_harms_nothing() {
     }
     let output = psql_command(&server, Some("s3cret"), &["-c", "SHOW TABLES"]).output().unwrap();
     assert!(output.status.success(), "{}", text(&output).1);
+
+    // The server asks for SCRAM-SHA-256 (AuthenticationSASL), never the password in clear;
+    // without TLS it offers no channel binding.
+    let mut stream = TcpStream::connect(&address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let parameters = b"user\0weir\0database\0weir\0\0";
+    let mut startup = ((8 + parameters.len()) as u32).to_be_bytes().to_vec();
+    startup.extend(196_608u32.to_be_bytes());
+    startup.extend(parameters);
+    stream.write_all(&startup).unwrap();
+    let mut answer = [0u8; 64];
+    let read = stream.read(&mut answer).unwrap();
+    let answer = &answer[..read];
+    assert_eq!((answer[0], &answer[5..9]), (b'R', &10u32.to_be_bytes()[..]), "{answer:?}");
+    assert_eq!(&answer[9..], b"SCRAM-SHA-256\0\0", "{}", String::from_utf8_lossy(answer));
+    let output =
+        psql_command(&server, Some("s3cret"), &["-c", "SELECT 1"]).env("PGSSLMODE", "require").output().unwrap();
+    let (_, stderr) = text(&output);
+    assert!(stderr.contains("server does not support SSL"), "{stderr}");
+}
+
+#[test]
+fn tls_is_offered_with_a_certificate_and_scram_binds_to_it() {
+    let data = tempfile::tempdir().unwrap();
+    let (certificate, key) = (data.path().join("server.crt"), data.path().join("server.key"));
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+        .args(["-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&certificate)
+        .output()
+        .expect("openssl runs (tests/run.sh installs it)");
+    assert!(made.status.success(), "{}", text(&made).1);
+    let (certificate, key) = (certificate.to_str().unwrap(), key.to_str().unwrap());
+    let server = Server::start(
+        data.path(),
+        &["--pg-listen", "127.0.0.1:0", "--token", "s3cret", "--pg-tls-cert", certificate, "--pg-tls-key", key],
+    );
+    // The client checks the certificate against its own copy, and SCRAM must be bound to it.
+    let verified = |password: &str| {
+        let mut command = psql_command(&server, Some(password), &["-c", "\\conninfo", "-c", "SHOW TABLES"]);
+        command.env("PGSSLMODE", "verify-full").env("PGSSLROOTCERT", certificate).env("PGCHANNELBINDING", "require");
+        command.output().unwrap()
+    };
+    let output = verified("s3cret");
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.contains("SSL connection (protocol: TLSv1."), "{stdout}");
+    let output = verified("wrong");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output).1.to_lowercase().contains("password authentication failed"), "{}", text(&output).1);
+    // A client that does not ask for TLS may still come in clear (its sslmode decides).
+    let output =
+        psql_command(&server, Some("s3cret"), &["-c", "\\conninfo"]).env("PGSSLMODE", "disable").output().unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success() && !stdout.contains("SSL"), "{stdout}{stderr}");
 }
 
 #[test]
@@ -331,6 +388,46 @@ fn a_driver_prepares_binds_parameters_and_reads_typed_rows() {
             .await
             .unwrap();
         assert!(!rows.is_empty() && rows.iter().all(|r| r.get::<_, String>(0).starts_with("https://")));
+
+        // Types in binary: an array, a struct's field, bytes, a timestamp; a map (which
+        // Postgres has no type for) as its text.
+        let row = client
+            .query_one(
+                "SELECT make_array(person.id, 2) AS a, map(['k'], ['v']) AS m, X'0102' AS b, person.date_time AS t \
+                 FROM nx WHERE event_type = 0 AND person.id = 1000",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, Vec<i64>>("a"), [1000, 2]);
+        assert_eq!(row.get::<_, String>("m"), "{k: v}");
+        assert_eq!(row.get::<_, Vec<u8>>("b"), [1, 2]);
+        let at = row.get::<_, std::time::SystemTime>("t").duration_since(std::time::UNIX_EPOCH).unwrap();
+        assert_eq!(at.as_millis(), 1_700_000_000_000);
+
+        // A JSON column is Postgres's json.
+        std::fs::create_dir_all(data.path().join("files")).unwrap();
+        std::fs::write(data.path().join("files/docs.json"), "{\"doc\": {\"a\": [1, 2]}, \"n\": 1}\n").unwrap();
+        client
+            .batch_execute("CREATE TABLE docs (doc JSON, n BIGINT) WITH (connector = 'filesystem', path = 'docs.json', format = 'json')")
+            .await
+            .unwrap();
+        let row = client.query_one("SELECT doc, n FROM docs", &[]).await.unwrap();
+        assert_eq!(row.columns()[0].type_(), &tokio_postgres::types::Type::JSON);
+        assert_eq!(row.get::<_, serde_json::Value>(0), serde_json::json!({"a": [1, 2]}));
+
+        // Statements that give rows but are not SELECTs, and a cursor's FETCH, described and
+        // run through the extended protocol too.
+        let tables: Vec<String> = client.query("SHOW TABLES", &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
+        assert_eq!(tables, ["docs", "nx"]);
+        let columns = client.query("DESCRIBE nx", &[]).await.unwrap();
+        assert_eq!(columns[0].get::<_, String>(0), "event_type");
+        client.batch_execute("DECLARE c CURSOR FOR SELECT event_type, count(*) AS n FROM nx GROUP BY event_type").await.unwrap();
+        let changes = client.query("FETCH 2 FROM c", &[]).await.unwrap();
+        assert_eq!(changes.len(), 2);
+        assert_eq!(changes[0].columns().iter().map(|c| c.name()).collect::<Vec<_>>(), ["op", "event_type", "n"]);
+        assert_eq!(changes[0].get::<_, String>("op"), "+I");
+        client.batch_execute("CLOSE c").await.unwrap();
 
         // Other statements, and errors with their SQLSTATE.
         client.execute("CREATE TABLE sink (a BIGINT) WITH (connector = 'blackhole')", &[]).await.unwrap();
