@@ -5,18 +5,21 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use datafusion::parquet::basic::{Compression, ZstdLevel};
+use datafusion::parquet::basic::Compression;
 use datafusion::parquet::file::properties::WriterProperties;
 
 use crate::error::Result;
 
-/// zstd without dictionary pages: state columns are keys and accumulator values, nearly all
-/// distinct, and trying a dictionary for each was a third of what encoding a checkpoint cost.
+/// LZ4 (raw) without dictionary pages: state columns are keys and accumulator values, nearly
+/// all distinct, and trying a dictionary for each was a third of what encoding a checkpoint
+/// cost. LZ4 rather than zstd: state is written at every checkpoint and read at every restore,
+/// and LZ4 does both for a fraction of zstd's CPU; files are about 40% larger (the disk is the
+/// cheaper of the two). `checkpoint_bench 20 20000000 incremental`, two runs each: a restore
+/// read 0.44-0.57 s instead of 0.59-0.86 s, a restart 1.59-1.63 s instead of 1.80-2.01 s, the
+/// state 242 MB instead of 172 MB.
 pub(crate) fn encode(schema: SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>> {
-    let properties = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::default()))
-        .set_dictionary_enabled(false)
-        .build();
+    let properties =
+        WriterProperties::builder().set_compression(Compression::LZ4_RAW).set_dictionary_enabled(false).build();
     let mut out = Vec::new();
     let mut writer = ArrowWriter::try_new(&mut out, schema, Some(properties))?;
     for batch in batches {
