@@ -30,6 +30,7 @@ pub mod session;
 #[cfg(test)]
 mod slt;
 pub mod time_clauses;
+mod timestamp_format;
 pub mod window_functions;
 mod window_table_aggregate;
 pub mod window_table_functions;

@@ -237,6 +237,7 @@ impl Session {
         for function in crate::proctime_function::proctime_functions() {
             context.register_udf(function);
         }
+        context.register_udf(crate::timestamp_format::to_char());
         Self {
             catalog: Catalog::default(),
             options: PipelineOptions::default(),
