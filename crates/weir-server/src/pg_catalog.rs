@@ -43,7 +43,18 @@ pub const DATABASE: &str = "weir";
 pub fn asks_the_catalog(query: &str) -> bool {
     let lower = query.to_ascii_lowercase();
     let calls = ["version()", "current_database()", "current_schema()", "current_schemas(", "current_setting("];
-    let names_the_catalog = lower
+    // Words outside string literals: `WHERE name = 'pg_class'` is a question about data.
+    let mut quoted = false;
+    let unquoted: String = lower
+        .chars()
+        .map(|c| {
+            if c == '\'' {
+                quoted = !quoted;
+            }
+            if quoted || c == '\'' { ' ' } else { c }
+        })
+        .collect();
+    let names_the_catalog = unquoted
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
         .any(|word| matches!(word, "pg_catalog" | "information_schema") || PG_CATALOG_TABLES.contains(&word));
     names_the_catalog
@@ -368,6 +379,7 @@ mod tests {
     #[test]
     fn a_query_of_weirs_tables_is_not_a_catalog_query() {
         assert!(!asks_the_catalog("SELECT pg_typed FROM types"));
+        assert!(!asks_the_catalog("SELECT name FROM tables WHERE name = 'pg_class' OR kind = 'it''s pg_type'"));
         assert!(asks_the_catalog("select n.nspname from pg_namespace n"));
     }
 }
