@@ -2,10 +2,10 @@
 # weir's Postgres protocol as programs use it, against a real `weir serve --pg-listen`:
 # psycopg 3 (from PyPI, pinned, in a virtualenv under ~/.cache/weir; psycopg_check.py: session
 # settings, DDL, parameters bound by the driver, typed rows, an updating query's final rows, a
-# cursor over a stream, COPY TO STDOUT, errors with their SQLSTATE, the token as password), then
-# the PostgreSQL JDBC driver (from Maven Central, pinned; JdbcCheck.java: prepared statements
-# past its server-side threshold, binary rows, metadata), and SQLAlchemy 2 over psycopg as BI
-# tools use it (sqlalchemy_check.py: connect, reflect tables and views, query a reflected view).
+# cursor over a stream, COPY TO STDOUT, errors with their SQLSTATE, the token as password),
+# SQLAlchemy 2 over psycopg as BI tools use it (sqlalchemy_check.py: connect, reflect tables and
+# views, query a reflected view), then the PostgreSQL JDBC driver (from Maven Central, pinned;
+# JdbcCheck.java: prepared statements past its server-side threshold, binary rows, metadata).
 set -euo pipefail
 
 cd "$(dirname "$0")"

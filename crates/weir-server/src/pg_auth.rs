@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use futures::Sink;
 use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
-use pgwire::api::auth::sasl::scram::{SCRAM_ITERATIONS, ScramAuth, gen_salted_password};
+use pgwire::api::auth::sasl::scram::{SCRAM_ITERATIONS, ScramAuth, ScramServerAuth, gen_salted_password};
 use pgwire::api::auth::{AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler};
 use pgwire::api::{ClientInfo, ConnectionManager};
 use pgwire::error::{PgWireError, PgWireResult};
@@ -64,14 +64,13 @@ impl Tls {
             .map_err(|e| format!("the Postgres TLS certificate and key: {e}"))?;
         // Postgres 17's direct TLS negotiation names the protocol by ALPN.
         config.alpn_protocols = vec![b"postgresql".to_vec()];
-        let channel_binding =
-            match ScramAuth::new(Arc::new(TokenSource::default())).configure_certificate(&certificate_pem) {
-                Ok(()) => true,
-                Err(error) => {
-                    warn!(%error, "SCRAM-SHA-256-PLUS (channel binding) is off for this certificate");
-                    false
-                }
-            };
+        let channel_binding = match ScramServerAuth::new().configure_certificate(&certificate_pem) {
+            Ok(()) => true,
+            Err(error) => {
+                warn!(%error, "SCRAM-SHA-256-PLUS (channel binding) is off for this certificate");
+                false
+            }
+        };
         Ok(Self {
             acceptor: TlsAcceptor::from(Arc::new(config)),
             certificate_pem: Arc::new(certificate_pem),
@@ -163,7 +162,7 @@ impl NoopStartupHandler for Trust {
 }
 
 /// The token as SCRAM's stored password: salted and hashed, for any user name.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct TokenSource {
     salt: Vec<u8>,
     salted: Vec<u8>,
