@@ -36,7 +36,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use crate::changelog::{Change, change_array, changes, is_changelog};
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Delta, Operator, RestoredState, StateTable};
-use crate::operators::row_arena::{RowArena, RowSlot};
+use crate::operators::row_segments::{RowSegments, RowSlot};
 use crate::operators::state_ttl::{StateTtl, now_ms};
 use crate::partition::key_hashes;
 use crate::state_table::KeyedTable;
@@ -46,6 +46,10 @@ const EXPIRES_AT: &str = "__expires_at";
 const LAST_ACCESS: &str = "__last_access_ms";
 /// A stored row's id on its side: with the join key, the row's key in incremental snapshots.
 const ROW_ID: &str = "__row_id";
+/// The most rows in one gathered batch of a snapshot.
+const SNAPSHOT_ROWS: usize = 64 * 1024;
+/// The fewest rows stored one after another that a snapshot writes as slices, not gathered.
+const MIN_SLICED_RUN: usize = 256;
 
 /// The name of the `i`-th join key column on both inputs.
 pub fn join_key_column(i: usize) -> String {
@@ -118,7 +122,7 @@ pub struct JoinSide {
 type Key = Vec<u8>;
 
 struct Stored {
-    /// The row's bytes (Arrow's row format) in its side's arena.
+    /// The row (its columns, then its join key's) among its side's stored rows.
     row: RowSlot,
     /// How many output rows it took part in (a left join's unmatched rows have none).
     matched: i64,
@@ -145,8 +149,8 @@ pub struct StreamingJoin {
     ttl: StateTtl,
     converters: Option<Converters>,
     stored: [HashMap<Key, Vec<Stored>>; 2],
-    /// Each side's stored rows' bytes.
-    arenas: [RowArena; 2],
+    /// Each side's stored rows: its columns, then the join key columns, as they arrived.
+    arenas: [RowSegments; 2],
     /// Keys of stored rows by expiry time.
     expiring: [BTreeMap<i64, Vec<Key>>; 2],
     watermark: i64,
@@ -194,9 +198,8 @@ impl SideChanges {
 struct SideRows {
     /// The side's own columns.
     values: Vec<ArrayRef>,
-    /// Each row's join key and whole row, in row format.
+    /// Each row's join key in row format.
     key_rows: Rows,
-    value_rows: Rows,
     /// Rows with a NULL key, which match nothing.
     null_key: Vec<bool>,
 }
@@ -270,6 +273,10 @@ impl StreamingJoin {
         output: SchemaRef,
         ttl: Option<Duration>,
     ) -> Self {
+        let arenas = [0, 1].map(|side: usize| {
+            let values = sides[side].schema.fields().iter().map(|f| f.data_type().clone());
+            RowSegments::new(values.chain(key_types.iter().cloned()).collect())
+        });
         Self {
             kind,
             sides,
@@ -280,7 +287,7 @@ impl StreamingJoin {
             ttl: StateTtl::new(ttl),
             converters: None,
             stored: [HashMap::default(), HashMap::default()],
-            arenas: [RowArena::default(), RowArena::default()],
+            arenas,
             expiring: [BTreeMap::new(), BTreeMap::new()],
             watermark: i64::MIN,
             ended: [false; 2],
@@ -375,23 +382,18 @@ impl StreamingJoin {
     }
 
     /// Stored rows (released ones too, before a compaction) as columns of their side.
-    fn slots_to_columns(&mut self, side: usize, slots: &[RowSlot]) -> Result<Vec<ArrayRef>> {
-        self.converters()?;
-        let (Some(converters), arena) = (&self.converters, &self.arenas[side]) else {
-            return Err(Error::Graph("join row converters missing".into()));
-        };
-        let converter = &converters.values[side];
-        let parser = converter.parser();
-        Ok(converter.convert_rows(slots.iter().map(|slot| parser.parse(arena.get(*slot))))?)
+    fn slots_to_columns(&self, side: usize, slots: &[RowSlot]) -> Result<Vec<ArrayRef>> {
+        self.arenas[side].gather(slots, 0..self.sides[side].schema.fields().len())
     }
 
-    /// Copies each side's live rows into a new arena once its garbage outweighs them.
-    fn compact_arenas(&mut self) {
+    /// Gathers each side's live rows into new segments once the removed ones outnumber them.
+    fn compact_arenas(&mut self) -> Result<()> {
         for (stored, arena) in self.stored.iter_mut().zip(&mut self.arenas) {
             if arena.needs_compaction() {
-                arena.compact(stored.values_mut().flat_map(|rows| rows.iter_mut().map(|s| &mut s.row)));
+                arena.compact(stored.values_mut().flat_map(|rows| rows.iter_mut().map(|s| &mut s.row)))?;
             }
         }
+        Ok(())
     }
 
     /// Removes rows whose expiry the watermark has reached; an outer join emits the rows of its
@@ -413,7 +415,7 @@ impl StreamingJoin {
                             if emits_unmatched && row.matched == 0 {
                                 unmatched.push(row.row);
                             }
-                            arena.release(row.row);
+                            arena.release();
                             SideChanges::removed(changes, side, &key, row.id);
                         }
                         !expired
@@ -429,15 +431,14 @@ impl StreamingJoin {
                 self.emit_unmatched(side, own, unmatched.len(), Change::Insert, out)?;
             }
         }
-        self.compact_arenas();
-        Ok(())
+        self.compact_arenas()
     }
 
     /// Adds rows of `side` (append-only rows, or a changelog's `+I` and `+U`): each is stored
     /// and joined with the other side's stored rows of its key.
     fn add(&mut self, side: usize, batch: RecordBatch, now: i64, out: &mut Collector) -> Result<()> {
         let other = 1 - side;
-        let SideRows { values, key_rows, value_rows, null_key: has_null_key } = self.side_rows(side, &batch)?;
+        let SideRows { values, key_rows, null_key: has_null_key } = self.side_rows(side, &batch)?;
         let times: Option<Int64Array> = match self.sides[side].expiry {
             Some(expiry) => {
                 let millis = cast(&values[expiry.column], &DataType::Timestamp(TimeUnit::Millisecond, None))?;
@@ -514,6 +515,8 @@ impl StreamingJoin {
         if !self.keeps(side) {
             return Ok(());
         }
+        // The rows kept, with when each expires.
+        let mut kept: Vec<(u32, i64)> = Vec::with_capacity(batch.num_rows());
         for row in 0..batch.num_rows() {
             let expires_at = match (&times, self.sides[side].expiry) {
                 (Some(times), Some(expiry)) if times.is_valid(row) => times.value(row).saturating_add(expiry.after_ms),
@@ -533,14 +536,20 @@ impl StreamingJoin {
                 }
                 continue;
             }
-            let key = key_rows.row(row).data();
+            kept.push((row as u32, expires_at));
+        }
+        let all = kept.len() == batch.num_rows();
+        let rows: Vec<u32> = if all { Vec::new() } else { kept.iter().map(|(row, _)| *row).collect() };
+        let first = self.arenas[side].push(batch.columns(), (!all).then_some(rows.as_slice()))?;
+        for (slot, (row, expires_at)) in (first..).zip(kept) {
+            let key = key_rows.row(row as usize).data();
             if self.sides[side].expiry.is_some() {
                 self.expiring[side].entry(expires_at).or_default().push(key.into());
             }
-            let slot = self.arenas[side].push(value_rows.row(row).as_ref());
             let id = self.next_id[side];
             self.next_id[side] += 1;
-            let stored = Stored { row: slot, matched: matched[row], expires_at, last_access_ms: now, id, dirty: true };
+            let matched = matched[row as usize];
+            let stored = Stored { row: slot, matched, expires_at, last_access_ms: now, id, dirty: true };
             self.stored[side].entry_ref(key).or_default().push(stored);
             SideChanges::changed(&mut self.changes, side, key);
         }
@@ -553,9 +562,8 @@ impl StreamingJoin {
         let values = batch.columns()[..width].to_vec();
         let converters = self.converters()?;
         let key_rows = converters.keys.convert_columns(&batch.columns()[width..])?;
-        let value_rows = converters.values[side].convert_columns(&values)?;
         let null_key = (0..batch.num_rows()).map(|r| batch.columns()[width..].iter().any(|c| c.is_null(r))).collect();
-        Ok(SideRows { values, key_rows, value_rows, null_key })
+        Ok(SideRows { values, key_rows, null_key })
     }
 
     /// Takes back rows of `side` (a changelog's `-U` and `-D`): each removes one stored row
@@ -565,17 +573,34 @@ impl StreamingJoin {
     /// back as such. A row not in the state (forgotten by the time-to-live) takes nothing back.
     fn take_back(&mut self, side: usize, batch: RecordBatch, out: &mut Collector) -> Result<()> {
         let other = 1 - side;
-        let SideRows { values, key_rows, value_rows, null_key } = self.side_rows(side, &batch)?;
+        let SideRows { values, key_rows, null_key } = self.side_rows(side, &batch)?;
         let rows = batch.num_rows();
+        // The stored rows of the batch's keys, encoded as the batch's rows are, to find the
+        // ones taken back by equality.
+        let mut candidates: Vec<RowSlot> = Vec::new();
+        let mut keys_seen = HashSet::new();
+        for row in (0..rows).filter(|r| !null_key[*r]) {
+            let key = key_rows.row(row).data();
+            if keys_seen.insert(key)
+                && let Some(stored) = self.stored[side].get(key)
+            {
+                candidates.extend(stored.iter().map(|s| s.row));
+            }
+        }
+        let candidate_columns = self.slots_to_columns(side, &candidates)?;
+        let converter = &self.converters()?.values[side];
+        let (wanted_rows, candidate_rows) =
+            (converter.convert_columns(&values)?, converter.convert_columns(&candidate_columns)?);
+        let encoded: HashMap<RowSlot, usize> = candidates.iter().enumerate().map(|(i, slot)| (*slot, i)).collect();
         let mut removed = vec![false; rows];
         for row in (0..rows).filter(|r| !null_key[*r]) {
             let key = key_rows.row(row).data();
             let Some(stored) = self.stored[side].get_mut(key) else { continue };
-            let arena = &mut self.arenas[side];
-            let wanted = value_rows.row(row);
-            let Some(position) = stored.iter().position(|s| arena.get(s.row) == wanted.as_ref()) else { continue };
+            let wanted = wanted_rows.row(row);
+            let equal = |s: &Stored| encoded.get(&s.row).is_some_and(|i| candidate_rows.row(*i) == wanted);
+            let Some(position) = stored.iter().position(equal) else { continue };
             let gone = stored.remove(position);
-            arena.release(gone.row);
+            self.arenas[side].release();
             if stored.is_empty() {
                 self.stored[side].remove(key);
             }
@@ -686,42 +711,60 @@ impl StreamingJoin {
     /// Either way the rows written are no longer dirty.
     fn side_snapshot(&mut self, side: usize, keys: Option<&[Key]>) -> Result<StateTable> {
         let schema = self.side_table(side).schema().clone();
-        self.converters()?;
-        let Some(converters) = &self.converters else {
-            return Err(Error::Graph("join row converters missing".into()));
-        };
-        let (parser, values_parser) = (converters.keys.parser(), converters.values[side].parser());
         let stored = &self.stored[side];
-        let entries: Vec<(&[u8], &[Stored])> = match keys {
-            Some(keys) => keys.iter().filter_map(|k| stored.get_key_value(k)).map(|(k, r)| (&k[..], &r[..])).collect(),
-            None => stored.iter().map(|(k, r)| (&k[..], &r[..])).collect(),
+        let entries: Vec<&[Stored]> = match keys {
+            Some(keys) => keys.iter().filter_map(|k| stored.get(k)).map(|r| &r[..]).collect(),
+            None => stored.values().map(|r| &r[..]).collect(),
         };
-        let written = |row: &&Stored| keys.is_none() || row.dirty;
-        let count = entries.iter().map(|(_, rows)| rows.iter().filter(written).count()).sum();
-        let batch = match count {
-            0 => RecordBatch::new_empty(schema.clone()),
-            _ => {
-                let mut key_rows = Vec::with_capacity(count);
-                let mut value_rows = Vec::with_capacity(count);
-                let (mut matched, mut expires, mut access, mut ids) =
-                    (Vec::with_capacity(count), Vec::with_capacity(count), Vec::with_capacity(count), Vec::new());
-                for (key, rows) in entries {
-                    for stored in rows.iter().filter(written) {
-                        key_rows.push(parser.parse(key));
-                        value_rows.push(values_parser.parse(self.arenas[side].get(stored.row)));
-                        matched.push(stored.matched);
-                        expires.push(stored.expires_at);
-                        access.push(stored.last_access_ms);
-                        ids.push(stored.id);
-                    }
+        // In the order the rows are stored (which keeps each key's rows in their order), so
+        // that reading them back walks the segments instead of jumping about them.
+        let written: Vec<&Stored> = match keys {
+            None => {
+                let mut by_slot: Vec<Option<&Stored>> = vec![None; self.arenas[side].numbered()];
+                for row in entries.into_iter().flatten() {
+                    by_slot[row.row as usize] = Some(row);
                 }
-                let key_columns = converters.keys.convert_rows(key_rows)?;
-                let mut values = converters.values[side].convert_rows(value_rows)?;
-                values.extend([matched, expires, access].map(|v| Arc::new(Int64Array::from(v)) as ArrayRef));
-                values.push(Arc::new(UInt64Array::from(ids)));
-                self.hashed(schema.clone(), key_columns, values)?
+                by_slot.into_iter().flatten().collect()
+            }
+            Some(_) => {
+                let mut dirty: Vec<&Stored> = entries.into_iter().flatten().filter(|row| row.dirty).collect();
+                dirty.sort_unstable_by_key(|row| row.row);
+                dirty
             }
         };
+        let columns = self.sides[side].schema.fields().len() + self.key_types.len();
+        let mut batches = Vec::new();
+        // A run of rows stored one after another is written as slices of the columns they
+        // are kept in; rows here and there are gathered, a part at a time (so that a large
+        // side's columns are not all made before any is written).
+        let mut scattered: Vec<&Stored> = Vec::new();
+        let mut start = 0;
+        while start < written.len() {
+            let first = written[start].row;
+            let run = written[start..].iter().zip(first..).take_while(|(row, slot)| row.row == *slot).count();
+            let rows = &written[start..start + run];
+            start += run;
+            if run < MIN_SLICED_RUN {
+                scattered.extend(rows);
+                if scattered.len() >= SNAPSHOT_ROWS {
+                    batches.push(self.gathered_batch(side, &schema, &scattered)?);
+                    scattered.clear();
+                }
+                continue;
+            }
+            let mut done = 0;
+            for columns in self.arenas[side].slices(first, run, 0..columns) {
+                let len = columns.first().map_or(0, |c| c.len());
+                batches.push(self.side_batch(&schema, columns, &rows[done..done + len])?);
+                done += len;
+            }
+        }
+        if !scattered.is_empty() {
+            batches.push(self.gathered_batch(side, &schema, &scattered)?);
+        }
+        if batches.is_empty() {
+            batches.push(RecordBatch::new_empty(schema.clone()));
+        }
         let stored = &mut self.stored[side];
         match keys {
             Some(keys) => {
@@ -731,7 +774,26 @@ impl StreamingJoin {
             }
             None => stored.values_mut().flatten().for_each(|row| row.dirty = false),
         }
-        Ok(StateTable { name: format!("side_{side}"), schema, batches: vec![batch], delta: None })
+        Ok(StateTable { name: format!("side_{side}"), schema, batches, delta: None })
+    }
+
+    /// A batch of a side's table: `columns` (the side's, then the key's) of the stored rows
+    /// `rows`, with what is kept about each.
+    fn side_batch(&self, schema: &SchemaRef, mut values: Vec<ArrayRef>, rows: &[&Stored]) -> Result<RecordBatch> {
+        let key_columns = values.split_off(values.len().saturating_sub(self.key_types.len()));
+        let int64 = |value: fn(&Stored) -> i64| Arc::new(Int64Array::from_iter_values(rows.iter().map(|s| value(s))));
+        values.extend(
+            [int64(|s| s.matched), int64(|s| s.expires_at), int64(|s| s.last_access_ms)].map(|c| c as ArrayRef),
+        );
+        values.push(Arc::new(UInt64Array::from_iter_values(rows.iter().map(|s| s.id))));
+        self.hashed(schema.clone(), key_columns, values)
+    }
+
+    /// [`Self::side_batch`] of stored rows of `side` gathered from wherever they are.
+    fn gathered_batch(&self, side: usize, schema: &SchemaRef, rows: &[&Stored]) -> Result<RecordBatch> {
+        let slots: Vec<RowSlot> = rows.iter().map(|s| s.row).collect();
+        let width = self.sides[side].schema.fields().len() + self.key_types.len();
+        self.side_batch(schema, self.arenas[side].gather(&slots, 0..width)?, rows)
     }
 
     /// A batch of `schema`: the key hash of `key_columns`, them, then `rest`.
@@ -746,14 +808,14 @@ impl StreamingJoin {
     }
 
     /// Forgets rows idle for longer than the time-to-live (checked every half of it).
-    fn sweep(&mut self, now: i64) {
-        let Some(oldest) = self.ttl.sweep_due(now) else { return };
+    fn sweep(&mut self, now: i64) -> Result<()> {
+        let Some(oldest) = self.ttl.sweep_due(now) else { return Ok(()) };
         for (side, (stored, arena)) in self.stored.iter_mut().zip(&mut self.arenas).enumerate() {
             stored.retain(|key, rows| {
                 rows.retain(|r| {
                     let kept = r.last_access_ms >= oldest;
                     if !kept {
-                        arena.release(r.row);
+                        arena.release();
                         SideChanges::removed(&mut self.changes, side, key, r.id);
                     }
                     kept
@@ -761,7 +823,7 @@ impl StreamingJoin {
                 !rows.is_empty()
             });
         }
-        self.compact_arenas();
+        self.compact_arenas()
     }
 }
 
@@ -780,16 +842,17 @@ impl Operator for StreamingJoin {
                     (int_column(batch, MATCHED)?, int_column(batch, EXPIRES_AT)?, int_column(batch, LAST_ACCESS)?);
                 // Snapshots from before row ids had none: each restored row gets a new one.
                 let ids = batch.column_by_name(ROW_ID).and_then(|c| c.as_any().downcast_ref::<UInt64Array>().cloned());
-                let converters = self.converters()?;
-                let key_rows = converters.keys.convert_columns(&table.read(batch, &fields[..keys])?)?;
-                let value_rows =
-                    converters.values[side].convert_columns(&table.read(batch, &fields[keys..keys + width])?)?;
-                for row in 0..batch.num_rows() {
+                let key_columns = table.read(batch, &fields[..keys])?;
+                let key_rows = self.converters()?.keys.convert_columns(&key_columns)?;
+                let mut columns = table.read(batch, &fields[keys..keys + width])?;
+                columns.extend(key_columns);
+                let first = self.arenas[side].push(&columns, None)?;
+                for (row, slot) in (0..batch.num_rows()).zip(first..) {
                     let key = key_rows.row(row).data();
                     let id = ids.as_ref().map_or(self.next_id[side], |ids| ids.value(row));
                     self.next_id[side] = self.next_id[side].max(id + 1);
                     let stored = Stored {
-                        row: self.arenas[side].push(value_rows.row(row).as_ref()),
+                        row: slot,
                         matched: matched.value(row),
                         expires_at: expires.value(row),
                         last_access_ms: access.value(row),
@@ -809,7 +872,7 @@ impl Operator for StreamingJoin {
     async fn process_batch(&mut self, input: usize, batch: RecordBatch, out: &mut Collector) -> Result<()> {
         let side = input.min(1);
         let now = now_ms();
-        self.sweep(now);
+        self.sweep(now)?;
         let width = self.sides[side].schema.fields().len();
         let keys = self.key_types.len();
         let changelog = is_changelog(&batch.schema());
@@ -839,8 +902,7 @@ impl Operator for StreamingJoin {
             }
             start = end;
         }
-        self.compact_arenas();
-        Ok(())
+        self.compact_arenas()
     }
 
     async fn input_ended(&mut self, input: usize, _out: &mut Collector) -> Result<()> {
@@ -1131,9 +1193,8 @@ mod tests {
             Some(Expiry { column: 1, after_ms: 0, late: LateRows::Match }),
         ];
         let mut join = join(JoinKind::Left, expiry);
-        // 90,000 left rows at times 0..90,000 (about 1.6 MB), then a watermark that expires
-        // all but the last 10,000: the unmatched ones come out padded, decoded before the
-        // compaction reclaims their bytes.
+        // 90,000 left rows at times 0..90,000, then a watermark that expires all but the last
+        // 10,000: the unmatched ones come out padded, read before the compaction drops them.
         let left: Vec<(i64, i64)> = (0..90_000).map(|i| (i, i)).collect();
         assert!(feed(&mut join, 0, rows("l", &left)).await.is_empty());
         let mut out = Collector::default();
@@ -1146,9 +1207,9 @@ mod tests {
         let matched = feed(&mut join, 1, rows("r", &[(80_000, 90_000), (89_999, 90_000)])).await;
         assert_eq!(matched, ["+I 80000 80000", "+I 89999 89999"]);
         let tables = join.snapshot(1).await.unwrap();
-        let ids =
-            tables[0].batches[0].column_by_name("c0").unwrap().as_any().downcast_ref::<Int64Array>().unwrap().clone();
-        let mut ids: Vec<i64> = ids.values().to_vec();
+        let column =
+            |b: &RecordBatch| b.column_by_name("c0").unwrap().as_any().downcast_ref::<Int64Array>().unwrap().clone();
+        let mut ids: Vec<i64> = tables[0].batches.iter().flat_map(|b| column(b).values().to_vec()).collect();
         ids.sort_unstable();
         assert_eq!(ids, (80_000..90_000).collect::<Vec<_>>());
     }

@@ -7,7 +7,7 @@ mod group_accumulators;
 pub mod join;
 pub mod numbering;
 pub mod over_aggregate;
-mod row_arena;
+mod row_segments;
 pub mod sinks;
 pub mod state_ttl;
 pub mod stateless;
