@@ -35,7 +35,7 @@ const AGGREGATE: &str = "SELECT bid.bidder, bid.auction, count(*) AS bids, max(b
 
 #[tokio::main]
 async fn main() {
-    weir_engine::allocator::return_freed_memory_lazily();
+    weir_engine::allocator::set_up();
     let mut args = std::env::args().skip(1);
     let seconds: u64 = args.next().map_or(30, |a| a.parse().expect("seconds: a number"));
     let fill: u64 = args.next().map_or(20_000_000, |a| a.parse().expect("fill events: a number"));

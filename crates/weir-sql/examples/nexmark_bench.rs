@@ -43,7 +43,7 @@ fn with_events(sql: &str, events: u64) -> String {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    weir_engine::allocator::return_freed_memory_lazily();
+    weir_engine::allocator::set_up();
     let mut args = std::env::args().skip(1);
     let events: u64 = args.next().map_or(2_000_000, |a| a.parse().expect("events: a number"));
     let filter = args.next().unwrap_or_default();

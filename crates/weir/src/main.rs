@@ -107,7 +107,7 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
-    weir_engine::allocator::return_freed_memory_lazily();
+    weir_engine::allocator::set_up();
     let cli = Cli::parse();
     // The client is a blocking program of its own: no runtime, no server logs.
     if let Command::Sql(args) = cli.command {

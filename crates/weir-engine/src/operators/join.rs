@@ -486,8 +486,10 @@ impl StreamingJoin {
                 if *pass && let Some(rows) = self.stored[other].get_mut(key) {
                     rows[*i].matched += 1;
                     rows[*i].last_access_ms = now;
-                    rows[*i].dirty = true;
-                    SideChanges::changed(&mut self.changes, other, key);
+                    // A key with a dirty row is among the changed ones already.
+                    if !std::mem::replace(&mut rows[*i].dirty, true) {
+                        SideChanges::changed(&mut self.changes, other, key);
+                    }
                 }
             }
         }
@@ -550,8 +552,13 @@ impl StreamingJoin {
             self.next_id[side] += 1;
             let matched = matched[row as usize];
             let stored = Stored { row: slot, matched, expires_at, last_access_ms: now, id, dirty: true };
-            self.stored[side].entry_ref(key).or_default().push(stored);
-            SideChanges::changed(&mut self.changes, side, key);
+            let rows = self.stored[side].entry_ref(key).or_default();
+            // A key with a dirty row is among the changed ones already.
+            let known = rows.last().is_some_and(|row| row.dirty);
+            rows.push(stored);
+            if !known {
+                SideChanges::changed(&mut self.changes, side, key);
+            }
         }
         Ok(())
     }
