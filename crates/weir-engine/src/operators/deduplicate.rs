@@ -6,11 +6,14 @@
 //! row, then `-U` the kept row and `+U` the new one when a row comes first in the order, ties
 //! broken by the whole row; its state is top-N's `rows` table, so either restores the other's.
 //! What it saves over the general top-N is work per row: the partition is found by its dense
-//! id ([`GroupKeys`]), the kept row is one byte string (its ORDER BY key, then the whole row, in
-//! Arrow's row format: top-N's `RankedRow`) in a vector by id, a batch's rows for one partition are compared before
-//! anything is stored, and the new rows are emitted by `take` from the batch. With incremental
-//! checkpoints it writes the partitions whose first row changed (a partition is never removed).
+//! id ([`GroupKeys`]); the kept row is its ORDER BY key in Arrow's row format and its place
+//! among the rows kept as columns ([`RowSegments`]: a snapshot and a `-U` gather them back
+//! instead of decoding rows), in a vector by id; a batch's rows for one partition are compared
+//! before anything is stored; the whole row is encoded only to break a tie on the ORDER BY key;
+//! and the new rows are emitted by `take` from the batch. With incremental checkpoints it
+//! writes the partitions whose first row changed (a partition is never removed).
 
+use std::cmp::Ordering;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -18,14 +21,15 @@ use datafusion::arrow::array::{ArrayRef, Int64Array, UInt32Array, UInt64Array};
 use datafusion::arrow::compute::{SortOptions, cast, interleave, take};
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::arrow::row::{Row, RowConverter, Rows, SortField};
+use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 
 use crate::changelog::{Change, change_array};
 use crate::error::{Error, Result};
 use crate::group_keys::GroupKeys;
 use crate::operator::{Collector, Delta, Operator, RestoredState, StateTable};
-use crate::operators::top_n::{KeptRows, RankedRow, order_fields, partition_and_order, row_converter};
+use crate::operators::row_segments::{RowSegments, RowSlot};
+use crate::operators::top_n::{KeptRows, order_fields, partition_and_order, row_converter};
 
 /// The first row of each partition, kept up to date as a changelog.
 pub struct Deduplicate {
@@ -48,42 +52,81 @@ pub struct Deduplicate {
 struct Kept {
     partitions: GroupKeys,
     order: RowConverter,
+    /// Whole rows in Arrow's row format, to break ties on the ORDER BY key.
     rows: RowConverter,
     /// By partition id.
-    first: Vec<Option<RankedRow>>,
+    first: Vec<Option<First>>,
+    /// The first rows' columns.
+    stored: RowSegments,
     /// With incremental checkpoints, the ids whose first row changed since the last snapshot
     /// (flagged by id, listed once).
     changed: Option<(Vec<bool>, Vec<usize>)>,
 }
 
-/// A batch's candidate rows, encoded once.
-struct Candidates {
+/// A partition's first row: its ORDER BY key and where its columns are.
+struct First {
+    order: Box<[u8]>,
+    slot: RowSlot,
+}
+
+/// A batch's candidate rows: partition and ORDER BY keys encoded once, whole rows when a tie
+/// needs them.
+struct Candidates<'a> {
+    batch: &'a RecordBatch,
     keys: Rows,
     orders: Rows,
-    rows: Rows,
+    rows: Option<Rows>,
 }
 
-impl Candidates {
+impl Candidates<'_> {
+    fn rows(&mut self, converter: &RowConverter) -> Result<&Rows> {
+        if self.rows.is_none() {
+            self.rows = Some(converter.convert_columns(self.batch.columns())?);
+        }
+        self.rows.as_ref().ok_or_else(|| Error::Graph("deduplication rows missing".into()))
+    }
+
     /// Whether row `a` of the batch comes before row `b` (ORDER BY, then the whole row).
-    fn before(&self, a: usize, b: usize) -> bool {
-        (self.orders.row(a), self.rows.row(a)) < (self.orders.row(b), self.rows.row(b))
+    fn before(&mut self, converter: &RowConverter, a: usize, b: usize) -> Result<bool> {
+        Ok(match self.orders.row(a).cmp(&self.orders.row(b)) {
+            Ordering::Equal => {
+                let rows = self.rows(converter)?;
+                rows.row(a) < rows.row(b)
+            }
+            order => order == Ordering::Less,
+        })
     }
 
-    /// Whether row `a` of the batch comes before a kept row.
-    fn before_kept(&self, a: usize, kept: &RankedRow) -> bool {
-        (self.orders.row(a).as_ref(), self.rows.row(a).as_ref()) < (kept.order(), kept.row())
-    }
-
-    fn kept(&self, row: usize) -> RankedRow {
-        RankedRow::new(self.orders.row(row), self.rows.row(row))
+    /// Whether rows of the batch come before kept rows (ORDER BY, then the whole row): one
+    /// answer per `(row, first)` pair, the kept rows read back and encoded together only for
+    /// the pairs tied on the ORDER BY key.
+    fn before_kept(&mut self, kept: &Kept, pairs: &[(usize, &First)]) -> Result<Vec<bool>> {
+        let mut answers = Vec::with_capacity(pairs.len());
+        let mut ties = Vec::new();
+        for (at, (row, first)) in pairs.iter().enumerate() {
+            let order = self.orders.row(*row).as_ref().cmp(&first.order);
+            answers.push(order == Ordering::Less);
+            if order == Ordering::Equal {
+                ties.push(at);
+            }
+        }
+        if !ties.is_empty() {
+            let slots: Vec<RowSlot> = ties.iter().map(|at| pairs[*at].1.slot).collect();
+            let theirs = kept.rows.convert_columns(&kept.stored.gather(&slots, 0..self.batch.num_columns())?)?;
+            let ours = self.rows(&kept.rows)?;
+            for (i, at) in ties.into_iter().enumerate() {
+                answers[at] = ours.row(pairs[at].0) < theirs.row(i);
+            }
+        }
+        Ok(answers)
     }
 }
 
-/// What the batch changed: a partition's new first row (a row of the batch) and the row it
-/// replaced, if any.
+/// What the batch changed: a partition's new first row (a row of the batch) and where the row
+/// it replaced is, if any (released, readable until the next compaction).
 struct Replaced {
     new: usize,
-    old: Option<RankedRow>,
+    old: Option<RowSlot>,
 }
 
 impl Clone for Deduplicate {
@@ -124,6 +167,7 @@ impl Deduplicate {
                 order: RowConverter::new(self.order_fields.clone())?,
                 rows: row_converter(&self.input)?,
                 first: Vec::new(),
+                stored: RowSegments::new(self.input.fields().iter().map(|f| f.data_type().clone()).collect()),
                 changed: self.incremental.then(Default::default),
             });
         }
@@ -135,31 +179,44 @@ impl Deduplicate {
     fn apply(&mut self, batch: &RecordBatch) -> Result<Vec<Replaced>> {
         let (partition, order) = partition_and_order(batch, &self.partition, &self.order)?;
         let kept = self.state()?;
-        let candidates = Candidates {
+        let mut candidates = Candidates {
+            batch,
             keys: kept.partitions.encode(&partition)?,
             orders: kept.order.convert_columns(&order)?,
-            rows: kept.rows.convert_columns(batch.columns())?,
+            rows: None,
         };
-        // The batch's best row for each partition it reaches, if it beats the kept one.
-        let mut winners: Vec<(usize, usize)> = Vec::new();
-        let mut winner_of: hashbrown::HashMap<usize, usize> = hashbrown::HashMap::new();
+        // The batch's best row for each partition it reaches, in the order it reaches them.
+        let mut best: Vec<(usize, usize)> = Vec::new();
+        let mut best_of: hashbrown::HashMap<usize, usize> = hashbrown::HashMap::new();
         for row in 0..batch.num_rows() {
             let (id, new) = kept.partitions.intern(&candidates.keys, row);
             if new {
                 kept.first.push(None);
             }
-            match winner_of.get(&id) {
+            match best_of.get(&id) {
                 Some(&at) => {
-                    if candidates.before(row, winners[at].1) {
-                        winners[at].1 = row;
+                    if candidates.before(&kept.rows, row, best[at].1)? {
+                        best[at].1 = row;
                     }
                 }
                 None => {
-                    if kept.first[id].as_ref().is_none_or(|first| candidates.before_kept(row, first)) {
-                        winner_of.insert(id, winners.len());
-                        winners.push((id, row));
-                    }
+                    best_of.insert(id, best.len());
+                    best.push((id, row));
                 }
+            }
+        }
+        // Those that beat the kept row (or have none).
+        let pairs: Vec<(usize, &First)> =
+            best.iter().filter_map(|(id, row)| kept.first[*id].as_ref().map(|first| (*row, first))).collect();
+        let mut beats = candidates.before_kept(kept, &pairs)?.into_iter();
+        let mut winners = Vec::with_capacity(best.len());
+        for (id, row) in best {
+            let wins = match kept.first[id] {
+                None => true,
+                Some(_) => beats.next().unwrap_or(false),
+            };
+            if wins {
+                winners.push((id, row));
             }
         }
         if let Some((flags, ids)) = &mut kept.changed {
@@ -170,10 +227,28 @@ impl Deduplicate {
                 }
             }
         }
-        Ok(winners
-            .into_iter()
-            .map(|(id, row)| Replaced { new: row, old: kept.first[id].replace(candidates.kept(row)) })
-            .collect())
+        let rows: Vec<u32> = winners.iter().map(|(_, row)| *row as u32).collect();
+        let first_slot = kept.stored.push(batch.columns(), Some(&rows))?;
+        let mut replaced = Vec::with_capacity(winners.len());
+        for ((id, row), slot) in winners.into_iter().zip(first_slot..) {
+            let new = First { order: candidates.orders.row(row).as_ref().into(), slot };
+            let old = kept.first[id].replace(new).map(|old| old.slot);
+            if old.is_some() {
+                kept.stored.release();
+            }
+            replaced.push(Replaced { new: row, old });
+        }
+        Ok(replaced)
+    }
+
+    /// Gathers the first rows into new segments once the replaced ones outnumber them (after
+    /// the batch's `-U` rows were read).
+    fn compact(&mut self) -> Result<()> {
+        let Some(kept) = &mut self.kept else { return Ok(()) };
+        if kept.stored.needs_compaction() {
+            kept.stored.compact(kept.first.iter_mut().flatten().map(|first| &mut first.slot))?;
+        }
+        Ok(())
     }
 
     /// `-U` each replaced row and `+U` its successor, `+I` a partition's first row.
@@ -185,13 +260,11 @@ impl Deduplicate {
         let new_rows = UInt32Array::from_iter_values(replaced.iter().map(|r| r.new as u32));
         let new: Vec<ArrayRef> =
             batch.columns()[..width].iter().map(|c| take(c, &new_rows, None)).collect::<std::result::Result<_, _>>()?;
-        let olds: Vec<&RankedRow> = replaced.iter().filter_map(|r| r.old.as_ref()).collect();
+        let olds: Vec<RowSlot> = replaced.iter().filter_map(|r| r.old).collect();
         let mut columns = if olds.is_empty() {
             new
         } else {
-            let kept = self.state()?;
-            let parser = kept.rows.parser();
-            let old = kept.rows.convert_rows(olds.iter().map(|k| -> Row<'_> { parser.parse(k.row()) }))?;
+            let old = self.state()?.stored.gather(&olds, 0..width)?;
             // (array, row): 0 the old rows, 1 the new ones, each old row before its successor.
             let mut order = Vec::with_capacity(replaced.len() + olds.len());
             let mut next_old = 0;
@@ -229,6 +302,7 @@ impl Operator for Deduplicate {
         // emitted before the snapshot.
         for (rows, _) in KeptRows::new(&self.input).restore(&restored)? {
             self.apply(&rows)?;
+            self.compact()?;
         }
         // Changes count from the restored state, which a continued chain already holds.
         if let Some(changed) = self.kept.as_mut().and_then(|kept| kept.changed.as_mut()) {
@@ -241,7 +315,8 @@ impl Operator for Deduplicate {
         let width = self.input.fields().len();
         let rows = RecordBatch::try_new(self.input.clone(), batch.columns()[..width].to_vec())?;
         let replaced = self.apply(&rows)?;
-        self.emit(&rows, replaced, out)
+        self.emit(&rows, replaced, out)?;
+        self.compact()
     }
 
     async fn process_watermark(&mut self, _watermark: i64, _out: &mut Collector) -> Result<()> {
@@ -278,11 +353,10 @@ impl Deduplicate {
     fn kept_rows(&mut self, ids: &[usize]) -> Result<StateTable> {
         let (input, partition) = (self.input.clone(), self.partition.clone());
         let kept = self.state()?;
-        let parser = kept.rows.parser();
-        let firsts: Vec<&RankedRow> = ids.iter().filter_map(|&id| kept.first[id].as_ref()).collect();
-        let columns = kept.rows.convert_rows(firsts.iter().map(|k| parser.parse(k.row())))?;
+        let slots: Vec<RowSlot> = ids.iter().filter_map(|&id| kept.first[id].as_ref().map(|f| f.slot)).collect();
+        let columns = kept.stored.gather(&slots, 0..input.fields().len())?;
         // One copy each.
-        let copies = Int64Array::from_value(1, firsts.len());
+        let copies = Int64Array::from_value(1, slots.len());
         KeptRows::new(&input).snapshot(columns, copies, &partition)
     }
 }
