@@ -150,7 +150,7 @@ pub struct StreamingJoin {
     converters: Option<Converters>,
     stored: [HashMap<Key, Vec<Stored>>; 2],
     /// Each side's stored rows: its columns, then the join key columns, as they arrived.
-    arenas: [RowSegments; 2],
+    segments: [RowSegments; 2],
     /// Keys of stored rows by expiry time.
     expiring: [BTreeMap<i64, Vec<Key>>; 2],
     watermark: i64,
@@ -273,7 +273,7 @@ impl StreamingJoin {
         output: SchemaRef,
         ttl: Option<Duration>,
     ) -> Self {
-        let arenas = [0, 1].map(|side: usize| {
+        let segments = [0, 1].map(|side: usize| {
             let values = sides[side].schema.fields().iter().map(|f| f.data_type().clone());
             RowSegments::new(values.chain(key_types.iter().cloned()).collect())
         });
@@ -287,7 +287,7 @@ impl StreamingJoin {
             ttl: StateTtl::new(ttl),
             converters: None,
             stored: [HashMap::default(), HashMap::default()],
-            arenas,
+            segments,
             expiring: [BTreeMap::new(), BTreeMap::new()],
             watermark: i64::MIN,
             ended: [false; 2],
@@ -383,14 +383,14 @@ impl StreamingJoin {
 
     /// Stored rows (released ones too, before a compaction) as columns of their side.
     fn slots_to_columns(&self, side: usize, slots: &[RowSlot]) -> Result<Vec<ArrayRef>> {
-        self.arenas[side].gather(slots, 0..self.sides[side].schema.fields().len())
+        self.segments[side].gather(slots, 0..self.sides[side].schema.fields().len())
     }
 
     /// Gathers each side's live rows into new segments once the removed ones outnumber them.
-    fn compact_arenas(&mut self) -> Result<()> {
-        for (stored, arena) in self.stored.iter_mut().zip(&mut self.arenas) {
-            if arena.needs_compaction() {
-                arena.compact(stored.values_mut().flat_map(|rows| rows.iter_mut().map(|s| &mut s.row)))?;
+    fn compact_segments(&mut self) -> Result<()> {
+        for (stored, segments) in self.stored.iter_mut().zip(&mut self.segments) {
+            if segments.needs_compaction() {
+                segments.compact(stored.values_mut().flat_map(|rows| rows.iter_mut().map(|s| &mut s.row)))?;
             }
         }
         Ok(())
@@ -402,7 +402,7 @@ impl StreamingJoin {
         for side in 0..2 {
             let mut unmatched: Vec<RowSlot> = Vec::new();
             let emits_unmatched = self.kind.emits_unmatched(side);
-            let (stored, arena, changes) = (&mut self.stored[side], &mut self.arenas[side], &mut self.changes);
+            let (stored, segments, changes) = (&mut self.stored[side], &mut self.segments[side], &mut self.changes);
             while let Some(entry) = self.expiring[side].first_entry() {
                 if *entry.key() > watermark {
                     break;
@@ -415,7 +415,7 @@ impl StreamingJoin {
                             if emits_unmatched && row.matched == 0 {
                                 unmatched.push(row.row);
                             }
-                            arena.release();
+                            segments.release();
                             SideChanges::removed(changes, side, &key, row.id);
                         }
                         !expired
@@ -431,7 +431,7 @@ impl StreamingJoin {
                 self.emit_unmatched(side, own, unmatched.len(), Change::Insert, out)?;
             }
         }
-        self.compact_arenas()
+        self.compact_segments()
     }
 
     /// Adds rows of `side` (append-only rows, or a changelog's `+I` and `+U`): each is stored
@@ -542,7 +542,7 @@ impl StreamingJoin {
         }
         let all = kept.len() == batch.num_rows();
         let rows: Vec<u32> = if all { Vec::new() } else { kept.iter().map(|(row, _)| *row).collect() };
-        let first = self.arenas[side].push(batch.columns(), (!all).then_some(rows.as_slice()))?;
+        let first = self.segments[side].push(batch.columns(), (!all).then_some(rows.as_slice()))?;
         for (slot, (row, expires_at)) in (first..).zip(kept) {
             let key = key_rows.row(row as usize).data();
             if self.sides[side].expiry.is_some() {
@@ -607,7 +607,7 @@ impl StreamingJoin {
             let equal = |s: &Stored| encoded.get(&s.row).is_some_and(|i| candidate_rows.row(*i) == wanted);
             let Some(position) = stored.iter().position(equal) else { continue };
             let gone = stored.remove(position);
-            self.arenas[side].release();
+            self.segments[side].release();
             if stored.is_empty() {
                 self.stored[side].remove(key);
             }
@@ -727,7 +727,7 @@ impl StreamingJoin {
         // that reading them back walks the segments instead of jumping about them.
         let written: Vec<&Stored> = match keys {
             None => {
-                let mut by_slot: Vec<Option<&Stored>> = vec![None; self.arenas[side].numbered()];
+                let mut by_slot: Vec<Option<&Stored>> = vec![None; self.segments[side].numbered()];
                 for row in entries.into_iter().flatten() {
                     by_slot[row.row as usize] = Some(row);
                 }
@@ -760,7 +760,7 @@ impl StreamingJoin {
                 continue;
             }
             let mut done = 0;
-            for columns in self.arenas[side].slices(first, run, 0..columns) {
+            for columns in self.segments[side].slices(first, run, 0..columns) {
                 let len = columns.first().map_or(0, |c| c.len());
                 batches.push(self.side_batch(&schema, columns, &rows[done..done + len])?);
                 done += len;
@@ -800,7 +800,7 @@ impl StreamingJoin {
     fn gathered_batch(&self, side: usize, schema: &SchemaRef, rows: &[&Stored]) -> Result<RecordBatch> {
         let slots: Vec<RowSlot> = rows.iter().map(|s| s.row).collect();
         let width = self.sides[side].schema.fields().len() + self.key_types.len();
-        self.side_batch(schema, self.arenas[side].gather(&slots, 0..width)?, rows)
+        self.side_batch(schema, self.segments[side].gather(&slots, 0..width)?, rows)
     }
 
     /// A batch of `schema`: the key hash of `key_columns`, them, then `rest`.
@@ -817,12 +817,12 @@ impl StreamingJoin {
     /// Forgets rows idle for longer than the time-to-live (checked every half of it).
     fn sweep(&mut self, now: i64) -> Result<()> {
         let Some(oldest) = self.ttl.sweep_due(now) else { return Ok(()) };
-        for (side, (stored, arena)) in self.stored.iter_mut().zip(&mut self.arenas).enumerate() {
+        for (side, (stored, segments)) in self.stored.iter_mut().zip(&mut self.segments).enumerate() {
             stored.retain(|key, rows| {
                 rows.retain(|r| {
                     let kept = r.last_access_ms >= oldest;
                     if !kept {
-                        arena.release();
+                        segments.release();
                         SideChanges::removed(&mut self.changes, side, key, r.id);
                     }
                     kept
@@ -830,7 +830,7 @@ impl StreamingJoin {
                 !rows.is_empty()
             });
         }
-        self.compact_arenas()
+        self.compact_segments()
     }
 }
 
@@ -853,7 +853,7 @@ impl Operator for StreamingJoin {
                 let key_rows = self.converters()?.keys.convert_columns(&key_columns)?;
                 let mut columns = table.read(batch, &fields[keys..keys + width])?;
                 columns.extend(key_columns);
-                let first = self.arenas[side].push(&columns, None)?;
+                let first = self.segments[side].push(&columns, None)?;
                 for (row, slot) in (0..batch.num_rows()).zip(first..) {
                     let key = key_rows.row(row).data();
                     let id = ids.as_ref().map_or(self.next_id[side], |ids| ids.value(row));
@@ -909,7 +909,7 @@ impl Operator for StreamingJoin {
             }
             start = end;
         }
-        self.compact_arenas()
+        self.compact_segments()
     }
 
     async fn input_ended(&mut self, input: usize, _out: &mut Collector) -> Result<()> {
@@ -918,7 +918,7 @@ impl Operator for StreamingJoin {
         let other = 1 - side;
         if !self.keeps(other) {
             self.stored[other].clear();
-            self.arenas[other].clear();
+            self.segments[other].clear();
             if let Some(changes) = &mut self.changes {
                 changes.keys[other].clear();
                 changes.removed[other].clear();
@@ -1191,10 +1191,10 @@ mod tests {
         assert_eq!(stored(&join), 0, "all state dropped");
     }
 
-    /// Expired rows' bytes are reclaimed once they outweigh the kept ones, and the kept rows
-    /// (now elsewhere in the arena) still match, come out unmatched and go into the snapshot.
+    /// Expired rows are dropped once they outnumber the kept ones, and the kept rows (gathered
+    /// into new segments, renumbered) still match, come out unmatched and go into the snapshot.
     #[tokio::test]
-    async fn rows_kept_through_an_arena_compaction_still_match_and_snapshot() {
+    async fn rows_kept_through_a_compaction_still_match_and_snapshot() {
         let expiry = [
             Some(Expiry { column: 1, after_ms: 0, late: LateRows::Match }),
             Some(Expiry { column: 1, after_ms: 0, late: LateRows::Match }),
@@ -1209,7 +1209,7 @@ mod tests {
         let expired = lines(&out);
         assert_eq!(expired.len(), 80_000);
         assert_eq!((expired[0].as_str(), expired[79_999].as_str()), ("+I 0 NULL", "+I 79999 NULL"));
-        assert!(!join.arenas[0].needs_compaction(), "compacted");
+        assert!(!join.segments[0].needs_compaction(), "compacted");
         assert_eq!(stored(&join), 10_000);
         let matched = feed(&mut join, 1, rows("r", &[(80_000, 90_000), (89_999, 90_000)])).await;
         assert_eq!(matched, ["+I 80000 80000", "+I 89999 89999"]);
