@@ -1098,9 +1098,8 @@ impl Planner<'_> {
                         changelog_schema(output),
                     )?;
                     let state = match updating {
-                        false => format!("per partition its top {limit} rows and the ranks emitted"),
-                        true => "per partition every row (a changelog may take back a top one) and the ranks emitted"
-                            .to_string(),
+                        false => format!("per partition its top {limit} rows"),
+                        true => "per partition every row (a changelog may take back a top one)".to_string(),
                     };
                     (self.name("top_n"), Arc::new(move |_| Ok(Box::new(operator.clone()))), state)
                 }

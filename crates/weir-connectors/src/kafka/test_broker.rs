@@ -72,7 +72,24 @@ impl TestBroker {
         for result in results {
             result.map_err(|(topic, code)| format!("create topic {topic}: {code}"))?;
         }
-        Ok(name)
+        // CreateTopics answers once the controller has made the topic; the broker's metadata
+        // can lag behind, and a test looking the topic up at once would find it missing.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let metadata = admin.inner().fetch_metadata(Some(&name), Duration::from_secs(5));
+            let visible = metadata.is_ok_and(|m| {
+                m.topics()
+                    .iter()
+                    .any(|t| t.name() == name && t.error().is_none() && t.partitions().len() == partitions as usize)
+            });
+            if visible {
+                return Ok(name);
+            }
+            if Instant::now() > deadline {
+                return Err(format!("topic {name} created but not in the broker's metadata after 30 s"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
 

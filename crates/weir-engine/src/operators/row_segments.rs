@@ -106,6 +106,11 @@ impl RowSegments {
         Ok(())
     }
 
+    /// The number of columns a row has.
+    pub(crate) fn width(&self) -> usize {
+        self.types.len()
+    }
+
     /// How many numbers have been given out: every row's number is below it.
     pub(crate) fn numbered(&self) -> usize {
         self.next as usize

@@ -9,6 +9,12 @@
 //!
 //! An append-only input keeps only the top N rows of a partition (a row below them can never
 //! rise); a changelog keeps every row, since taking back a top row brings the next one up.
+//! The kept rows stay the columns they came in ([`RowSegments`]: emitted ranks and snapshots
+//! gather them, nothing is decoded), each ranked by its ORDER BY key in Arrow's row format; a
+//! row is encoded whole only to break a tie or to be found when taken back. The ranks emitted
+//! last are not kept: they are the top before the batch, read at a partition's first row in it.
+//! A row's identity is its place in the store, so a row taken back and added again in one batch
+//! is emitted as `-U`/`+U` of the same values.
 //! The snapshot is the kept rows with their number of copies, keyed by the hash of the
 //! partition columns; after a restore the emitted ranks are the restored top N, since every
 //! batch's changes are emitted before any snapshot. With incremental checkpoints a change is
@@ -16,6 +22,7 @@
 //! file's rows of a partition replace its earlier ones), and the partitions left empty.
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -23,7 +30,7 @@ use datafusion::arrow::array::{ArrayRef, Int64Array, UInt64Array};
 use datafusion::arrow::compute::{SortOptions, cast};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::arrow::row::{Row, RowConverter, SortField};
+use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::{HashMap, HashSet};
 use datafusion::physical_expr::PhysicalExpr;
 
@@ -31,6 +38,7 @@ use crate::changelog::{Change, change_array, changes};
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Delta, Operator, RestoredState, StateTable};
 use crate::operators::numbering::Numbering;
+use crate::operators::row_segments::{RowSegments, RowSlot};
 use crate::partition::key_hashes;
 use crate::state_table::KeyedTable;
 
@@ -150,6 +158,8 @@ pub struct TopN {
     converters: Option<Converters>,
     /// By partition key in Arrow's row format (found by a batch's key bytes).
     partitions: HashMap<Vec<u8>, Ranked>,
+    /// The kept rows' columns (the input's), each batch's as it came.
+    stored: RowSegments,
     /// With incremental checkpoints: the partitions whose kept rows may have changed since
     /// the last snapshot.
     changed: Option<HashSet<Vec<u8>>>,
@@ -161,53 +171,41 @@ struct Converters {
     rows: RowConverter,
 }
 
-/// A kept row: its ORDER BY key, then the whole row, in Arrow's row format, in one shared
-/// allocation (top-N's emitted ranks hold it too), ordered by the key, then the row. Top-N and
-/// deduplication keep their rows so.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct RankedRow {
-    bytes: Arc<[u8]>,
-    order_len: usize,
+/// A kept row's place in its partition: its ORDER BY key in Arrow's row format, then the whole
+/// row in row format, which breaks ties. The whole row is there only when it is needed: when
+/// another kept row has the same ORDER BY key, and always for a changelog input (a take-back
+/// finds its row by it). So no two kept rows with one ORDER BY key differ in having it, and
+/// the keys order as (ORDER BY key, whole row) do.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct RankKey {
+    order: Box<[u8]>,
+    row: Option<Box<[u8]>>,
 }
 
-impl RankedRow {
-    pub(crate) fn new(order: Row<'_>, row: Row<'_>) -> Self {
-        let (order, row) = (order.as_ref(), row.as_ref());
-        let mut bytes = Vec::with_capacity(order.len() + row.len());
-        bytes.extend_from_slice(order);
-        bytes.extend_from_slice(row);
-        Self { bytes: bytes.into(), order_len: order.len() }
-    }
-
-    pub(crate) fn order(&self) -> &[u8] {
-        &self.bytes[..self.order_len]
-    }
-
-    pub(crate) fn row(&self) -> &[u8] {
-        &self.bytes[self.order_len..]
-    }
-}
-
-impl Ord for RankedRow {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.order().cmp(other.order()).then_with(|| self.row().cmp(other.row()))
-    }
-}
-
-impl PartialOrd for RankedRow {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
+/// A kept row: its number in [`TopN::stored`] and its copies.
+struct Kept {
+    slot: RowSlot,
+    copies: usize,
 }
 
 #[derive(Default)]
 struct Ranked {
-    /// Kept rows -> copies, in rank order.
-    rows: BTreeMap<RankedRow, usize>,
+    /// Kept rows in rank order.
+    rows: BTreeMap<RankKey, Kept>,
     /// The copies kept in all.
     count: usize,
-    /// The rows last emitted with their numbers, in rank order.
-    emitted: Vec<(RankedRow, u64)>,
+    /// While a batch is applied: its place in the batch's touched partitions, plus one (0: not
+    /// touched yet).
+    touched: usize,
+    /// With incremental checkpoints: in [`TopN::changed`] (so a batch need not look there).
+    changed: bool,
+}
+
+/// A partition a batch reached: its top before the batch, and whether its kept rows changed.
+struct Touched<'a> {
+    key: &'a [u8],
+    before: Vec<(RowSlot, u64)>,
+    modified: bool,
 }
 
 impl Ranked {
@@ -217,38 +215,38 @@ impl Ranked {
         &self,
         numbering: Numbering,
         limit: usize,
-        mut visit: impl FnMut(&RankedRow, u64),
+        mut visit: impl FnMut(&Kept, u64),
     ) -> (usize, Option<(u64, u64)>) {
         let mut count = 0;
         let mut previous: Option<((u64, u64), &[u8])> = None;
-        for (row, copies) in &self.rows {
-            for _ in 0..*copies {
-                let tie = previous.is_some_and(|(_, key)| key == row.order());
+        for (key, kept) in &self.rows {
+            for _ in 0..kept.copies {
+                let tie = previous.is_some_and(|(_, order)| order == &key.order[..]);
                 let next = numbering.next(previous.map(|(p, _)| p), tie);
                 if next.1 > limit as u64 {
                     return (count, previous.map(|(p, _)| p));
                 }
-                visit(row, next.1);
+                visit(kept, next.1);
                 count += 1;
-                previous = Some((next, row.order()));
+                previous = Some((next, &key.order));
             }
         }
         (count, previous.map(|(p, _)| p))
     }
 
     /// The rows numbered `limit` or less, with their numbers, in rank order.
-    fn top(&self, numbering: Numbering, limit: usize) -> Vec<(RankedRow, u64)> {
+    fn top(&self, numbering: Numbering, limit: usize) -> Vec<(RowSlot, u64)> {
         let mut top = Vec::new();
-        self.walk_top(numbering, limit, |row, number| top.push((row.clone(), number)));
+        self.walk_top(numbering, limit, |kept, number| top.push((kept.slot, number)));
         top
     }
 
     /// Whether a row ordered by `order` is sure to stay out of the top `limit` of an
     /// append-only input: it orders after every kept row (no tie) and would be numbered past
     /// the limit.
-    fn excludes(&self, order: Row<'_>, numbering: Numbering, limit: usize) -> bool {
+    fn excludes(&self, order: &[u8], numbering: Numbering, limit: usize) -> bool {
         let Some((last, _)) = self.rows.last_key_value() else { return false };
-        if order.as_ref() <= last.order() {
+        if order <= &last.order[..] {
             return false;
         }
         if numbering == Numbering::RowNumber {
@@ -259,35 +257,50 @@ impl Ranked {
         numbering.next(after, false).1 > limit as u64
     }
 
-    /// Adds copies of a row (negative: takes them back, as far as it is kept).
-    fn add(&mut self, row: RankedRow, copies: i64) {
-        if copies > 0 {
-            *self.rows.entry(row).or_insert(0) += copies as usize;
-            self.count += copies as usize;
-        } else if let Some(kept) = self.rows.get_mut(&row) {
-            // A row not kept (below an append-only top N, or never seen) takes nothing back.
-            let taken = (*kept).min(copies.unsigned_abs() as usize);
-            *kept -= taken;
-            self.count -= taken;
-            if *kept == 0 {
-                self.rows.remove(&row);
-            }
+    /// Whether a kept row has the ORDER BY key of `key` (which has no whole row).
+    fn ties(&self, key: &RankKey) -> bool {
+        self.rows.range(key..).next().is_some_and(|(other, _)| other.order == key.order)
+    }
+
+    /// Gives the kept row ordered by `order`, if it is the only one and has no whole row yet,
+    /// its whole row (encoded from `stored`), so that a row tying with it can be ranked.
+    fn whole_row_for_tie(&mut self, order: &[u8], stored: &RowSegments, rows: &RowConverter) -> Result<()> {
+        let probe = RankKey { order: order.into(), row: None };
+        let Some(kept) = self.rows.remove(&probe) else { return Ok(()) };
+        let width = stored.width();
+        let encoded = rows.convert_columns(&stored.gather(&[kept.slot], 0..width)?)?;
+        self.rows.insert(RankKey { order: probe.order, row: Some(encoded.row(0).as_ref().into()) }, kept);
+        Ok(())
+    }
+
+    /// Takes back up to `copies` copies of the row `key`, if it is kept; returns whether any
+    /// was.
+    fn take_back(&mut self, key: &RankKey, copies: usize, stored: &mut RowSegments) -> bool {
+        let Some(kept) = self.rows.get_mut(key) else { return false };
+        let taken = kept.copies.min(copies);
+        kept.copies -= taken;
+        self.count -= taken;
+        if kept.copies == 0 {
+            self.rows.remove(key);
+            stored.release();
         }
+        true
     }
 
     /// Drops the rows below the top `limit` of an append-only input, which can never rise.
-    fn trim(&mut self, numbering: Numbering, limit: usize) {
+    fn trim(&mut self, numbering: Numbering, limit: usize, stored: &mut RowSegments) {
         let keep = match numbering {
             Numbering::RowNumber => limit,
             _ => self.walk_top(numbering, limit, |_, _| {}).0,
         };
         while self.count > keep {
             let Some(mut last) = self.rows.last_entry() else { break };
-            let excess = (self.count - keep).min(*last.get());
-            *last.get_mut() -= excess;
+            let excess = (self.count - keep).min(last.get().copies);
+            last.get_mut().copies -= excess;
             self.count -= excess;
-            if *last.get() == 0 {
+            if last.get().copies == 0 {
                 last.remove();
+                stored.release();
             }
         }
     }
@@ -307,9 +320,15 @@ impl Clone for TopN {
             output: self.output.clone(),
             converters: None,
             partitions: HashMap::default(),
+            stored: stored_rows(&self.input),
             changed: None,
         }
     }
+}
+
+/// An empty store of rows of `input`.
+fn stored_rows(input: &SchemaRef) -> RowSegments {
+    RowSegments::new(input.fields().iter().map(|f| f.data_type().clone()).collect())
 }
 
 impl TopN {
@@ -330,6 +349,7 @@ impl TopN {
             numbering,
             limit,
             retracting,
+            stored: stored_rows(&input),
             input,
             output,
             converters: None,
@@ -354,69 +374,134 @@ impl TopN {
 
     /// Adds `copies[r]` of each row r of `batch` (negative: takes them back) and returns the
     /// changed ranks of the partitions it touched: (row, rank, change).
-    fn apply(&mut self, batch: &RecordBatch, copies: &[i64]) -> Result<Vec<(RankedRow, u64, Change)>> {
+    ///
+    /// The batch's rows are stored as they came (a row not kept is released at once, or when
+    /// it leaves the top); a row is encoded whole only when its ORDER BY key ties with a kept
+    /// row's, or when it is taken back.
+    fn apply(&mut self, batch: &RecordBatch, copies: &[i64]) -> Result<Vec<(RowSlot, u64, Change)>> {
         let (partition, order) = partition_and_order(batch, &self.partition, &self.order)?;
-        let converters = self.converters()?;
+        self.converters()?;
+        let Self { converters: Some(converters), partitions, stored, numbering, limit, retracting, changed, .. } = self
+        else {
+            return Err(Error::Graph("top-N row converters missing".into()));
+        };
+        let (numbering, limit, retracting) = (*numbering, *limit, *retracting);
         let keys = converters.partition.convert_columns(&partition)?;
         let orders = converters.order.convert_columns(&order)?;
-        let rows = converters.rows.convert_columns(batch.columns())?;
-        let mut touched = Vec::new();
-        let mut seen: HashSet<&[u8]> = HashSet::default();
+        let mut whole = retracting.then(|| converters.rows.convert_columns(batch.columns())).transpose()?;
+        let first = stored.push(batch.columns(), None)?;
+        let mut touched: Vec<Touched<'_>> = Vec::new();
         for (row, &n) in copies.iter().enumerate() {
             let key = keys.row(row).data();
-            if seen.insert(key) {
-                touched.push(key);
+            let ranked = partitions.entry_ref(key).or_default();
+            if ranked.touched == 0 {
+                touched.push(Touched { key, before: ranked.top(numbering, limit), modified: false });
+                ranked.touched = touched.len();
             }
-            let ranked = self.partitions.entry_ref(key).or_default();
-            if !self.retracting && n > 0 && ranked.excludes(orders.row(row), self.numbering, self.limit) {
-                continue; // below an append-only top N: it can never rise
+            let order = orders.row(row).data();
+            if n > 0 && !retracting && ranked.excludes(order, numbering, limit) {
+                stored.release(); // below an append-only top N: it can never rise
+                continue;
             }
-            ranked.add(RankedRow::new(orders.row(row), rows.row(row)), n);
-            if let Some(changed) = &mut self.changed {
-                changed.get_or_insert_with(key, <[u8]>::to_vec);
+            let mut rank_key = RankKey { order: order.into(), row: None };
+            if n < 0 || ranked.ties(&rank_key) {
+                if whole.is_none() {
+                    whole = Some(converters.rows.convert_columns(batch.columns())?);
+                }
+                ranked.whole_row_for_tie(order, stored, &converters.rows)?;
             }
-            if !self.retracting {
-                // Rows below the top can never rise: a new row only pushes others down.
-                ranked.trim(self.numbering, self.limit);
+            if let Some(whole) = &whole {
+                rank_key.row = Some(whole.row(row).as_ref().into());
             }
-        }
-        let mut changed = Vec::new();
-        for key in touched {
-            let Some(ranked) = self.partitions.get_mut(key) else { continue };
-            let top = ranked.top(self.numbering, self.limit);
-            for position in 0..top.len().max(ranked.emitted.len()) {
-                match (ranked.emitted.get(position), top.get(position)) {
-                    (Some(old), Some(new)) if old != new => {
-                        changed.push((old.0.clone(), old.1, Change::UpdateBefore));
-                        changed.push((new.0.clone(), new.1, Change::UpdateAfter));
+            let modified = if n > 0 {
+                match ranked.rows.entry(rank_key) {
+                    Entry::Occupied(mut kept) => {
+                        kept.get_mut().copies += n as usize;
+                        stored.release(); // a copy of a kept row
                     }
-                    (None, Some(new)) => changed.push((new.0.clone(), new.1, Change::Insert)),
-                    (Some(old), None) => changed.push((old.0.clone(), old.1, Change::Delete)),
+                    Entry::Vacant(place) => {
+                        place.insert(Kept { slot: first + row as u64, copies: n as usize });
+                    }
+                }
+                ranked.count += n as usize;
+                if !retracting {
+                    // Rows below the top can never rise: a new row only pushes others down.
+                    ranked.trim(numbering, limit, stored);
+                }
+                true
+            } else {
+                // A row not kept (below an append-only top N, or never seen) takes nothing back.
+                stored.release();
+                ranked.take_back(&rank_key, n.unsigned_abs() as usize, stored)
+            };
+            touched[ranked.touched - 1].modified |= modified;
+        }
+        let mut emitted = Vec::new();
+        for Touched { key, before, modified } in touched {
+            let Some(ranked) = partitions.get_mut(key) else { continue };
+            ranked.touched = 0;
+            let after = ranked.top(numbering, limit);
+            for position in 0..after.len().max(before.len()) {
+                match (before.get(position), after.get(position)) {
+                    (Some(old), Some(new)) if old != new => {
+                        emitted.push((old.0, old.1, Change::UpdateBefore));
+                        emitted.push((new.0, new.1, Change::UpdateAfter));
+                    }
+                    (None, Some(new)) => emitted.push((new.0, new.1, Change::Insert)),
+                    (Some(old), None) => emitted.push((old.0, old.1, Change::Delete)),
                     _ => {}
                 }
             }
-            ranked.emitted = top;
+            if modified
+                && !ranked.changed
+                && let Some(changed) = changed.as_mut()
+            {
+                changed.insert(key.to_vec());
+                ranked.changed = true;
+            }
             if ranked.rows.is_empty() {
-                self.partitions.remove(key);
+                partitions.remove(key);
             }
         }
-        Ok(changed)
+        Ok(emitted)
     }
 
-    fn emit(&mut self, changed: Vec<(RankedRow, u64, Change)>, out: &mut Collector) -> Result<()> {
+    /// Emits the changed ranks, their rows gathered from the stored ones.
+    fn emit(&self, changed: &[(RowSlot, u64, Change)], out: &mut Collector) -> Result<()> {
         if changed.is_empty() {
             return Ok(());
         }
-        let converter = &self.converters()?.rows;
-        let parser = converter.parser();
-        let columns = converter.convert_rows(changed.iter().map(|(kept, _, _)| parser.parse(kept.row())))?;
         let width = self.output.fields().len() - 2;
-        let mut output: Vec<ArrayRef> = columns.into_iter().take(width).collect();
+        let slots: Vec<RowSlot> = changed.iter().map(|(slot, _, _)| *slot).collect();
+        let mut output = self.stored.gather(&slots, 0..width)?;
         let numbers: ArrayRef = Arc::new(UInt64Array::from_iter_values(changed.iter().map(|(_, n, _)| *n)));
         output.push(cast(&numbers, self.output.field(width).data_type())?);
         output.push(change_array(&changed.iter().map(|(_, _, c)| *c).collect::<Vec<_>>()));
         out.emit(RecordBatch::try_new(self.output.clone(), output)?);
         Ok(())
+    }
+
+    /// Gathers the kept rows into new segments once the released ones outnumber them (after
+    /// the released ones were emitted).
+    fn compact(&mut self) -> Result<()> {
+        if self.stored.needs_compaction() {
+            let slots =
+                self.partitions.values_mut().flat_map(|ranked| ranked.rows.values_mut().map(|kept| &mut kept.slot));
+            self.stored.compact(slots)?;
+        }
+        Ok(())
+    }
+
+    /// The snapshot table of the kept rows of every partition, or of the partitions `keys`.
+    fn kept_rows(&self, keys: Option<&[Vec<u8>]>) -> Result<StateTable> {
+        let partitions: Vec<&Ranked> = match keys {
+            Some(keys) => keys.iter().filter_map(|key| self.partitions.get(key)).collect(),
+            None => self.partitions.values().collect(),
+        };
+        let (slots, copies): (Vec<RowSlot>, Vec<i64>) =
+            partitions.into_iter().flat_map(|ranked| ranked.rows.values().map(|k| (k.slot, k.copies as i64))).unzip();
+        let columns = self.stored.gather(&slots, 0..self.stored.width())?;
+        KeptRows::new(&self.input).snapshot(columns, Int64Array::from(copies), &self.partition)
     }
 }
 
@@ -426,6 +511,7 @@ impl Operator for TopN {
         for (rows, copies) in KeptRows::new(&self.input).restore(&restored)? {
             self.apply(&rows, copies.values())?;
         }
+        self.compact()?;
         self.changed = info.incremental.then(HashSet::default);
         Ok(())
     }
@@ -435,7 +521,8 @@ impl Operator for TopN {
         let width = self.input.fields().len();
         let rows = RecordBatch::try_new(self.input.clone(), batch.columns()[..width].to_vec())?;
         let changed = self.apply(&rows, &copies)?;
-        self.emit(changed, out)
+        self.emit(&changed, out)?;
+        self.compact()
     }
 
     async fn process_watermark(&mut self, _watermark: i64, _out: &mut Collector) -> Result<()> {
@@ -446,6 +533,7 @@ impl Operator for TopN {
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
         if let Some(changed) = &mut self.changed {
             changed.clear();
+            self.partitions.values_mut().for_each(|ranked| ranked.changed = false);
         }
         Ok(vec![self.kept_rows(None)?])
     }
@@ -457,6 +545,11 @@ impl Operator for TopN {
         let (kept, removed): (Vec<Vec<u8>>, Vec<Vec<u8>>) =
             changed.into_iter().partition(|key| self.partitions.contains_key(key));
         let mut table = self.kept_rows(Some(&kept))?;
+        for key in &kept {
+            if let Some(ranked) = self.partitions.get_mut(key) {
+                ranked.changed = false;
+            }
+        }
         let converter = &self.converters()?.partition;
         let parser = converter.parser();
         let key_columns = converter.convert_rows(removed.iter().map(|key| parser.parse(key)))?;
@@ -470,28 +563,6 @@ impl Operator for TopN {
         let deleted = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
         table.delta = Some(Delta { key: self.partition.clone(), deleted });
         Ok(Some(vec![table]))
-    }
-}
-
-impl TopN {
-    /// The snapshot table of the kept rows of every partition, or of the partitions `keys`.
-    fn kept_rows(&mut self, keys: Option<&[Vec<u8>]>) -> Result<StateTable> {
-        self.converters()?;
-        let Some(converters) = &self.converters else {
-            return Err(Error::Graph("top-N row converters missing".into()));
-        };
-        let parser = converters.rows.parser();
-        let partitions: Vec<&Ranked> = match keys {
-            Some(keys) => keys.iter().filter_map(|key| self.partitions.get(key)).collect(),
-            None => self.partitions.values().collect(),
-        };
-        let kept: Vec<(Row<'_>, usize)> = partitions
-            .into_iter()
-            .flat_map(|ranked| ranked.rows.iter().map(|(kept, copies)| (parser.parse(kept.row()), *copies)))
-            .collect();
-        let copies = Int64Array::from_iter_values(kept.iter().map(|(_, n)| *n as i64));
-        let columns = converters.rows.convert_rows(kept.into_iter().map(|(row, _)| row))?;
-        KeptRows::new(&self.input).snapshot(columns, copies, &self.partition)
     }
 }
 
@@ -602,6 +673,46 @@ pub(crate) mod tests {
         assert_eq!(feed(&mut dense, batch(&[(1, 12, 5)], None)).await, ["+I #2 id 12 5"], "DENSE_RANK 2");
         assert!(feed(&mut dense, batch(&[(1, 14, 1)], None)).await.is_empty(), "DENSE_RANK 3");
         assert_eq!(feed(&mut dense, batch(&[(1, 15, 5)], None)).await, ["+I #2 id 15 5"], "a tie for second");
+    }
+
+    /// Identical rows are copies of one kept row, each numbered; a row tying with a lone kept
+    /// row on the ORDER BY key is ranked against it by the whole row, in a later batch too.
+    #[tokio::test]
+    async fn copies_and_ties_rank_by_the_whole_row() {
+        let mut top = top_two_by(Numbering::RowNumber, false);
+        assert_eq!(feed(&mut top, batch(&[(1, 10, 5), (1, 10, 5)], None)).await, ["+I #1 id 10 5", "+I #2 id 10 5"]);
+        assert_eq!(feed(&mut top, batch(&[(1, 9, 5)], None)).await, ["-U #1 id 10 5", "+U #1 id 9 5"], "id 9 first");
+        let mut top = top_two_by(Numbering::RowNumber, false);
+        feed(&mut top, batch(&[(1, 12, 5)], None)).await;
+        assert_eq!(
+            feed(&mut top, batch(&[(1, 11, 5)], None)).await,
+            ["-U #1 id 12 5", "+U #1 id 11 5", "+I #2 id 12 5"]
+        );
+    }
+
+    /// Rows pushed out of the top are dropped from the store once they outnumber the kept
+    /// ones; the kept rows still answer (emitted, snapshot) after that.
+    #[tokio::test]
+    async fn rows_pushed_out_are_compacted_away() {
+        let mut top = top_two(false);
+        // Ten partitions, prices rising: every row enters its partition's top and pushes one out.
+        for chunk in (0..40_000i64).collect::<Vec<_>>().chunks(1000) {
+            let rows: Vec<(i64, i64, i64)> = chunk.iter().map(|&i| (i % 10, i, i)).collect();
+            feed(&mut top, batch(&rows, None)).await;
+        }
+        assert!(top.stored.numbered() < 40_000, "compacted: {} numbered", top.stored.numbered());
+        assert_eq!(
+            feed(&mut top, batch(&[(3, 50_000, 50_000)], None)).await,
+            ["-U #1 id 39993 39993", "+U #1 id 50000 50000", "-U #2 id 39983 39983", "+U #2 id 39993 39993"]
+        );
+        let snapshot = top.snapshot(1).await.unwrap();
+        let rows = &snapshot[0].batches[0];
+        let ids = rows.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+        let mut ids: Vec<i64> = ids.values().to_vec();
+        ids.sort_unstable();
+        let mut expected: Vec<i64> = (39_980..40_000).filter(|&i| i != 39_983).chain([50_000]).collect();
+        expected.sort_unstable();
+        assert_eq!(ids, expected);
     }
 
     /// Incremental checkpoints: a full snapshot, then the kept rows of the partitions rows
