@@ -354,7 +354,7 @@ impl Deduplicate {
         let (input, partition) = (self.input.clone(), self.partition.clone());
         let kept = self.state()?;
         let slots: Vec<RowSlot> = ids.iter().filter_map(|&id| kept.first[id].as_ref().map(|f| f.slot)).collect();
-        let columns = kept.stored.gather(&slots, 0..input.fields().len())?;
+        let columns = kept.stored.gather(&slots, 0..kept.stored.width())?;
         // One copy each.
         let copies = Int64Array::from_value(1, slots.len());
         KeptRows::new(&input).snapshot(columns, copies, &partition)

@@ -750,7 +750,7 @@ impl StreamingJoin {
                 dirty
             }
         };
-        let columns = self.sides[side].schema.fields().len() + self.key_types.len();
+        let columns = self.segments[side].width();
         let mut batches = Vec::new();
         // A run of rows stored one after another is written as slices of the columns they
         // are kept in; rows here and there are gathered, a part at a time (so that a large
@@ -810,8 +810,7 @@ impl StreamingJoin {
     /// [`Self::side_batch`] of stored rows of `side` gathered from wherever they are.
     fn gathered_batch(&self, side: usize, schema: &SchemaRef, rows: &[&Stored]) -> Result<RecordBatch> {
         let slots: Vec<RowSlot> = rows.iter().map(|s| s.row).collect();
-        let width = self.sides[side].schema.fields().len() + self.key_types.len();
-        self.side_batch(schema, self.segments[side].gather(&slots, 0..width)?, rows)
+        self.side_batch(schema, self.segments[side].gather(&slots, 0..self.segments[side].width())?, rows)
     }
 
     /// A batch of `schema`: the key hash of `key_columns`, them, then `rest`.

@@ -262,14 +262,13 @@ impl Ranked {
         self.rows.range(key..).next().is_some_and(|(other, _)| other.order == key.order)
     }
 
-    /// Gives the kept row ordered by `order`, if it is the only one and has no whole row yet,
-    /// its whole row (encoded from `stored`), so that a row tying with it can be ranked.
-    fn whole_row_for_tie(&mut self, order: &[u8], stored: &RowSegments, rows: &RowConverter) -> Result<()> {
-        let probe = RankKey { order: order.into(), row: None };
-        let Some(kept) = self.rows.remove(&probe) else { return Ok(()) };
-        let width = stored.width();
-        let encoded = rows.convert_columns(&stored.gather(&[kept.slot], 0..width)?)?;
-        self.rows.insert(RankKey { order: probe.order, row: Some(encoded.row(0).as_ref().into()) }, kept);
+    /// Gives the kept row with the ORDER BY key of `key` (which has no whole row), if it is the
+    /// only one and has no whole row yet, its whole row (encoded from `stored`), so that a row
+    /// tying with it can be ranked.
+    fn whole_row_for_tie(&mut self, key: &RankKey, stored: &RowSegments, rows: &RowConverter) -> Result<()> {
+        let Some(kept) = self.rows.remove(key) else { return Ok(()) };
+        let encoded = rows.convert_columns(&stored.gather(&[kept.slot], 0..stored.width())?)?;
+        self.rows.insert(RankKey { order: key.order.clone(), row: Some(encoded.row(0).as_ref().into()) }, kept);
         Ok(())
     }
 
@@ -404,11 +403,12 @@ impl TopN {
                 continue;
             }
             let mut rank_key = RankKey { order: order.into(), row: None };
-            if n < 0 || ranked.ties(&rank_key) {
+            // Over a changelog every kept row has its whole row already.
+            if !retracting && (n < 0 || ranked.ties(&rank_key)) {
                 if whole.is_none() {
                     whole = Some(converters.rows.convert_columns(batch.columns())?);
                 }
-                ranked.whole_row_for_tie(order, stored, &converters.rows)?;
+                ranked.whole_row_for_tie(&rank_key, stored, &converters.rows)?;
             }
             if let Some(whole) = &whole {
                 rank_key.row = Some(whole.row(row).as_ref().into());
