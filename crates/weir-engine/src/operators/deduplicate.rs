@@ -437,5 +437,10 @@ mod tests {
                 .unwrap();
         top.open(&SubtaskInfo::new("top", 0, 1), state(tables)).await.unwrap();
         assert_eq!(feed(&mut top, &[(1, 12, 8)]).await, ["-U #1 id 11 7", "+U #1 id 12 8"]);
+        // And the other way: deduplication reads the top-N's table.
+        let mut from_top = Deduplicate::new(vec!["__partition_0".into()], highest_price(), input(), output()).unwrap();
+        from_top.open(&SubtaskInfo::new("dedup", 0, 1), state(top.snapshot(2).await.unwrap())).await.unwrap();
+        assert!(feed(&mut from_top, &[(1, 13, 7)]).await.is_empty(), "8 is still first");
+        assert_eq!(feed(&mut from_top, &[(2, 22, 5)]).await, ["-U #1 id 20 3", "+U #1 id 22 5"]);
     }
 }
