@@ -215,8 +215,13 @@ impl Coordinator {
     async fn complete(&mut self, checkpoint: InFlight) -> Result<bool> {
         let id = checkpoint.barrier.checkpoint_id;
         let files = checkpoint.acks.values().flat_map(|(files, _)| files.iter().cloned()).collect();
-        let manifest =
-            Manifest { checkpoint_id: id, completed_at_ms: now_ms(), parallelism: self.parallelism.clone(), files };
+        let manifest = Manifest {
+            checkpoint_id: id,
+            completed_at_ms: now_ms(),
+            parallelism: self.parallelism.clone(),
+            files,
+            finished: checkpoint.barrier.is_final,
+        };
         if let Err(error) = self.store.commit_manifest(&manifest).await {
             self.abort(checkpoint, format!("the manifest could not be written: {error}"));
             return Ok(false);

@@ -171,6 +171,16 @@ pub trait Operator: Send {
         Ok(())
     }
 
+    /// Whether a bounded run's final checkpoint, taken after [`Self::finish`], holds this
+    /// operator's state. True (the default) for what a restore of it still acts on, such as a
+    /// sink's pending transactions; false for working state (rows to join, groups, ranks):
+    /// once `finish` has emitted what it owed, nothing can reach the operator again, since a
+    /// pipeline restored from a final checkpoint ends its sources at once. Writing a large
+    /// join's or aggregate's state there only made a bounded run end later.
+    fn state_needed_after_finish(&self) -> bool {
+        true
+    }
+
     /// The pipeline is shutting down normally; not called when it fails.
     async fn close(&mut self) -> Result<()> {
         Ok(())

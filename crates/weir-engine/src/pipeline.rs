@@ -362,6 +362,7 @@ async fn run_attempt(
                 control: control_rx,
                 wakeup: wakeup.clone(),
                 injector: injector.clone(),
+                sources_finished: manifest.as_ref().is_some_and(|m| m.finished),
             };
             let task = Task::new(
                 ctx,

@@ -121,6 +121,10 @@ pub(crate) struct TaskContext {
     pub control: mpsc::UnboundedReceiver<Control>,
     pub wakeup: Arc<Notify>,
     pub injector: Option<Arc<FailureInjector>>,
+    /// Restored from a bounded run's final checkpoint: a source reads nothing more (as in
+    /// Flink, a finished source stays finished), so the operators whose state that checkpoint
+    /// left out never see input again.
+    pub sources_finished: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -365,7 +369,11 @@ impl Task {
             return Ok(false);
         }
         let Some(head) = &mut self.source else { return Ok(false) };
-        match head.source.next().await? {
+        let event = match self.ctx.sources_finished {
+            true => SourceEvent::End,
+            false => head.source.next().await?,
+        };
+        match event {
             SourceEvent::Batch(batch) => {
                 head.metrics.records_out.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
                 let out = Collector { batches: vec![batch], watermark: None };
@@ -392,7 +400,7 @@ impl Task {
         if barrier.is_final {
             self.finish_chain().await?;
         }
-        let (seq, tables) = self.snapshot_chain(barrier.checkpoint_id).await?;
+        let (seq, tables) = self.snapshot_chain(barrier.checkpoint_id, barrier.is_final).await?;
         let outputs = self.forward_barrier(barrier, barrier.overtakes());
         self.write_snapshot(barrier, Capture::new(seq, tables, outputs), Duration::ZERO, barrier.overtakes());
         if barrier.is_final {
@@ -605,7 +613,8 @@ impl Task {
     /// Unaligned: snapshot the chain now and send the barrier ahead of the queued output.
     async fn take_snapshot_ahead(&mut self, id: u64) -> Result<()> {
         let Some(barrier) = self.alignments.barrier(id) else { return Ok(()) };
-        let (seq, tables) = self.snapshot_chain(id).await?;
+        // Never the final checkpoint: its barrier is aligned.
+        let (seq, tables) = self.snapshot_chain(id, false).await?;
         let outputs = self.forward_barrier(barrier, true);
         self.captures.insert(id, Capture::new(seq, tables, outputs));
         self.alignments.snapshotted(id);
@@ -624,7 +633,7 @@ impl Task {
                 if barrier.is_final {
                     self.finish_chain().await?;
                 }
-                let (seq, tables) = self.snapshot_chain(id).await?;
+                let (seq, tables) = self.snapshot_chain(id, barrier.is_final).await?;
                 let outputs = self.forward_barrier(barrier, false);
                 Capture::new(seq, tables, outputs)
             }
@@ -657,7 +666,9 @@ impl Task {
 
     /// The chain's snapshot, with its number: operators that keep a record of changes give
     /// only those when checkpoints are incremental and the previous snapshot is in the chain.
-    async fn snapshot_chain(&mut self, id: u64) -> Result<(u64, Vec<(String, StateTable)>)> {
+    /// A `last` snapshot (a bounded run's final checkpoint, after every operator finished)
+    /// leaves out the operators' working state.
+    async fn snapshot_chain(&mut self, id: u64, last: bool) -> Result<(u64, Vec<(String, StateTable)>)> {
         let (seq, may_be_delta) = self.chain_line.take_snapshot();
         let mut tables = Vec::new();
         if let Some(head) = &mut self.source {
@@ -666,6 +677,9 @@ impl Task {
             }
         }
         for member in &mut self.members {
+            if last && !member.operator.state_needed_after_finish() {
+                continue;
+            }
             let changes = match member.info.incremental && may_be_delta {
                 true => member.operator.snapshot_changes(id).await?,
                 false => None,

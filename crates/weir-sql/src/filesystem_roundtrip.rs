@@ -376,3 +376,50 @@ async fn partitions_get_their_success_file_once_the_watermark_passes_them() {
     let line = std::fs::read_to_string(file.path()).unwrap().lines().next().unwrap().to_string();
     assert!(line.contains(",2023-11-14 22:13:") && !line.contains("dt="), "Flink's CSV, no partition values: {line}");
 }
+
+/// A bounded run's final checkpoint leaves out the join's rows (working state nothing can reach
+/// again) but keeps the sources' positions; restored from it, the pipeline reads nothing more:
+/// files added to both inputs since, which would join, do not reach the output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_checkpoint_leaves_out_working_state_and_a_restore_of_it_reads_nothing_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let (left, right, out) = (dir.path().join("left"), dir.path().join("right"), dir.path().join("out"));
+    for side in [&left, &right] {
+        std::fs::create_dir_all(side).unwrap();
+        let lines: String = (0..100).map(|k| format!("{{\"k\": {k}, \"v\": {}}}\n", k * 10)).collect();
+        std::fs::write(side.join("first.json"), lines).unwrap();
+    }
+    let mut session = Session::new();
+    session.preview_rows = 1_000_000;
+    let create = |name: &str, path: &Path| {
+        format!(
+            "CREATE TABLE {name} (k BIGINT, v BIGINT) WITH (connector = 'filesystem', path = '{}', format = 'json')",
+            path.display()
+        )
+    };
+    for (name, path) in [("l", &left), ("r", &right), ("joined", &out)] {
+        session.execute(&create(name, path)).await.unwrap();
+    }
+    let planned = pipeline(&mut session, "INSERT INTO joined SELECT l.k, l.v + r.v FROM l JOIN r ON l.k = r.k").await;
+    let mut config = planned.config.clone();
+    config.checkpoint.interval = Some(Duration::from_millis(10));
+    let state = tempfile::tempdir().unwrap();
+    let store = weir_state::StateStore::local(state.path()).unwrap();
+    weir_engine::start(planned.graph.clone(), config.clone(), store.clone()).unwrap().wait().await.unwrap();
+    let expected: Vec<String> =
+        (0..100).map(|k| format!("{k} {}", k * 20)).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    assert_eq!(rows_of(&mut session, "SELECT k, v FROM joined").await, expected);
+
+    let last = store.latest_manifest().await.unwrap().unwrap();
+    assert!(last.finished, "the last checkpoint is the final one: {last:?}");
+    let tables: Vec<&str> = last.files.iter().map(|f| f.table.as_str()).collect();
+    assert!(!tables.iter().any(|t| t.starts_with("side_")), "the join's rows are left out: {tables:?}");
+    assert!(!tables.is_empty(), "the sources' positions (and the sink's) are kept");
+
+    for side in [&left, &right] {
+        std::fs::write(side.join("later.json"), "{\"k\": 1000, \"v\": 1}\n").unwrap();
+    }
+    weir_engine::start(planned.graph, config, store.clone()).unwrap().wait().await.unwrap();
+    assert_eq!(rows_of(&mut session, "SELECT k, v FROM joined").await, expected, "nothing read after the end");
+    assert!(store.latest_manifest().await.unwrap().unwrap().checkpoint_id > last.checkpoint_id);
+}

@@ -62,6 +62,12 @@ pub struct Manifest {
     /// Each operator's parallelism when the snapshot was taken.
     pub parallelism: BTreeMap<String, usize>,
     pub files: Vec<StateFile>,
+    /// The final checkpoint of a bounded run: every source had ended and every operator had
+    /// finished, so the operators' working state is left out (only what a restore still needs,
+    /// such as a sink's pending transactions, is in it), as Flink's final checkpoint leaves out
+    /// finished tasks' state (FLIP-147). A pipeline restored from it ends its sources at once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub finished: bool,
 }
 
 impl Manifest {

@@ -462,6 +462,7 @@ mod tests {
             completed_at_ms: now_ms(),
             parallelism: BTreeMap::from([("count".to_string(), parallelism)]),
             files,
+            finished: false,
         };
         store.commit_manifest(&manifest).await.unwrap();
         manifest
@@ -506,8 +507,13 @@ mod tests {
             ThrottleConfig { wait_put_per_call: std::time::Duration::from_millis(50), ..ThrottleConfig::default() };
         let inner = ThrottledStore::new(object_store::memory::InMemory::new(), slow);
         let store = StateStore::new(Arc::new(inner), Path::from("state"));
-        let manifest =
-            Manifest { checkpoint_id: 7, completed_at_ms: now_ms(), parallelism: BTreeMap::new(), files: Vec::new() };
+        let manifest = Manifest {
+            checkpoint_id: 7,
+            completed_at_ms: now_ms(),
+            parallelism: BTreeMap::new(),
+            files: Vec::new(),
+            finished: false,
+        };
         let committing = store.clone();
         let attempt = tokio::spawn(async move { committing.commit_manifest(&manifest).await });
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
@@ -567,7 +573,7 @@ mod tests {
     /// Commits checkpoint `id` naming `files`.
     async fn commit(store: &StateStore, id: u64, files: Vec<StateFile>) {
         let parallelism = BTreeMap::from([("count".to_string(), 1)]);
-        let manifest = Manifest { checkpoint_id: id, completed_at_ms: now_ms(), parallelism, files };
+        let manifest = Manifest { checkpoint_id: id, completed_at_ms: now_ms(), parallelism, files, finished: false };
         store.commit_manifest(&manifest).await.unwrap();
     }
 

@@ -296,6 +296,11 @@ impl Deduplicate {
 
 #[async_trait]
 impl Operator for Deduplicate {
+    /// Working state: a bounded run's final checkpoint leaves it out.
+    fn state_needed_after_finish(&self) -> bool {
+        false
+    }
+
     async fn open(&mut self, info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
         self.incremental = info.incremental;
         // A kept row is the first of its partition whatever its copies; the rows restored were

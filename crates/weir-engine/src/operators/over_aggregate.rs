@@ -346,6 +346,11 @@ impl OverAggregate {
 
 #[async_trait]
 impl Operator for OverAggregate {
+    /// Working state: a bounded run's final checkpoint leaves it out.
+    fn state_needed_after_finish(&self) -> bool {
+        false
+    }
+
     async fn open(&mut self, info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
         self.metrics = info.metrics.clone();
         let pending = self.rows_table(false);

@@ -507,6 +507,11 @@ impl TopN {
 
 #[async_trait]
 impl Operator for TopN {
+    /// Working state: a bounded run's final checkpoint leaves it out.
+    fn state_needed_after_finish(&self) -> bool {
+        false
+    }
+
     async fn open(&mut self, info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
         for (rows, copies) in KeptRows::new(&self.input).restore(&restored)? {
             self.apply(&rows, copies.values())?;

@@ -490,6 +490,11 @@ fn changed(old: &[ArrayRef], new: &[ArrayRef], old_rows: &UInt32Array, new_rows:
 
 #[async_trait]
 impl Operator for UpdatingAggregate {
+    /// Working state: a bounded run's final checkpoint leaves it out.
+    fn state_needed_after_finish(&self) -> bool {
+        false
+    }
+
     async fn open(&mut self, info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
         self.incremental = info.incremental;
         let keys = self.group_columns.len();

@@ -221,6 +221,11 @@ impl UpsertNormalize {
 
 #[async_trait]
 impl Operator for UpsertNormalize {
+    /// Working state: a bounded run's final checkpoint leaves it out.
+    fn state_needed_after_finish(&self) -> bool {
+        false
+    }
+
     async fn open(&mut self, info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
         self.incremental = info.incremental;
         // The restored rows were emitted before the snapshot.

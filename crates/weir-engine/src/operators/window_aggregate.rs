@@ -529,6 +529,11 @@ impl WindowAggregate {
 
 #[async_trait]
 impl Operator for WindowAggregate {
+    /// Working state: a bounded run's final checkpoint leaves it out.
+    fn state_needed_after_finish(&self) -> bool {
+        false
+    }
+
     async fn open(&mut self, info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
         self.metrics = info.metrics.clone();
         self.incremental = info.incremental;

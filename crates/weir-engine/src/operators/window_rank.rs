@@ -237,6 +237,11 @@ impl SegmentChanges {
 
 #[async_trait]
 impl Operator for WindowRank {
+    /// Working state: a bounded run's final checkpoint leaves it out.
+    fn state_needed_after_finish(&self) -> bool {
+        false
+    }
+
     async fn open(&mut self, info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
         self.metrics = info.metrics.clone();
         let table = self.rows_table();
