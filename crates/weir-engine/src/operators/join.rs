@@ -430,8 +430,10 @@ impl StreamingJoin {
                     break;
                 }
                 for key in entry.remove() {
-                    let Some(rows) = stored.get_mut(&key) else { continue };
-                    rows.retain(|row| {
+                    // One lookup finds the rows and, once they are all gone, removes the key.
+                    let hashbrown::hash_map::Entry::Occupied(mut rows) = stored.entry(key) else { continue };
+                    let key = rows.key().clone();
+                    rows.get_mut().retain(|row| {
                         let expired = row.expires_at <= watermark;
                         if expired {
                             if emits_unmatched && row.matched == 0 {
@@ -442,8 +444,8 @@ impl StreamingJoin {
                         }
                         !expired
                     });
-                    if rows.is_empty() {
-                        stored.remove(&key);
+                    if rows.get().is_empty() {
+                        rows.remove();
                     }
                 }
             }
@@ -565,24 +567,34 @@ impl StreamingJoin {
         let all = kept.len() == batch.num_rows();
         let rows: Vec<u32> = if all { Vec::new() } else { kept.iter().map(|(row, _)| *row).collect() };
         let first = self.segments[side].push(batch.columns(), (!all).then_some(rows.as_slice()))?;
+        // Keys of a run of rows that expire at the same time, added to the expiry list at once
+        // (rows of a batch mostly come in time order, many in the same millisecond).
+        let mut expiring: Option<(i64, Vec<Key>)> = None;
         for (slot, (row, expires_at)) in (first..).zip(kept) {
             let key = key_rows.row(row as usize).data();
             if self.sides[side].expiry.is_some() {
-                self.expiring[side].entry(expires_at).or_default().push(key.into());
+                match &mut expiring {
+                    Some((at, keys)) if *at == expires_at => keys.push(key.into()),
+                    run => {
+                        if let Some((at, keys)) = run.replace((expires_at, vec![key.into()])) {
+                            self.expire_at(side, at, keys);
+                        }
+                    }
+                }
             }
             let id = self.next_id[side];
             self.next_id[side] += 1;
             let matched = matched[row as usize];
             let stored = Stored { row: slot, matched, expires_at, last_access_ms: now, id, dirty: true };
             // A key with a dirty row is among the changed ones already.
-            let known = match self.stored[side].get_mut(key) {
-                Some(rows) => {
-                    let known = rows.last().is_some_and(|row| row.dirty);
-                    rows.push(stored);
+            let known = match self.stored[side].entry_ref(key) {
+                hashbrown::hash_map::EntryRef::Occupied(mut rows) => {
+                    let known = rows.get().last().is_some_and(|row| row.dirty);
+                    rows.get_mut().push(stored);
                     known
                 }
-                None => {
-                    self.stored[side].insert(key.into(), smallvec::smallvec![stored]);
+                hashbrown::hash_map::EntryRef::Vacant(place) => {
+                    place.insert_with_key(key.into(), smallvec::smallvec![stored]);
                     false
                 }
             };
@@ -590,7 +602,20 @@ impl StreamingJoin {
                 SideChanges::changed(&mut self.changes, side, key);
             }
         }
+        if let Some((at, keys)) = expiring {
+            self.expire_at(side, at, keys);
+        }
         Ok(())
+    }
+
+    /// Rows of `keys` on `side` expire at `at`.
+    fn expire_at(&mut self, side: usize, at: i64, keys: Vec<Key>) {
+        match self.expiring[side].entry(at) {
+            std::collections::btree_map::Entry::Vacant(place) => {
+                place.insert(keys);
+            }
+            std::collections::btree_map::Entry::Occupied(mut listed) => listed.get_mut().extend(keys),
+        }
     }
 
     /// A batch of `side` (its columns, then the key columns) split for joining.
