@@ -32,6 +32,7 @@ use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::HashMap;
 use datafusion::physical_expr::PhysicalExpr;
+use hashbrown::hash_map::EntryRef;
 use smallvec::SmallVec;
 
 use crate::changelog::{Change, change_array, changes, is_changelog};
@@ -431,8 +432,7 @@ impl StreamingJoin {
                 }
                 for key in entry.remove() {
                     // One lookup finds the rows and, once they are all gone, removes the key.
-                    let hashbrown::hash_map::Entry::Occupied(mut rows) = stored.entry(key) else { continue };
-                    let key = rows.key().clone();
+                    let EntryRef::Occupied(mut rows) = stored.entry_ref(&key[..]) else { continue };
                     rows.get_mut().retain(|row| {
                         let expired = row.expires_at <= watermark;
                         if expired {
@@ -587,18 +587,7 @@ impl StreamingJoin {
             let matched = matched[row as usize];
             let stored = Stored { row: slot, matched, expires_at, last_access_ms: now, id, dirty: true };
             // A key with a dirty row is among the changed ones already.
-            let known = match self.stored[side].entry_ref(key) {
-                hashbrown::hash_map::EntryRef::Occupied(mut rows) => {
-                    let known = rows.get().last().is_some_and(|row| row.dirty);
-                    rows.get_mut().push(stored);
-                    known
-                }
-                hashbrown::hash_map::EntryRef::Vacant(place) => {
-                    place.insert_with_key(key.into(), smallvec::smallvec![stored]);
-                    false
-                }
-            };
-            if !known {
+            if !self.store(side, key, stored) {
                 SideChanges::changed(&mut self.changes, side, key);
             }
         }
@@ -606,6 +595,22 @@ impl StreamingJoin {
             self.expire_at(side, at, keys);
         }
         Ok(())
+    }
+
+    /// Keeps `stored` among `side`'s rows of `key` (one hash lookup); whether the key's last
+    /// row was dirty already.
+    fn store(&mut self, side: usize, key: &[u8], stored: Stored) -> bool {
+        match self.stored[side].entry_ref(key) {
+            EntryRef::Occupied(mut rows) => {
+                let dirty = rows.get().last().is_some_and(|row| row.dirty);
+                rows.get_mut().push(stored);
+                dirty
+            }
+            EntryRef::Vacant(place) => {
+                place.insert_with_key(key.into(), smallvec::smallvec![stored]);
+                false
+            }
+        }
     }
 
     /// Rows of `keys` on `side` expire at `at`.
@@ -925,12 +930,7 @@ impl Operator for StreamingJoin {
                     if self.sides[side].expiry.is_some() {
                         self.expiring[side].entry(stored.expires_at).or_default().push(key.into());
                     }
-                    match self.stored[side].get_mut(key) {
-                        Some(rows) => rows.push(stored),
-                        None => {
-                            self.stored[side].insert(key.into(), smallvec::smallvec![stored]);
-                        }
-                    }
+                    self.store(side, key, stored);
                 }
             }
         }
