@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs weir's whole test suite: starts the real Kafka broker (tests/kafka/broker.sh) unless
-# WEIR_KAFKA_BOOTSTRAP names one, runs every crate's tests against it, then the web page's tests
+# WEIR_KAFKA_BOOTSTRAP names one, and the S3-compatible server (tests/s3/seaweedfs.sh) unless
+# WEIR_S3_ENDPOINT names one, runs every crate's tests against them, then the web page's tests
 # in a headless browser (tests/web/run.sh), the REST API fuzzed against its OpenAPI document
 # (tests/api/run.sh) and the Postgres protocol through psycopg (tests/pg/run.sh), and stops the
-# broker again if this script started it. Installs psql for the Postgres protocol's tests when
-# missing. Arguments go to cargo test (and skip the other three).
+# broker and the S3 server again if this script started them. Installs psql for the Postgres
+# protocol's tests when missing. Arguments go to cargo test (and skip the other three).
 #
 # Builds go to $CARGO_TARGET_DIR (default ~/.cache/weir/target), outside the clone, so a fresh
 # clone on the same machine reuses earlier builds.
@@ -22,10 +23,27 @@ if [[ -z ${WEIR_KAFKA_BOOTSTRAP:-} ]]; then
   bootstrap=$(bash tests/kafka/broker.sh start | sed -n 's/^bootstrap: //p')
   export WEIR_KAFKA_BOOTSTRAP=$bootstrap
 fi
-if [[ $started_broker == yes ]]; then
-  trap 'bash tests/kafka/broker.sh stop' EXIT
-fi
 echo "run.sh: Kafka at $WEIR_KAFKA_BOOTSTRAP" >&2
+
+# The S3-compatible server the tests of checkpoints on S3 use (tests/s3/seaweedfs.sh: SeaweedFS,
+# built from the Go module proxy the first time), unless WEIR_S3_ENDPOINT names one.
+started_s3=no
+if [[ -z ${WEIR_S3_ENDPOINT:-} ]]; then
+  if ! bash tests/s3/seaweedfs.sh status >/dev/null 2>&1; then
+    started_s3=yes
+  fi
+  s3=$(bash tests/s3/seaweedfs.sh start)
+  export WEIR_S3_ENDPOINT=$(sed -n 's/^endpoint: //p' <<<"$s3")
+  export WEIR_S3_ACCESS_KEY_ID=$(sed -n 's/^access_key_id: //p' <<<"$s3")
+  export WEIR_S3_SECRET_ACCESS_KEY=$(sed -n 's/^secret_access_key: //p' <<<"$s3")
+fi
+echo "run.sh: S3 at $WEIR_S3_ENDPOINT" >&2
+
+stop_started() {
+  if [[ $started_broker == yes ]]; then bash tests/kafka/broker.sh stop; fi
+  if [[ $started_s3 == yes ]]; then bash tests/s3/seaweedfs.sh stop; fi
+}
+trap stop_started EXIT
 
 # The Postgres protocol's tests talk to weir with the real psql, over TLS with a certificate
 # made by openssl.

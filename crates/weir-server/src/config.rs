@@ -29,6 +29,11 @@ pub struct ServerConfig {
     /// neither).
     pub pg_tls_cert: Option<PathBuf>,
     pub pg_tls_key: Option<PathBuf>,
+    /// Where pipelines keep their checkpoints: a directory, `file:///dir` or
+    /// `s3://bucket/prefix` ([`weir_state::CheckpointStorage`]); default `<data dir>/pipelines`.
+    pub checkpoint_url: Option<String>,
+    /// S3's settings (`endpoint`, `region`, `access_key_id`, ...), over the `AWS_*` environment.
+    pub checkpoint_options: Vec<(String, String)>,
 }
 
 impl Default for ServerConfig {
@@ -43,6 +48,8 @@ impl Default for ServerConfig {
             pg_listen: None,
             pg_tls_cert: None,
             pg_tls_key: None,
+            checkpoint_url: None,
+            checkpoint_options: Vec::new(),
         }
     }
 }
@@ -60,6 +67,9 @@ pub struct FileConfig {
     pub pg_listen: Option<SocketAddr>,
     pub pg_tls_cert: Option<PathBuf>,
     pub pg_tls_key: Option<PathBuf>,
+    pub checkpoint_url: Option<String>,
+    /// A table of S3 settings, e.g. `endpoint = "http://127.0.0.1:9000"`.
+    pub checkpoint_options: Option<std::collections::BTreeMap<String, String>>,
 }
 
 impl FileConfig {
@@ -84,6 +94,27 @@ impl ServerConfig {
             pg_listen: overrides.pg_listen.or(file.pg_listen),
             pg_tls_cert: overrides.pg_tls_cert.or(file.pg_tls_cert),
             pg_tls_key: overrides.pg_tls_key.or(file.pg_tls_key),
+            checkpoint_url: overrides.checkpoint_url.or(file.checkpoint_url).filter(|u| !u.is_empty()),
+            // The file's settings, each overridden by the same key given by a flag.
+            checkpoint_options: file
+                .checkpoint_options
+                .unwrap_or_default()
+                .into_iter()
+                .chain(overrides.checkpoint_options.unwrap_or_default())
+                .collect::<std::collections::BTreeMap<_, _>>()
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    /// Where pipelines keep their checkpoints, opened (each pipeline under its id).
+    pub fn checkpoint_storage(&self) -> Result<weir_state::CheckpointStorage, String> {
+        match &self.checkpoint_url {
+            Some(url) => weir_state::CheckpointStorage::open(url, &self.checkpoint_options).map_err(|e| e.to_string()),
+            None if self.checkpoint_options.is_empty() => {
+                Ok(weir_state::CheckpointStorage::local(&self.data_dir.join("pipelines")))
+            }
+            None => Err("checkpoint options are given but no --checkpoint-url (s3://bucket/prefix) to use them".into()),
         }
     }
 

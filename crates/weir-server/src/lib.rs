@@ -54,7 +54,8 @@ pub async fn serve(
         }
         None => None,
     };
-    info!(%bound, data_dir = %config.data_dir.display(), "weir is listening");
+    let checkpoints = manager.checkpoint_location();
+    info!(%bound, data_dir = %config.data_dir.display(), %checkpoints, "weir is listening");
     on_bound(bound, pg_bound);
     let state = api::AppState { manager, token: config.token.clone() };
     axum::serve(listener, api::router(state, config.max_body_bytes)).await

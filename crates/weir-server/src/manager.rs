@@ -9,14 +9,13 @@
 //! last completed checkpoint: its sinks' recovery commits what that checkpoint left pending.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use weir_engine::{PipelineHandle, PipelineState, PipelineStatus};
 use weir_sql::{FileRoots, Output, PipelineOptions, PlannedPipeline, Preview, Session};
-use weir_state::StateStore;
+use weir_state::{CheckpointStorage, StateStore};
 
 mod commands;
 
@@ -66,6 +65,8 @@ pub struct Manager {
     /// This process's claim on the data directory, for as long as the manager lives.
     _lock: weir_state::DataDirLock,
     config: ServerConfig,
+    /// Where each pipeline keeps its checkpoints, under its id.
+    checkpoints: CheckpointStorage,
     store: Store,
     session: tokio::sync::Mutex<Session>,
     running: Mutex<HashMap<i64, Running>>,
@@ -117,6 +118,8 @@ impl Manager {
         let files = config.files_dir();
         std::fs::create_dir_all(&files).map_err(|e| ApiError::internal(format!("{}: {e}", files.display())))?;
         let store = Store::open(&config.data_dir.join("weir.sqlite"))?;
+        let checkpoints = config.checkpoint_storage().map_err(ApiError::internal)?;
+        checkpoints.claim("", &store.identity().await?).await.map_err(|e| ApiError::internal(e.to_string()))?;
         let mut session = new_session(&config)?;
         for sql in store.catalog().await? {
             session
@@ -129,6 +132,7 @@ impl Manager {
         let manager = Arc::new(Self {
             _lock: lock,
             config,
+            checkpoints,
             store,
             session: tokio::sync::Mutex::new(session),
             running: Mutex::new(HashMap::new()),
@@ -144,8 +148,17 @@ impl Manager {
         Ok(manager)
     }
 
-    fn checkpoint_dir(&self, id: i64) -> PathBuf {
-        self.config.data_dir.join("pipelines").join(id.to_string())
+    /// Where pipelines' checkpoints go, for people: a directory or a URL.
+    pub fn checkpoint_location(&self) -> String {
+        self.checkpoints.describe("")
+    }
+
+    /// Pipeline `id`'s checkpoints.
+    fn checkpoint_store(&self, id: i64) -> ApiResult<StateStore> {
+        let relative = id.to_string();
+        self.checkpoints
+            .store(&relative)
+            .map_err(|e| ApiError::internal(format!("{}: {e}", self.checkpoints.describe(&relative))))
     }
 
     /// Runs `sql`: DDL changes the catalog (persisted), SET the session, queries start
@@ -212,8 +225,7 @@ impl Manager {
     }
 
     async fn start(self: &Arc<Self>, id: i64, planned: PlannedPipeline) -> ApiResult<()> {
-        let dir = self.checkpoint_dir(id);
-        let store = StateStore::local(&dir).map_err(|e| ApiError::internal(format!("{}: {e}", dir.display())))?;
+        let store = self.checkpoint_store(id)?;
         let graph = planned.graph.describe(planned.config.chaining);
         let dataflow = Dataflow::of(&planned.graph, planned.config.chaining);
         let prefixes = planned.transactional_prefixes.clone();
@@ -425,8 +437,7 @@ impl Manager {
             return Err(ApiError::internal(format!("pipeline {id}'s SQL no longer plans a pipeline")));
         };
         if let Some(wanted) = checkpoint {
-            let dir = self.checkpoint_dir(id);
-            let store = StateStore::local(&dir).map_err(|e| ApiError::internal(format!("{}: {e}", dir.display())))?;
+            let store = self.checkpoint_store(id)?;
             let kept = store.completed_checkpoints().await.map_err(|e| ApiError::internal(e.to_string()))?;
             if !kept.contains(&wanted) {
                 return Err(ApiError::not_found(format!(
@@ -456,11 +467,11 @@ impl Manager {
             handle.kill().await;
         }
         self.store.delete_pipeline(id).await?;
-        let dir = self.checkpoint_dir(id);
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(|e| ApiError::internal(format!("{}: {e}", dir.display())))?;
-        }
-        Ok(())
+        let relative = id.to_string();
+        self.checkpoints
+            .clear(&relative)
+            .await
+            .map_err(|e| ApiError::internal(format!("{}: {e}", self.checkpoints.describe(&relative))))
     }
 
     /// The preview of pipeline `id` (a bare SELECT).

@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     report TEXT NOT NULL,
     PRIMARY KEY (pipeline_id, id)
 );
+CREATE TABLE IF NOT EXISTS service (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 ";
 
 /// A pipeline as stored.
@@ -105,6 +106,17 @@ impl Store {
         .await
         .map_err(internal)?
         .map_err(internal)
+    }
+
+    /// This service's identity, made at its first start and kept by every later one: what it
+    /// claims its checkpoint location with.
+    pub async fn identity(&self) -> ApiResult<String> {
+        let made = format!("weir-service-{}", uuid::Uuid::new_v4().simple());
+        self.with(move |db| {
+            db.execute("INSERT OR IGNORE INTO service (key, value) VALUES ('identity', ?1)", params![made])?;
+            db.query_row("SELECT value FROM service WHERE key = 'identity'", [], |row| row.get(0))
+        })
+        .await
     }
 
     pub async fn append_catalog(&self, statements: Vec<String>) -> ApiResult<()> {

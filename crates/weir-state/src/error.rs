@@ -37,6 +37,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("checkpoint storage: {0}")]
+    Location(String),
+    #[error("checkpoints at {location} belong to {owner}: give this one a location of its own")]
+    Claimed { location: String, owner: String },
     #[error("state encoding task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
 }

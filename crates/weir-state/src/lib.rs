@@ -11,13 +11,17 @@
 //! processing path.
 
 pub mod chain;
+pub mod checkpoint_storage;
 pub mod dir_lock;
 pub mod error;
 pub mod key_range;
 pub mod manifest;
 mod parquet_codec;
 pub mod store;
+#[cfg(feature = "testing")]
+pub mod test_s3;
 
+pub use checkpoint_storage::CheckpointStorage;
 pub use dir_lock::DataDirLock;
 pub use error::{Error, Result};
 pub use key_range::{KEY_HASH_COLUMN, keyed_schema, owner_of};

@@ -496,6 +496,68 @@ mod tests {
         assert_eq!(store.manifest(1).await.unwrap(), first);
     }
 
+    /// The same store on a real S3-compatible server (tests/s3/seaweedfs.sh's SeaweedFS): files
+    /// round-trip, a manifest is committed once (S3's conditional put), a store opened afresh
+    /// (another process, another machine) sees what the first wrote, retention deletes what no
+    /// kept manifest names, and clearing a pipeline removes its objects and no one else's.
+    #[tokio::test]
+    async fn checkpoints_on_s3_commit_once_are_seen_by_another_client_and_are_retained_and_cleared() {
+        use crate::CheckpointStorage;
+        use crate::test_s3::TestS3;
+        let s3 = TestS3::get().unwrap();
+        let url = s3.fresh_url("store");
+        let storage = CheckpointStorage::open(&url, &s3.options()).unwrap();
+        storage.claim("", "service-a").await.unwrap();
+        let store = storage.store("7").unwrap();
+        assert_eq!(store.latest_manifest().await.unwrap(), None);
+        let first = checkpoint(&store, 1, 2, 100).await;
+        for id in 2..=3 {
+            checkpoint(&store, id, 2, 100).await;
+        }
+        assert!(matches!(store.commit_manifest(&first).await, Err(Error::ManifestExists(1))));
+
+        let elsewhere = CheckpointStorage::open(&url, &s3.options()).unwrap();
+        let refused = elsewhere.claim("", "service-b").await.unwrap_err().to_string();
+        assert!(refused.contains("belong to service-a"), "{refused}");
+        let seen = elsewhere.store("7").unwrap();
+        assert_eq!(seen.completed_checkpoints().await.unwrap(), vec![1, 2, 3]);
+        let latest = seen.latest_manifest().await.unwrap().unwrap();
+        let mut rows = Vec::new();
+        for subtask in 0..3 {
+            rows.extend(seen.read_key_range(&latest, "count", "counts", subtask, 3).await.unwrap());
+        }
+        assert_eq!(keys_of(&rows), keys_of(&[keyed_batch(0, 100)]), "every key exactly once, at another parallelism");
+
+        let report = seen.retain_last(1).await.unwrap();
+        assert_eq!((report.deleted_manifests, report.deleted_files), (vec![1, 2], 4));
+        assert_eq!(store.completed_checkpoints().await.unwrap(), vec![3]);
+
+        let other = storage.store("8").unwrap();
+        checkpoint(&other, 1, 1, 10).await;
+        storage.clear("7").await.unwrap();
+        assert_eq!(store.completed_checkpoints().await.unwrap(), Vec::<u64>::new());
+        assert_eq!(other.completed_checkpoints().await.unwrap(), vec![1], "another pipeline's checkpoints stay");
+        storage.claim("", "service-a").await.unwrap();
+    }
+
+    /// Wrong credentials: a clear error, not a hang or a silent success.
+    #[tokio::test]
+    async fn s3_with_wrong_credentials_fails_with_the_servers_answer() {
+        use crate::CheckpointStorage;
+        use crate::test_s3::TestS3;
+        let s3 = TestS3::get().unwrap();
+        let mut options = s3.options();
+        options.retain(|(key, _)| key != "secret_access_key");
+        options.push(("secret_access_key".into(), "not-the-secret".into()));
+        let storage = CheckpointStorage::open(&s3.fresh_url("denied"), &options).unwrap();
+        let store = storage.store("1").unwrap();
+        let error = store.completed_checkpoints().await.unwrap_err().to_string();
+        assert!(
+            error.contains("403") || error.contains("SignatureDoesNotMatch") || error.contains("AccessDenied"),
+            "{error}"
+        );
+    }
+
     /// A commit whose caller is dropped halfway (an attempt killed while committing) still
     /// lands, and before `settled` returns: a new attempt looking for the newest manifest then
     /// finds it, rather than restoring an older checkpoint and seeing this one appear later.

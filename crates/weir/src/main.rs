@@ -62,8 +62,18 @@ enum Command {
         /// objects, one per line, for log collectors.
         #[arg(long, value_enum, default_value = "text", env = "WEIR_LOG_FORMAT")]
         log_format: LogFormat,
+        /// Where pipelines keep their checkpoints: a directory, file:///dir, or
+        /// s3://bucket/prefix on S3 or any S3-compatible store [default: <data dir>/pipelines].
+        #[arg(long, env = "WEIR_CHECKPOINT_URL")]
+        checkpoint_url: Option<String>,
+        /// An S3 setting of --checkpoint-url, KEY=VALUE (repeat): endpoint, region,
+        /// access_key_id, secret_access_key, allow_http, ...; the AWS_* environment variables
+        /// are read too.
+        #[arg(long = "checkpoint-option", value_parser = key_value)]
+        checkpoint_options: Vec<(String, String)>,
         /// A TOML file with any of: listen, data_dir, token, max_body_bytes, filesystem_dirs,
-        /// allow_unauthenticated, pg_listen, pg_tls_cert, pg_tls_key.
+        /// allow_unauthenticated, pg_listen, pg_tls_cert, pg_tls_key, checkpoint_url, and a
+        /// [checkpoint_options] table.
         #[arg(long, env = "WEIR_CONFIG")]
         config: Option<PathBuf>,
     },
@@ -79,6 +89,13 @@ enum Command {
         /// Where checkpoints go (under run/<file name>/).
         #[arg(long, env = "WEIR_DATA_DIR", default_value = "weir-data")]
         data_dir: PathBuf,
+        /// Keep checkpoints here instead (under <file name>/): a directory, file:///dir, or
+        /// s3://bucket/prefix.
+        #[arg(long, env = "WEIR_CHECKPOINT_URL")]
+        checkpoint_url: Option<String>,
+        /// An S3 setting of --checkpoint-url, KEY=VALUE (repeat), as for `weir serve`.
+        #[arg(long = "checkpoint-option", value_parser = key_value)]
+        checkpoint_options: Vec<(String, String)>,
         /// Continue from the checkpoints of the previous run of this file.
         #[arg(long)]
         resume: bool,
@@ -95,11 +112,15 @@ enum Command {
     /// to (for moving a pipeline's state elsewhere; restore it by placing the copy where the
     /// pipeline keeps its checkpoints).
     ExportCheckpoint {
-        /// The pipeline's checkpoint directory (the one holding `manifests/` and
-        /// `checkpoints/`, e.g. <data dir>/run/<file name>/1 for `weir run`'s first pipeline).
-        from: PathBuf,
-        /// Where the copy goes (created if missing; it must hold no checkpoint of that id).
-        to: PathBuf,
+        /// The pipeline's checkpoint directory or URL (the one holding `manifests/` and
+        /// `checkpoints/`, e.g. <data dir>/run/<file name>/1 for `weir run`'s first pipeline,
+        /// or s3://bucket/prefix/7 for the service's pipeline 7).
+        from: String,
+        /// Where the copy goes, a directory or URL (it must hold no checkpoint of that id).
+        to: String,
+        /// An S3 setting for either URL, KEY=VALUE (repeat), as for `weir serve`.
+        #[arg(long = "checkpoint-option", value_parser = key_value)]
+        checkpoint_options: Vec<(String, String)>,
         /// The checkpoint to copy [default: the newest completed one].
         #[arg(long)]
         checkpoint: Option<u64>,
@@ -157,6 +178,8 @@ async fn server_main(command: Command) -> anyhow::Result<()> {
             pg_listen,
             pg_tls_cert,
             pg_tls_key,
+            checkpoint_url,
+            checkpoint_options,
             log_format: _,
             config,
         } => {
@@ -174,6 +197,8 @@ async fn server_main(command: Command) -> anyhow::Result<()> {
                 pg_listen,
                 pg_tls_cert,
                 pg_tls_key,
+                checkpoint_url,
+                checkpoint_options: (!checkpoint_options.is_empty()).then(|| checkpoint_options.into_iter().collect()),
             };
             let config = weir_server::ServerConfig::resolve(file, overrides);
             let listen = config.listen;
@@ -186,35 +211,59 @@ async fn server_main(command: Command) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("serving on {listen}"))
         }
-        Command::Run { file, data_dir, resume, max_rows, dialect } => {
-            run::run_file(&file, &run::RunOptions { data_dir, resume, max_rows, dialect }).await
+        Command::Run { file, data_dir, checkpoint_url, checkpoint_options, resume, max_rows, dialect } => {
+            let checkpoints = match checkpoint_url {
+                Some(url) => weir_state::CheckpointStorage::open(&url, &checkpoint_options)?,
+                None if checkpoint_options.is_empty() => weir_state::CheckpointStorage::local(&data_dir.join("run")),
+                None => anyhow::bail!("--checkpoint-option is for --checkpoint-url (s3://bucket/prefix)"),
+            };
+            run::run_file(&file, &run::RunOptions { data_dir, checkpoints, resume, max_rows, dialect }).await
         }
-        Command::ExportCheckpoint { from, to, checkpoint } => export_checkpoint(&from, &to, checkpoint).await,
+        Command::ExportCheckpoint { from, to, checkpoint, checkpoint_options } => {
+            export_checkpoint(&from, &to, checkpoint, &checkpoint_options).await
+        }
         Command::Sql(_) => Ok(()),
     }
 }
 
+/// `KEY=VALUE`, for `--checkpoint-option`.
+fn key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => Ok((key.trim().to_string(), value.to_string())),
+        _ => Err(format!("'{text}' is not KEY=VALUE")),
+    }
+}
+
+/// A checkpoint directory or URL, for `weir export-checkpoint`: S3's options only for S3.
+fn checkpoint_location(url: &str, options: &[(String, String)]) -> anyhow::Result<weir_state::StateStore> {
+    let remote = url.starts_with("s3://") || url.starts_with("s3a://");
+    let options = if remote { options } else { &[] };
+    Ok(weir_state::CheckpointStorage::open(url, options)?.store("")?)
+}
+
 /// `weir export-checkpoint`: copies one checkpoint of `from` into `to`, whole.
 async fn export_checkpoint(
-    from: &std::path::Path,
-    to: &std::path::Path,
+    from: &str,
+    to: &str,
     checkpoint: Option<u64>,
+    options: &[(String, String)],
 ) -> anyhow::Result<()> {
-    if !from.join("manifests").is_dir() {
-        anyhow::bail!("{} is not a pipeline's checkpoint directory (it has no manifests/)", from.display());
+    if !from.contains("://") && !std::path::Path::new(from).join("manifests").is_dir() {
+        anyhow::bail!("{from} is not a pipeline's checkpoint directory (it has no manifests/)");
     }
-    let source = weir_state::StateStore::local(from)?;
+    let source = checkpoint_location(from, options)?;
     let id = match checkpoint {
         Some(id) => id,
         None => match source.completed_checkpoints().await?.last() {
             Some(&id) => id,
-            None => anyhow::bail!("{} holds no completed checkpoint", from.display()),
+            None => anyhow::bail!(
+                "{from} holds no completed checkpoint (is it a pipeline's checkpoint directory, the one holding manifests/?)"
+            ),
         },
     };
-    let copy = source.export(id, &weir_state::StateStore::local(to)?).await?;
+    let copy = source.export(id, &checkpoint_location(to, options)?).await?;
     println!(
-        "checkpoint {id} copied to {}: {} files, {} bytes, every table whole",
-        to.display(),
+        "checkpoint {id} copied to {to}: {} files, {} bytes, every table whole",
         copy.files.len(),
         copy.state_bytes()
     );

@@ -1,6 +1,6 @@
 //! `weir run FILE`: runs a SQL file in this process, without the service. DDL and SET apply in
-//! order; each INSERT or SELECT starts a pipeline with its own checkpoint directory under
-//! `<data dir>/run/<file name>/<n>`. weir waits for the pipelines (bounded ones finish; Ctrl-C
+//! order; each INSERT or SELECT starts a pipeline with its own checkpoints under
+//! `<data dir>/run/<file name>/<n>` (or `<checkpoint URL>/<file name>/<n>`). weir waits for the pipelines (bounded ones finish; Ctrl-C
 //! stops unbounded ones with a savepoint, so their Kafka transactions are committed and none is
 //! left open; a second Ctrl-C stops them at once, as a crash would; either way `--resume`
 //! continues from their checkpoints), then prints the rows each SELECT produced.
@@ -14,11 +14,13 @@ use datafusion::arrow::util::pretty::pretty_format_batches;
 use weir_engine::operators::PreviewBuffer;
 use weir_engine::{CheckpointStatus, PipelineHandle, PipelineState};
 use weir_sql::{Output, Session};
-use weir_state::StateStore;
+use weir_state::CheckpointStorage;
 
 /// How `weir run` runs a file.
 pub struct RunOptions {
     pub data_dir: PathBuf,
+    /// Where the pipelines' checkpoints go: `<data dir>/run` unless a URL says otherwise.
+    pub checkpoints: CheckpointStorage,
     /// Continue from the checkpoints a previous run of the same file left, instead of starting
     /// over.
     pub resume: bool,
@@ -48,6 +50,8 @@ pub async fn run_file(path: &Path, options: &RunOptions) -> anyhow::Result<()> {
     let name: String = stem.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
     let identity = run_identity(&options.data_dir.join("run").join(&stem))?;
     session.options.pipeline_name = Some(format!("run-{name}-{identity}"));
+    // Another data directory's runs of a file of the same name must not share its checkpoints.
+    options.checkpoints.claim(&stem, &format!("weir run of {stem} ({identity})")).await?;
     session.options.set("sql.dialect", &options.dialect).map_err(anyhow::Error::msg)?;
     let outputs = session.execute(&sql).await.with_context(|| format!("in {}", path.display()))?;
     let mut running = Vec::new();
@@ -63,13 +67,14 @@ pub async fn run_file(path: &Path, options: &RunOptions) -> anyhow::Result<()> {
             }
             Output::Pipeline(pipeline) => {
                 let number = running.len() + 1;
-                let dir = options.data_dir.join("run").join(&stem).join(number.to_string());
-                if !options.resume && dir.exists() {
-                    std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+                let relative = format!("{stem}/{number}");
+                let place = options.checkpoints.describe(&relative);
+                if !options.resume {
+                    options.checkpoints.clear(&relative).await.with_context(|| format!("clearing {place}"))?;
                 }
-                let store = StateStore::local(&dir)?;
+                let store = options.checkpoints.store(&relative)?;
                 let handle = weir_engine::start(pipeline.graph, pipeline.config, store)?;
-                println!("pipeline {number} started (checkpoints in {}): {}", dir.display(), pipeline.sql);
+                println!("pipeline {number} started (checkpoints in {place}): {}", pipeline.sql);
                 running.push(Running {
                     number,
                     sql: pipeline.sql,

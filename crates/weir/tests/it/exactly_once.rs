@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use serde_json::{Value, json};
 use weir_connectors::kafka::test_broker::TestBroker;
+use weir_state::CheckpointStorage;
+use weir_state::test_s3::TestS3;
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 /// Enough that a pipeline killed every 150 to 700 ms (each restart spends some of that
@@ -283,9 +285,21 @@ struct Runs {
     dir: tempfile::TempDir,
     file: PathBuf,
     log: PathBuf,
+    /// Checkpoints on the test S3 server at this URL, instead of in the data directory.
+    checkpoint_url: Option<String>,
+}
+
+fn s3() -> &'static TestS3 {
+    TestS3::get().unwrap_or_else(|e| panic!("no S3 server for tests: {e}"))
 }
 
 impl Runs {
+    /// The same, with checkpoints on the test S3 server (reached through the AWS_* environment
+    /// variables, as a user on AWS would).
+    fn on_s3(sql: &str) -> Self {
+        Self { checkpoint_url: Some(s3().fresh_url("eo")), ..Self::new(sql) }
+    }
+
     /// `WEIR_KEEP_TEST_DIRS=1` keeps the directory (SQL, checkpoints, log) for a post-mortem.
     fn new(sql: &str) -> Self {
         let keep = std::env::var_os("WEIR_KEEP_TEST_DIRS").is_some();
@@ -296,7 +310,7 @@ impl Runs {
         let file = dir.path().join("pipeline.sql");
         std::fs::write(&file, sql).unwrap();
         let log = dir.path().join("runs.log");
-        Self { dir, file, log }
+        Self { dir, file, log, checkpoint_url: None }
     }
 
     fn spawn(&self, resume: bool, failpoints: &str) -> Child {
@@ -314,6 +328,12 @@ impl Runs {
             .stderr(Stdio::from(log));
         if resume {
             command.arg("--resume");
+        }
+        if let Some(url) = &self.checkpoint_url {
+            command.arg("--checkpoint-url").arg(url);
+            for (key, value) in s3().options() {
+                command.env(format!("AWS_{}", key.to_ascii_uppercase()), value);
+            }
         }
         command.spawn().unwrap()
     }
@@ -371,6 +391,10 @@ fn wait(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus>
 
 /// The newest completed checkpoint of `runs`' pipeline (its manifests' names are their ids).
 fn newest_checkpoint(runs: &Runs) -> u64 {
+    if let Some(url) = &runs.checkpoint_url {
+        let store = CheckpointStorage::open(url, &s3().options()).unwrap().store("pipeline/1").unwrap();
+        return runtime().block_on(store.completed_checkpoints()).unwrap().last().copied().unwrap_or(0);
+    }
     let manifests = runs.dir.path().join("run/pipeline/1/manifests");
     let names = std::fs::read_dir(manifests).into_iter().flatten().flatten();
     names.filter_map(|e| e.file_name().to_str()?.strip_suffix(".json")?.parse().ok()).max().unwrap_or(0)
@@ -433,9 +457,13 @@ pub(crate) fn outputs(pipeline: Pipeline) -> Vec<String> {
 }
 
 fn killed_at_random_moments(pipeline: Pipeline) {
+    killed_at_random_moments_in(pipeline, Runs::new);
+}
+
+fn killed_at_random_moments_in(pipeline: Pipeline, runs: fn(&str) -> Runs) {
     let _serial = crate::kafka_serial();
     let outputs = outputs(pipeline);
-    let runs = Runs::new(&pipeline.sql(&outputs, "exactly_once"));
+    let runs = runs(&pipeline.sql(&outputs, "exactly_once"));
     let kills = kill_at_random(&runs, &outputs, 12, pipeline == Pipeline::WindowUpsert);
     let log = runs.log();
     eprintln!("{pipeline:?}: {kills} SIGKILLs landed");
@@ -456,6 +484,35 @@ fn window_upsert_is_exactly_once_through_sigkills() {
 #[test]
 fn two_topics_are_exactly_once_through_sigkills() {
     killed_at_random_moments(Pipeline::TwoTopics);
+}
+
+/// Checkpoints on S3 (the test SeaweedFS server): the window's state, the sources' offsets
+/// and the sinks' pending transactions are written there and restored from there after each
+/// SIGKILL.
+#[test]
+fn window_upsert_with_checkpoints_on_s3_is_exactly_once_through_sigkills() {
+    killed_at_random_moments_in(Pipeline::WindowUpsert, Runs::on_s3);
+}
+
+/// Crashed in the commit phase with the manifest on S3 (written, no sink told), then in the
+/// middle of recovery's commits: the restarts read the manifest back from S3 and commit what it
+/// left pending.
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs the failpoints feature (tests/run.sh builds with it)")]
+fn checkpoints_on_s3_are_exactly_once_through_a_crash_in_the_commit_phase() {
+    let _serial = crate::kafka_serial();
+    let pipeline = Pipeline::WindowUpsert;
+    let outputs = outputs(pipeline);
+    let runs = Runs::on_s3(&pipeline.sql(&outputs, "exactly_once"));
+    runs.crash_with(false, "weir::after_manifest_before_notify=2*off->return");
+    runs.crash_with(true, "weir::mid_recovery_commit=return");
+    runs.finish();
+    assert!(runs.log().contains("recovery committed a pending transaction"), "{}", runs.log());
+    assert!(
+        !runs.dir.path().join("run/pipeline/1/manifests").exists(),
+        "the checkpoints went to S3, not the data directory"
+    );
+    assert_exactly_once(pipeline, &outputs, &runs.log());
 }
 
 /// The dangerous steps of the two-phase commit, each crashed at by a failpoint (the third

@@ -465,13 +465,62 @@ fn malformed_requests_get_well_formed_answers() {
 /// record exactly once.
 #[test]
 fn a_killed_server_resumes_its_kafka_pipeline_exactly_once() {
+    let data = tempfile::tempdir().unwrap();
+    killed_server_resumes_exactly_once(data.path(), &[]);
+}
+
+/// The same with checkpoints on S3 (the test SeaweedFS server, reached through
+/// `--checkpoint-option`s): they land there and nowhere in the data directory, the restarted
+/// server resumes from them, dropping the pipeline deletes them, and a second service (another
+/// data directory) given the same URL refuses to start rather than mix its pipelines' checkpoints
+/// with the first one's.
+#[test]
+fn a_killed_server_with_checkpoints_on_s3_resumes_from_them_exactly_once() {
+    use weir_state::CheckpointStorage;
+    use weir_state::test_s3::TestS3;
+
+    let s3 = TestS3::get().unwrap_or_else(|e| panic!("no S3 server for tests: {e}"));
+    let url = s3.fresh_url("service");
+    let mut flags = vec!["--checkpoint-url".to_string(), url.clone()];
+    for (key, value) in s3.options() {
+        flags.extend(["--checkpoint-option".to_string(), format!("{key}={value}")]);
+    }
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let data = tempfile::tempdir().unwrap();
+    let (server, id) = killed_server_resumes_exactly_once(data.path(), &flags);
+
+    assert!(!data.path().join("pipelines").join(id.to_string()).exists(), "checkpoints went to the data directory");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let store = CheckpointStorage::open(&url, &s3.options()).unwrap().store(&id.to_string()).unwrap();
+    let kept = runtime.block_on(store.completed_checkpoints()).unwrap();
+    assert!(!kept.is_empty(), "no checkpoint of pipeline {id} on S3");
+
+    let other = tempfile::tempdir().unwrap();
+    let refused = Command::new(WEIR)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(other.path())
+        .args(&flags)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && stderr.contains("belong to weir-service-"), "{stderr}");
+
+    let (status, body) = server.call("DELETE", &format!("/api/v1/pipelines/{id}"), None);
+    assert!(status == 204 || status == 200, "{status} {body}");
+    assert_eq!(runtime.block_on(store.completed_checkpoints()).unwrap(), Vec::<u64>::new(), "dropped, yet kept on S3");
+}
+
+/// Starts a Kafka pipeline on a server with `flags`, kills the server after some checkpoints,
+/// starts it again and checks that the pipeline resumed and finished exactly once. Returns the
+/// running server and the pipeline's id.
+fn killed_server_resumes_exactly_once(data: &std::path::Path, flags: &[&str]) -> (Server, i64) {
     use crate::exactly_once::{Pipeline, assert_exactly_once, outputs};
 
     let _serial = crate::kafka_serial();
     let pipeline = Pipeline::FilterProject;
     let outputs = outputs(pipeline);
-    let data = tempfile::tempdir().unwrap();
-    let mut server = Server::start(data.path(), &[]);
+    let mut server = Server::start(data, flags);
     let (status, results) = server.sql(&pipeline.sql(&outputs, "exactly_once"));
     assert_eq!(status, 200, "{results}");
     let id = results.as_array().unwrap().iter().find(|r| r["kind"] == "pipeline").unwrap()["id"].as_i64().unwrap();
@@ -492,7 +541,7 @@ fn a_killed_server_resumes_its_kafka_pipeline_exactly_once() {
     server.child.wait().unwrap();
     drop(server);
 
-    let server = Server::start(data.path(), &[]);
+    let server = Server::start(data, flags);
     server.wait_for_status(id, "finished", Duration::from_secs(300));
     let (_, view) = server.json("GET", &format!("/api/v1/pipelines/{id}"), None);
     let restored = view["restored_from"].as_u64().unwrap_or_else(|| panic!("resumed from a checkpoint: {view}"));
@@ -508,6 +557,7 @@ fn a_killed_server_resumes_its_kafka_pipeline_exactly_once() {
     assert!(committed > 0, "{view}");
     let (_, metrics) = server.call("GET", "/metrics", None);
     assert!(metrics.contains(&format!("weir_transactions_committed_total{{pipeline=\"{id}\"")), "{metrics}");
+    (server, id)
 }
 
 /// One server, two pipelines: one fails over and over (its input file is not JSON), the other
