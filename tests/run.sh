@@ -19,6 +19,9 @@ started_broker=no
 if [[ -z ${WEIR_KAFKA_BOOTSTRAP:-} ]]; then
   if ! bash tests/kafka/broker.sh status >/dev/null 2>&1; then
     started_broker=yes
+    # A fresh broker for each run: tests create topics and never delete them (a machine that
+    # ran the suite often held 22 GB of old test topics).
+    bash tests/kafka/broker.sh clean
   fi
   bootstrap=$(bash tests/kafka/broker.sh start | sed -n 's/^bootstrap: //p')
   export WEIR_KAFKA_BOOTSTRAP=$bootstrap
@@ -31,6 +34,7 @@ started_s3=no
 if [[ -z ${WEIR_S3_ENDPOINT:-} ]]; then
   if ! bash tests/s3/seaweedfs.sh status >/dev/null 2>&1; then
     started_s3=yes
+    bash tests/s3/seaweedfs.sh clean
   fi
   s3=$(bash tests/s3/seaweedfs.sh start)
   export WEIR_S3_ENDPOINT=$(sed -n 's/^endpoint: //p' <<<"$s3")

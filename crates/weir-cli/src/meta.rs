@@ -62,7 +62,7 @@ pub fn help() -> String {
          SELECT ...                a live result: rows appear as they arrive; Ctrl-C detaches\n  \
          INSERT INTO t SELECT ...  starts a pipeline\n  \
          SHOW PIPELINES, SHOW CHECKPOINTS FOR PIPELINE n, STOP PIPELINE n [NOW],\n  \
-         RESUME PIPELINE n [FROM CHECKPOINT k], DROP PIPELINE n\n\nMeta-commands:\n",
+         RESUME PIPELINE n [FROM CHECKPOINT k], DROP PIPELINE n, SHOW WORKERS\n\nMeta-commands:\n",
     );
     for (command, what) in COMMANDS {
         text.push_str(&format!("  {command:<24} {what}\n"));

@@ -21,6 +21,7 @@ use serde::Deserialize;
 use subtle::ConstantTimeEq;
 use utoipa::OpenApi;
 
+use crate::cluster::{Cluster, WorkerView};
 use crate::dataflow::{Dataflow, DataflowEdge, DataflowNode, NodeRole};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::manager::{Manager, PipelineSummary, PipelineView, StatementResult, TableView};
@@ -31,6 +32,7 @@ use crate::store::{PipelineRecord, Transition};
 pub struct AppState {
     pub manager: Arc<Manager>,
     pub token: Option<String>,
+    pub cluster: Arc<Cluster>,
 }
 
 /// `POST /api/v1/statements`: one or more SQL statements.
@@ -66,7 +68,8 @@ pub struct ResumeRequest {
         checkpoint,
         output,
         tables,
-        connectors
+        connectors,
+        workers
     ),
     components(schemas(
         StatementsRequest,
@@ -83,6 +86,7 @@ pub struct ResumeRequest {
         TableView,
         ConnectorsView,
         ConnectorView,
+        WorkerView,
         ErrorBody
     ))
 )]
@@ -102,12 +106,14 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .route("/pipelines/{id}/output", get(output))
         .route("/tables", get(tables))
         .route("/connectors", get(connectors))
+        .route("/workers", get(workers))
         .route("/openapi.json", get(|| async { Json(ApiDoc::openapi()) }))
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     let metrics = Router::new()
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
+        .nest_service("/api/v1/cluster", crate::cluster::routes(state.cluster.clone()))
         .nest("/api/v1", api)
         .merge(metrics)
         .route("/healthz", get(|| async { "ok" }))
@@ -146,6 +152,11 @@ fn body<T: for<'de> Deserialize<'de>>(bytes: Result<Bytes, BytesRejection>) -> A
 
 fn pipeline_id(id: &str) -> ApiResult<i64> {
     id.parse().map_err(|_| ApiError::not_found(format!("'{id}' is not a pipeline id")))
+}
+
+#[utoipa::path(get, path = "/api/v1/workers", responses((status = 200, body = [WorkerView])))]
+async fn workers(State(state): State<AppState>) -> Json<Vec<WorkerView>> {
+    Json(state.cluster.workers())
 }
 
 #[utoipa::path(post, path = "/api/v1/statements", request_body = StatementsRequest,

@@ -9,6 +9,9 @@ use serde::Deserialize;
 /// Request bodies larger than this are refused (413).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 
+/// A worker silent this long is declared lost.
+pub const DEFAULT_WORKER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
     /// Default 127.0.0.1:8080 (local only).
@@ -34,6 +37,10 @@ pub struct ServerConfig {
     pub checkpoint_url: Option<String>,
     /// S3's settings (`endpoint`, `region`, `access_key_id`, ...), over the `AWS_*` environment.
     pub checkpoint_options: Vec<(String, String)>,
+    /// Workers (`weir worker`) join only with this secret; none join without one.
+    pub cluster_secret: Option<String>,
+    /// A worker silent this long is declared lost (default 10 s).
+    pub worker_timeout: std::time::Duration,
 }
 
 impl Default for ServerConfig {
@@ -50,6 +57,8 @@ impl Default for ServerConfig {
             pg_tls_key: None,
             checkpoint_url: None,
             checkpoint_options: Vec::new(),
+            cluster_secret: None,
+            worker_timeout: DEFAULT_WORKER_TIMEOUT,
         }
     }
 }
@@ -70,6 +79,8 @@ pub struct FileConfig {
     pub checkpoint_url: Option<String>,
     /// A table of S3 settings, e.g. `endpoint = "http://127.0.0.1:9000"`.
     pub checkpoint_options: Option<std::collections::BTreeMap<String, String>>,
+    pub cluster_secret: Option<String>,
+    pub worker_timeout_ms: Option<u64>,
 }
 
 impl FileConfig {
@@ -104,6 +115,11 @@ impl ServerConfig {
                 .collect::<std::collections::BTreeMap<_, _>>()
                 .into_iter()
                 .collect(),
+            cluster_secret: overrides.cluster_secret.or(file.cluster_secret).filter(|s| !s.is_empty()),
+            worker_timeout: overrides
+                .worker_timeout_ms
+                .or(file.worker_timeout_ms)
+                .map_or(defaults.worker_timeout, std::time::Duration::from_millis),
         }
     }
 

@@ -9,7 +9,7 @@ use serde::Serialize;
 /// The body of every error answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
-    /// Stable: `sql_syntax`, `sql_invalid`, `bad_request`, `unauthorized`, `not_found`,
+    /// Stable: `sql_syntax`, `sql_invalid`, `bad_request`, `unauthorized`, `forbidden`, `not_found`,
     /// `conflict`, `payload_too_large`, `internal`.
     pub code: &'static str,
     pub message: String,
@@ -42,6 +42,10 @@ impl ApiError {
 
     pub fn conflict(message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, "conflict", message)
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
     }
 
     pub fn unauthorized() -> Self {

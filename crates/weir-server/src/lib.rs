@@ -2,9 +2,11 @@
 //! and their lifecycle, [`store`] what survives a restart (SQLite in the data directory),
 //! [`config`] the typed configuration, [`metrics`] the Prometheus page, [`rates`] the
 //! per-operator rates, [`dataflow`] the graph as data for the web page, [`web`] the page,
-//! [`pg`] the Postgres protocol.
+//! [`pg`] the Postgres protocol, [`cluster`] the workers that joined this service, and
+//! [`worker`] the other side: `weir worker`.
 
 pub mod api;
+pub mod cluster;
 pub mod config;
 pub mod dataflow;
 pub mod error;
@@ -20,6 +22,7 @@ mod pg_rows;
 pub mod rates;
 pub mod store;
 pub mod web;
+pub mod worker;
 
 use tokio::net::TcpListener;
 use tracing::info;
@@ -57,6 +60,8 @@ pub async fn serve(
     let checkpoints = manager.checkpoint_location();
     info!(%bound, data_dir = %config.data_dir.display(), %checkpoints, "weir is listening");
     on_bound(bound, pg_bound);
-    let state = api::AppState { manager, token: config.token.clone() };
+    let cluster = manager.cluster();
+    cluster.clone().watch();
+    let state = api::AppState { manager, token: config.token.clone(), cluster };
     axum::serve(listener, api::router(state, config.max_body_bytes)).await
 }

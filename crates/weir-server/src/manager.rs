@@ -21,6 +21,7 @@ mod commands;
 
 pub use commands::PipelineSummary;
 
+use crate::cluster::Cluster;
 use crate::config::ServerConfig;
 use crate::dataflow::Dataflow;
 use crate::error::{ApiError, ApiResult};
@@ -67,6 +68,8 @@ pub struct Manager {
     config: ServerConfig,
     /// Where each pipeline keeps its checkpoints, under its id.
     checkpoints: CheckpointStorage,
+    /// The workers that joined this service.
+    cluster: Arc<Cluster>,
     store: Store,
     session: tokio::sync::Mutex<Session>,
     running: Mutex<HashMap<i64, Running>>,
@@ -131,6 +134,7 @@ impl Manager {
         session.number_pipelines_after(usize::try_from(store.next_pipeline_id().await? - 1).unwrap_or(0));
         let manager = Arc::new(Self {
             _lock: lock,
+            cluster: Cluster::new(config.cluster_secret.clone(), config.worker_timeout),
             config,
             checkpoints,
             store,
@@ -146,6 +150,11 @@ impl Manager {
             }
         }
         Ok(manager)
+    }
+
+    /// The workers that joined this service.
+    pub fn cluster(&self) -> Arc<Cluster> {
+        self.cluster.clone()
     }
 
     /// Where pipelines' checkpoints go, for people: a directory or a URL.

@@ -1,6 +1,6 @@
 //! Statements about pipelines rather than data: `SHOW PIPELINES`, `SHOW CHECKPOINTS FOR
-//! PIPELINE n`, `STOP PIPELINE n [NOW]`, `RESUME PIPELINE n [FROM CHECKPOINT k]` and `DROP
-//! PIPELINE n`. sqlparser knows none of them, so they are taken out of the token stream before
+//! PIPELINE n`, `STOP PIPELINE n [NOW]`, `RESUME PIPELINE n [FROM CHECKPOINT k]`, `DROP
+//! PIPELINE n`, and `SHOW WORKERS` (the workers that joined the service). sqlparser knows none of them, so they are taken out of the token stream before
 //! it parses the rest; the session hands each back in its place among the other statements'
 //! outputs as [`crate::Output::Command`], and the service carries it out. Parsed here, once,
 //! every client (REST, `weir sql`, the web page) has them.
@@ -28,6 +28,8 @@ pub enum PipelineCommand {
     Resume { pipeline: i64, checkpoint: Option<u64> },
     /// `DROP PIPELINE n`
     Drop { pipeline: i64 },
+    /// `SHOW WORKERS`
+    ShowWorkers,
 }
 
 /// A pipeline command with the number of ordinary statements written before it (so that its
@@ -198,6 +200,10 @@ fn command(group: &[TokenWithSpan]) -> Result<Option<PipelineCommand>> {
         words.at = 2;
         return words.finish(PipelineCommand::Show, "the end of SHOW PIPELINES");
     }
+    if words.starts_with(&["SHOW", "WORKERS"]) {
+        words.at = 2;
+        return words.finish(PipelineCommand::ShowWorkers, "the end of SHOW WORKERS");
+    }
     if words.starts_with(&["SHOW", "CHECKPOINTS"]) {
         words.at = 2;
         words.expect(&["FOR", "PIPELINE"])?;
@@ -286,8 +292,11 @@ mod tests {
                 (2, PipelineCommand::Drop { pipeline: 2 }),
             ]
         );
-        let (_, commands) = split("SHOW CHECKPOINTS FOR PIPELINE 12;").unwrap();
-        assert_eq!(commands, vec![(0, PipelineCommand::ShowCheckpoints { pipeline: 12 })]);
+        let (_, commands) = split("SHOW CHECKPOINTS FOR PIPELINE 12; show workers").unwrap();
+        assert_eq!(
+            commands,
+            vec![(0, PipelineCommand::ShowCheckpoints { pipeline: 12 }), (0, PipelineCommand::ShowWorkers)]
+        );
     }
 
     #[test]

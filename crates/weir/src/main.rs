@@ -71,11 +71,41 @@ enum Command {
         /// are read too.
         #[arg(long = "checkpoint-option", value_parser = key_value)]
         checkpoint_options: Vec<(String, String)>,
+        /// Workers (`weir worker`) may join with this secret (none can without one).
+        #[arg(long, env = "WEIR_CLUSTER_SECRET", hide_env_values = true)]
+        cluster_secret: Option<String>,
+        /// A worker silent this long (milliseconds) is declared lost [default: 10000].
+        #[arg(long, env = "WEIR_WORKER_TIMEOUT_MS")]
+        worker_timeout_ms: Option<u64>,
         /// A TOML file with any of: listen, data_dir, token, max_body_bytes, filesystem_dirs,
-        /// allow_unauthenticated, pg_listen, pg_tls_cert, pg_tls_key, checkpoint_url, and a
-        /// [checkpoint_options] table.
+        /// allow_unauthenticated, pg_listen, pg_tls_cert, pg_tls_key, checkpoint_url, a
+        /// [checkpoint_options] table, cluster_secret, worker_timeout_ms.
         #[arg(long, env = "WEIR_CONFIG")]
         config: Option<PathBuf>,
+    },
+    /// Join a weir service (the controller) as a worker offering slots: registers, heartbeats,
+    /// and serves Arrow Flight on its own port to the controller and other workers only (the
+    /// cluster secret). Running pipelines' subtasks here is not built yet.
+    Worker {
+        /// The controller's HTTP address.
+        #[arg(long, env = "WEIR_CONTROLLER", default_value = "http://127.0.0.1:8080")]
+        controller: String,
+        /// Where this worker's Flight port listens.
+        #[arg(long, env = "WEIR_WORKER_LISTEN", default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// Where the controller and other workers reach that port, HOST:PORT [default: the
+        /// bound address].
+        #[arg(long, env = "WEIR_WORKER_ADVERTISE")]
+        advertise: Option<String>,
+        /// How many subtasks it may run at once.
+        #[arg(long, env = "WEIR_WORKER_SLOTS", default_value_t = 2)]
+        slots: u32,
+        /// The controller's --cluster-secret.
+        #[arg(long, env = "WEIR_CLUSTER_SECRET", hide_env_values = true)]
+        cluster_secret: Option<String>,
+        /// This worker's name [default: worker-<host>-<port>].
+        #[arg(long, env = "WEIR_WORKER_ID")]
+        id: Option<String>,
     },
     /// The psql-like client: run SQL on a weir server, interactively at a terminal, or from
     /// -c, -f or piped input. Exit status: 1 a statement failed, 2 no server, 3 stopped by
@@ -180,6 +210,8 @@ async fn server_main(command: Command) -> anyhow::Result<()> {
             pg_tls_key,
             checkpoint_url,
             checkpoint_options,
+            cluster_secret,
+            worker_timeout_ms,
             log_format: _,
             config,
         } => {
@@ -199,6 +231,8 @@ async fn server_main(command: Command) -> anyhow::Result<()> {
                 pg_tls_key,
                 checkpoint_url,
                 checkpoint_options: (!checkpoint_options.is_empty()).then(|| checkpoint_options.into_iter().collect()),
+                cluster_secret,
+                worker_timeout_ms,
             };
             let config = weir_server::ServerConfig::resolve(file, overrides);
             let listen = config.listen;
@@ -210,6 +244,20 @@ async fn server_main(command: Command) -> anyhow::Result<()> {
             })
             .await
             .with_context(|| format!("serving on {listen}"))
+        }
+        Command::Worker { controller, listen, advertise, slots, cluster_secret, id } => {
+            let id = id.unwrap_or_else(|| worker_name(listen));
+            let config = weir_server::worker::WorkerConfig {
+                controller,
+                listen,
+                advertise,
+                slots,
+                secret: cluster_secret.unwrap_or_default(),
+                id,
+            };
+            weir_server::worker::run(config, |bound| println!("weir worker listening on {bound}"))
+                .await
+                .map_err(anyhow::Error::msg)
         }
         Command::Run { file, data_dir, checkpoint_url, checkpoint_options, resume, max_rows, dialect } => {
             let checkpoints = match checkpoint_url {
@@ -223,6 +271,17 @@ async fn server_main(command: Command) -> anyhow::Result<()> {
             export_checkpoint(&from, &to, checkpoint, &checkpoint_options).await
         }
         Command::Sql(_) => Ok(()),
+    }
+}
+
+/// A worker's default name: the host's, and the port when one was asked for (a process id
+/// when the port is the system's choice), so that workers on one machine differ.
+fn worker_name(listen: SocketAddr) -> String {
+    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    let host = if host.is_empty() { "localhost".to_string() } else { host };
+    match listen.port() {
+        0 => format!("worker-{host}-{}", std::process::id()),
+        port => format!("worker-{host}-{port}"),
     }
 }
 

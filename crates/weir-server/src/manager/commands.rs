@@ -1,6 +1,7 @@
 //! The pipeline statements carried out (`SHOW PIPELINES`, `SHOW CHECKPOINTS FOR PIPELINE n`,
-//! `STOP PIPELINE n [NOW]`, `RESUME PIPELINE n [FROM CHECKPOINT k]`, `DROP PIPELINE n`): the
-//! same lifecycle the REST routes drive, answered as rows and messages any client prints.
+//! `STOP PIPELINE n [NOW]`, `RESUME PIPELINE n [FROM CHECKPOINT k]`, `DROP PIPELINE n`, `SHOW
+//! WORKERS`): the same lifecycle the REST routes drive, answered as rows and messages any
+//! client prints.
 
 use std::sync::Arc;
 
@@ -45,6 +46,9 @@ const PIPELINE_COLUMNS: [&str; 10] = [
     "last error",
 ];
 
+/// The columns of `SHOW WORKERS`.
+const WORKER_COLUMNS: [&str; 5] = ["id", "status", "slots", "address", "last heartbeat"];
+
 /// The columns of `SHOW CHECKPOINTS FOR PIPELINE n`.
 const CHECKPOINT_COLUMNS: [&str; 9] =
     ["id", "kind", "status", "started", "duration", "state", "written", "alignment", "in-flight"];
@@ -75,6 +79,18 @@ impl Manager {
             PipelineCommand::Drop { pipeline } => {
                 self.delete(pipeline).await?;
                 done(format!("dropped pipeline {pipeline} and its checkpoints"))
+            }
+            PipelineCommand::ShowWorkers => {
+                let rows = self
+                    .cluster
+                    .workers()
+                    .into_iter()
+                    .map(|w| {
+                        let age = format!("{:.1} s ago", w.heartbeat_age_ms as f64 / 1000.0);
+                        vec![w.id, w.status, w.slots.to_string(), w.address, age]
+                    })
+                    .collect();
+                Ok(StatementResult::Rows { columns: WORKER_COLUMNS.iter().map(|c| c.to_string()).collect(), rows })
             }
         }
     }

@@ -5,6 +5,7 @@
 
 mod cli;
 mod client;
+mod cluster;
 mod exactly_once;
 mod postgres;
 mod service;

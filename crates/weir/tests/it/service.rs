@@ -22,8 +22,13 @@ pub(crate) struct Server {
 
 impl Server {
     pub(crate) fn start(data: &std::path::Path, extra: &[&str]) -> Self {
+        Self::start_at("127.0.0.1:0", data, extra)
+    }
+
+    /// The same on `listen` (to start a server again where its clients look for it).
+    pub(crate) fn start_at(listen: &str, data: &std::path::Path, extra: &[&str]) -> Self {
         let mut command = Command::new(WEIR);
-        command.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data).args(extra);
+        command.args(["serve", "--listen", listen, "--data-dir"]).arg(data).args(extra);
         command.env_remove("WEIR_TOKEN").env("RUST_LOG", "warn").stdout(Stdio::piped()).stderr(Stdio::null());
         let mut child = command.spawn().unwrap();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
@@ -121,6 +126,14 @@ impl Server {
             }
         }
         rows
+    }
+}
+
+impl Server {
+    /// SIGKILL, as a crash would.
+    pub(crate) fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
     }
 }
 

@@ -1,0 +1,253 @@
+//! `weir worker`: a process that joins a controller (`weir serve`) and offers it slots.
+//!
+//! It serves Arrow Flight (gRPC) on its own port, where the controller and other workers will
+//! reach it (data between subtasks as Arrow IPC, and the checkpoint protocol's messages); every
+//! call there must carry the cluster secret, so the port never answers anonymous traffic. Today
+//! the port answers one action, `ping` (the worker's id), which the controller calls back before
+//! it lists a worker; running subtasks here is the next step. Then the worker registers with
+//! the controller over its HTTP API and heartbeats at the interval it was told, registering
+//! again when the controller does not know it (a controller restarted, or one that declared it
+//! lost), and retrying while the controller cannot be reached.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::time::Duration;
+
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::flight_service_server::{FlightService, FlightServiceServer};
+use arrow_flight::{
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, HandshakeResponse,
+    PollInfo, PutResult, SchemaResult, Ticket,
+};
+use futures::Stream;
+use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
+use tonic::metadata::MetadataValue;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::cluster::{Heartbeat, Registered, Registration};
+
+/// The action that answers with the worker's id.
+const PING: &str = "ping";
+/// How long a call to a worker's port may take before it counts as unanswered.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Between attempts to reach an unreachable controller.
+const RETRY_EVERY: Duration = Duration::from_secs(1);
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The controller's HTTP address, e.g. `http://127.0.0.1:8080`.
+    pub controller: String,
+    /// Where its Flight port listens.
+    pub listen: SocketAddr,
+    /// Where the controller and other workers reach that port (default: the bound address,
+    /// which must then not be a wildcard like 0.0.0.0).
+    pub advertise: Option<String>,
+    pub slots: u32,
+    /// Shared by the controller and every worker.
+    pub secret: String,
+    pub id: String,
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// The worker's Flight service.
+struct WorkerFlight {
+    id: String,
+}
+
+fn not_yet(what: &str) -> Status {
+    Status::unimplemented(format!("{what}: this worker runs no subtasks yet"))
+}
+
+#[tonic::async_trait]
+impl FlightService for WorkerFlight {
+    type HandshakeStream = BoxStream<HandshakeResponse>;
+    type ListFlightsStream = BoxStream<FlightInfo>;
+    type DoGetStream = BoxStream<FlightData>;
+    type DoPutStream = BoxStream<PutResult>;
+    type DoExchangeStream = BoxStream<FlightData>;
+    type DoActionStream = BoxStream<arrow_flight::Result>;
+    type ListActionsStream = BoxStream<ActionType>;
+
+    async fn handshake(
+        &self,
+        _request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Self::HandshakeStream>, Status> {
+        Err(Status::unimplemented("no handshake: every call carries the cluster secret"))
+    }
+
+    async fn list_flights(&self, _request: Request<Criteria>) -> Result<Response<Self::ListFlightsStream>, Status> {
+        Err(not_yet("list_flights"))
+    }
+
+    async fn get_flight_info(&self, _request: Request<FlightDescriptor>) -> Result<Response<FlightInfo>, Status> {
+        Err(not_yet("get_flight_info"))
+    }
+
+    async fn poll_flight_info(&self, _request: Request<FlightDescriptor>) -> Result<Response<PollInfo>, Status> {
+        Err(not_yet("poll_flight_info"))
+    }
+
+    async fn get_schema(&self, _request: Request<FlightDescriptor>) -> Result<Response<SchemaResult>, Status> {
+        Err(not_yet("get_schema"))
+    }
+
+    async fn do_get(&self, _request: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {
+        Err(not_yet("do_get"))
+    }
+
+    async fn do_put(&self, _request: Request<Streaming<FlightData>>) -> Result<Response<Self::DoPutStream>, Status> {
+        Err(not_yet("do_put"))
+    }
+
+    async fn do_exchange(
+        &self,
+        _request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoExchangeStream>, Status> {
+        Err(not_yet("do_exchange"))
+    }
+
+    async fn do_action(&self, request: Request<Action>) -> Result<Response<Self::DoActionStream>, Status> {
+        let action = request.into_inner();
+        if action.r#type != PING {
+            return Err(Status::invalid_argument(format!("unknown action '{}'", action.r#type)));
+        }
+        let answer = arrow_flight::Result { body: self.id.clone().into_bytes().into() };
+        Ok(Response::new(Box::pin(futures::stream::iter([Ok(answer)]))))
+    }
+
+    async fn list_actions(&self, _request: Request<Empty>) -> Result<Response<Self::ListActionsStream>, Status> {
+        let ping = ActionType { r#type: PING.into(), description: "the worker's id".into() };
+        Ok(Response::new(Box::pin(futures::stream::iter([Ok(ping)]))))
+    }
+}
+
+/// Refuses every call that does not carry `secret` as its bearer token.
+fn require_secret(secret: String) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
+    move |request: Request<()>| {
+        let given = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
+        let given = given.and_then(|v| v.strip_prefix("Bearer ")).unwrap_or_default();
+        if bool::from(given.as_bytes().ct_eq(secret.as_bytes())) {
+            Ok(request)
+        } else {
+            Err(Status::unauthenticated("this port answers only the controller and workers holding the cluster secret"))
+        }
+    }
+}
+
+/// Calls the worker at `address` with `ping`, carrying `secret`: its id.
+pub async fn ping(address: &str, secret: &str) -> Result<String, String> {
+    let bearer: MetadataValue<_> =
+        format!("Bearer {secret}").parse().map_err(|_| "the cluster secret is not a valid header value".to_string())?;
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .map_err(|e| format!("'{address}' is not an address: {e}"))?
+        .connect_timeout(CALL_TIMEOUT)
+        .timeout(CALL_TIMEOUT);
+    let channel = endpoint.connect().await.map_err(|e| format!("connecting: {e}"))?;
+    let mut client = FlightServiceClient::with_interceptor(channel, move |mut request: Request<()>| {
+        request.metadata_mut().insert("authorization", bearer.clone());
+        Ok(request)
+    });
+    let action = Action { r#type: PING.into(), body: Default::default() };
+    let mut answers = client.do_action(action).await.map_err(|e| e.message().to_string())?.into_inner();
+    match answers.message().await {
+        Ok(Some(answer)) => Ok(String::from_utf8_lossy(&answer.body).into_owned()),
+        Ok(None) => Err("no answer".into()),
+        Err(e) => Err(e.message().to_string()),
+    }
+}
+
+/// Runs the worker until the process ends: its Flight port, then registration and heartbeats.
+/// Calls `on_bound` with the bound address of the Flight port.
+pub async fn run(config: WorkerConfig, on_bound: impl FnOnce(SocketAddr)) -> Result<(), String> {
+    if config.secret.is_empty() {
+        return Err("a worker needs the cluster secret (--cluster-secret or WEIR_CLUSTER_SECRET), the same as the controller's: its port must not answer anyone else".into());
+    }
+    if config.slots == 0 {
+        return Err("a worker needs at least one slot".into());
+    }
+    let listener =
+        TcpListener::bind(config.listen).await.map_err(|e| format!("listening on {}: {e}", config.listen))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    let advertise = match &config.advertise {
+        Some(address) => address.clone(),
+        None if bound.ip().is_unspecified() => {
+            return Err(format!(
+                "listening on {bound}: say with --advertise HOST:PORT where the controller reaches this worker"
+            ));
+        }
+        None => bound.to_string(),
+    };
+    let service = FlightServiceServer::with_interceptor(
+        WorkerFlight { id: config.id.clone() },
+        require_secret(config.secret.clone()),
+    );
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    let server = tokio::spawn(tonic::transport::Server::builder().add_service(service).serve_with_incoming(incoming));
+    tracing::info!(id = %config.id, %bound, %advertise, controller = %config.controller, "weir worker is listening");
+    on_bound(bound);
+    let registration = Registration { id: config.id.clone(), address: advertise, slots: config.slots };
+    tokio::select! {
+        served = server => match served {
+            Ok(Ok(())) => Err("the worker's Flight port closed".into()),
+            Ok(Err(e)) => Err(format!("the worker's Flight port failed: {e}")),
+            Err(e) => Err(format!("the worker's Flight port failed: {e}")),
+        },
+        never = keep_registered(&config, &registration) => never,
+    }
+}
+
+/// Registers, then heartbeats; registers again whenever the controller does not know this
+/// worker. Ends only with an error no retry can mend (a refused secret).
+async fn keep_registered(config: &WorkerConfig, registration: &Registration) -> Result<(), String> {
+    let http = reqwest::Client::builder().timeout(CALL_TIMEOUT).build().map_err(|e| e.to_string())?;
+    let base = config.controller.trim_end_matches('/');
+    let (register_url, heartbeat_url) =
+        (format!("{base}/api/v1/cluster/register"), format!("{base}/api/v1/cluster/heartbeat"));
+    let heartbeat = serde_json::to_vec(&Heartbeat { id: config.id.clone() }).map_err(|e| e.to_string())?;
+    let registration = serde_json::to_vec(registration).map_err(|e| e.to_string())?;
+    loop {
+        let answer = http.post(&register_url).bearer_auth(&config.secret).body(registration.clone()).send().await;
+        let interval = match answer {
+            Ok(answer) if answer.status().is_success() => {
+                let body = answer.bytes().await.map_err(|e| e.to_string())?;
+                let registered: Registered = serde_json::from_slice(&body)
+                    .map_err(|e| format!("the controller's answer to the registration: {e}"))?;
+                Duration::from_millis(registered.heartbeat_interval_ms)
+            }
+            Ok(answer) if matches!(answer.status().as_u16(), 401 | 403) => {
+                let status = answer.status();
+                let message = answer.text().await.unwrap_or_default();
+                return Err(format!("the controller refused this worker ({status}): {message}"));
+            }
+            Ok(answer) => {
+                let status = answer.status();
+                tracing::warn!("registering with the controller: {status} {}", answer.text().await.unwrap_or_default());
+                tokio::time::sleep(RETRY_EVERY).await;
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!("the controller at {base} cannot be reached: {e}; trying again");
+                tokio::time::sleep(RETRY_EVERY).await;
+                continue;
+            }
+        };
+        tracing::info!(id = %config.id, "registered with the controller at {base}");
+        loop {
+            tokio::time::sleep(interval).await;
+            match http.post(&heartbeat_url).bearer_auth(&config.secret).body(heartbeat.clone()).send().await {
+                Ok(answer) if answer.status().is_success() => {}
+                Ok(answer) if answer.status().as_u16() == 404 => {
+                    tracing::warn!(
+                        "the controller does not know this worker (restarted, or declared it lost): registering again"
+                    );
+                    break;
+                }
+                Ok(answer) => tracing::warn!("heartbeat: {}", answer.status()),
+                Err(e) => tracing::warn!("heartbeat: {e}"),
+            }
+        }
+    }
+}
