@@ -45,17 +45,9 @@ STORE_PASSWORD=weir-test
 FORMAT_MARK=$DATA_DIR/.weir-scram-users
 START_TIMEOUT_S=${WEIR_KAFKA_START_TIMEOUT:-90}
 
-die() { echo "broker.sh: $*" >&2; exit 1; }
-
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-running_pid() {
-  [[ -f $PID_FILE ]] || return 1
-  local pid
-  pid=$(cat "$PID_FILE")
-  kill -0 "$pid" 2>/dev/null || return 1
-  echo "$pid"
-}
+SCRIPT=broker.sh
+# shellcheck source=tests/background_server.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../background_server.sh"
 
 require_java() {
   command -v java >/dev/null || die "java is not installed (Kafka $KAFKA_VERSION needs Java 17 or newer)"
@@ -238,23 +230,6 @@ start() {
   echo "log: $LOG_FILE"
 }
 
-stop() {
-  local pid
-  if ! pid=$(running_pid); then
-    echo "broker.sh: not running" >&2
-    rm -f "$PID_FILE"
-    return 0
-  fi
-  kill "$pid"
-  for _ in $(seq 1 150); do
-    kill -0 "$pid" 2>/dev/null || { rm -f "$PID_FILE"; echo "broker.sh: stopped" >&2; return 0; }
-    sleep 0.2
-  done
-  kill -9 "$pid" 2>/dev/null || true
-  rm -f "$PID_FILE"
-  echo "broker.sh: stopped (killed after 30s)" >&2
-}
-
 status() {
   local pid
   if pid=$(running_pid) && port_open "$PORT"; then
@@ -267,13 +242,7 @@ status() {
   fi
 }
 
-# One start/stop at a time per port: test processes may ask for the broker concurrently.
-# (status only reads, and takes no lock.)
-if [[ ${1:-} != status ]]; then
-  mkdir -p "$CACHE_DIR"
-  exec 9>"$CACHE_DIR/broker-$PORT.lock"
-  flock 9
-fi
+serialise "${1:-}" "$CACHE_DIR/broker-$PORT.lock"
 
 case "${1:-}" in
   start) start ;;

@@ -31,17 +31,9 @@ ACCESS_KEY=weir
 SECRET_KEY=weir-secret
 START_TIMEOUT_S=${WEIR_S3_START_TIMEOUT:-90}
 
-die() { echo "seaweedfs.sh: $*" >&2; exit 1; }
-
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-running_pid() {
-  [[ -f $PID_FILE ]] || return 1
-  local pid
-  pid=$(cat "$PID_FILE")
-  kill -0 "$pid" 2>/dev/null || return 1
-  echo "$pid"
-}
+SCRIPT=seaweedfs.sh
+# shellcheck source=tests/background_server.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../background_server.sh"
 
 # `go install module@version` refuses a module whose go.mod has replace directives, as
 # SeaweedFS's has: the module is downloaded and built as a main module instead.
@@ -115,23 +107,6 @@ JSON
   print_endpoint
 }
 
-stop() {
-  local pid
-  if ! pid=$(running_pid); then
-    echo "seaweedfs.sh: not running" >&2
-    rm -f "$PID_FILE"
-    return 0
-  fi
-  kill "$pid"
-  for _ in $(seq 1 150); do
-    kill -0 "$pid" 2>/dev/null || { rm -f "$PID_FILE"; echo "seaweedfs.sh: stopped" >&2; return 0; }
-    sleep 0.2
-  done
-  kill -9 "$pid" 2>/dev/null || true
-  rm -f "$PID_FILE"
-  echo "seaweedfs.sh: stopped (killed after 30s)" >&2
-}
-
 status() {
   local pid
   if pid=$(running_pid) && port_open "$PORT"; then
@@ -143,12 +118,7 @@ status() {
   fi
 }
 
-# One start/stop at a time per port: test processes may ask for the server concurrently.
-if [[ ${1:-} != status ]]; then
-  mkdir -p "$CACHE_DIR"
-  exec 9>"$CACHE_DIR/seaweedfs-$PORT.lock"
-  flock 9
-fi
+serialise "${1:-}" "$CACHE_DIR/seaweedfs-$PORT.lock"
 
 case "${1:-}" in
   start) start ;;

@@ -26,7 +26,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use subtle::ConstantTimeEq;
 
 use crate::error::{ApiError, ApiResult};
 use crate::store::now_ms;
@@ -191,8 +190,7 @@ async fn authorize(State(cluster): State<Arc<Cluster>>, request: Request, next: 
         return ApiError::forbidden("this service takes no workers: start it with --cluster-secret").into_response();
     };
     let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    let given = given.and_then(|v| v.strip_prefix("Bearer ")).unwrap_or_default();
-    if !bool::from(given.as_bytes().ct_eq(secret.as_bytes())) {
+    if !crate::bearer::matches(given, secret) {
         return ApiError::unauthorized().into_response();
     }
     next.run(request).await

@@ -6,6 +6,7 @@
 //! [`worker`] the other side: `weir worker`.
 
 pub mod api;
+mod bearer;
 pub mod cluster;
 pub mod config;
 pub mod dataflow;

@@ -20,7 +20,6 @@ use arrow_flight::{
     PollInfo, PutResult, SchemaResult, Ticket,
 };
 use futures::Stream;
-use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status, Streaming};
@@ -128,8 +127,7 @@ impl FlightService for WorkerFlight {
 fn require_secret(secret: String) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
     move |request: Request<()>| {
         let given = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
-        let given = given.and_then(|v| v.strip_prefix("Bearer ")).unwrap_or_default();
-        if bool::from(given.as_bytes().ct_eq(secret.as_bytes())) {
+        if crate::bearer::matches(given, &secret) {
             Ok(request)
         } else {
             Err(Status::unauthenticated("this port answers only the controller and workers holding the cluster secret"))

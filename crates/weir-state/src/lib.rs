@@ -19,7 +19,7 @@ pub mod manifest;
 mod parquet_codec;
 pub mod store;
 #[cfg(feature = "testing")]
-pub mod test_s3;
+pub mod test_servers;
 
 pub use checkpoint_storage::CheckpointStorage;
 pub use dir_lock::DataDirLock;

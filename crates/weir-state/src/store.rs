@@ -503,7 +503,7 @@ mod tests {
     #[tokio::test]
     async fn checkpoints_on_s3_commit_once_are_seen_by_another_client_and_are_retained_and_cleared() {
         use crate::CheckpointStorage;
-        use crate::test_s3::TestS3;
+        use crate::test_servers::TestS3;
         let s3 = TestS3::get().unwrap();
         let url = s3.fresh_url("store");
         let storage = CheckpointStorage::open(&url, &s3.options()).unwrap();
@@ -544,7 +544,7 @@ mod tests {
     #[tokio::test]
     async fn s3_with_wrong_credentials_fails_with_the_servers_answer() {
         use crate::CheckpointStorage;
-        use crate::test_s3::TestS3;
+        use crate::test_servers::TestS3;
         let s3 = TestS3::get().unwrap();
         let mut options = s3.options();
         options.retain(|(key, _)| key != "secret_access_key");

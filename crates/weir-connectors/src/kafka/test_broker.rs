@@ -297,24 +297,5 @@ impl TestBroker {
 }
 
 fn start_script_broker() -> Result<String, String> {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/kafka/broker.sh");
-    let output = Command::new("bash")
-        .arg(&script)
-        .arg("start")
-        .output()
-        .map_err(|e| format!("running {}: {e}", script.display()))?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    if !output.status.success() {
-        return Err(format!(
-            "{} start failed ({}):\n{stdout}{}",
-            script.display(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    }
-    stdout
-        .lines()
-        .find_map(|line| line.strip_prefix("bootstrap: "))
-        .map(str::to_string)
-        .ok_or_else(|| format!("{} start printed no bootstrap line:\n{stdout}", script.display()))
+    weir_state::test_servers::StartedScript::start("tests/kafka/broker.sh")?.field("bootstrap")
 }

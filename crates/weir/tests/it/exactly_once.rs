@@ -20,7 +20,7 @@ use rand::Rng;
 use serde_json::{Value, json};
 use weir_connectors::kafka::test_broker::TestBroker;
 use weir_state::CheckpointStorage;
-use weir_state::test_s3::TestS3;
+use weir_state::test_servers::TestS3;
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 /// Enough that a pipeline killed every 150 to 700 ms (each restart spends some of that

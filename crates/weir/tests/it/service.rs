@@ -490,7 +490,7 @@ fn a_killed_server_resumes_its_kafka_pipeline_exactly_once() {
 #[test]
 fn a_killed_server_with_checkpoints_on_s3_resumes_from_them_exactly_once() {
     use weir_state::CheckpointStorage;
-    use weir_state::test_s3::TestS3;
+    use weir_state::test_servers::TestS3;
 
     let s3 = TestS3::get().unwrap_or_else(|e| panic!("no S3 server for tests: {e}"));
     let url = s3.fresh_url("service");

@@ -1,4 +1,5 @@
-//! The real S3-compatible server the tests of checkpoints on S3 run against.
+//! The servers tests run against, started by the scripts in `tests/`: the S3-compatible one
+//! for checkpoints on S3 ([`TestS3`]), and [`StartedScript`], which the Kafka test broker uses too.
 //!
 //! `WEIR_S3_ENDPOINT` (with `WEIR_S3_ACCESS_KEY_ID` and `WEIR_S3_SECRET_ACCESS_KEY`) names one
 //! to use as is; otherwise `tests/s3/seaweedfs.sh`'s is started (or found running) once per
@@ -60,31 +61,48 @@ impl TestS3 {
 }
 
 fn start_script_server() -> Result<TestS3, String> {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/s3/seaweedfs.sh");
-    let output = Command::new("bash")
-        .arg(&script)
-        .arg("start")
-        .output()
-        .map_err(|e| format!("running {}: {e}", script.display()))?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    if !output.status.success() {
-        return Err(format!(
-            "{} start failed ({}):\n{stdout}{}",
-            script.display(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        ));
+    let started = StartedScript::start("tests/s3/seaweedfs.sh")?;
+    Ok(TestS3 {
+        endpoint: started.field("endpoint")?,
+        access_key_id: started.field("access_key_id")?,
+        secret_access_key: started.field("secret_access_key")?,
+    })
+}
+
+/// What one of `tests/`' server scripts printed when asked to `start` its server: `name: value`
+/// lines (the S3 server's here, the Kafka broker's in weir-connectors' test broker).
+pub struct StartedScript {
+    script: PathBuf,
+    stdout: String,
+}
+
+impl StartedScript {
+    /// Runs `<repository>/<relative> start`; an error holds what it printed.
+    pub fn start(relative: &str) -> Result<Self, String> {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative);
+        let output = Command::new("bash")
+            .arg(&script)
+            .arg("start")
+            .output()
+            .map_err(|e| format!("running {}: {e}", script.display()))?;
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        if !output.status.success() {
+            return Err(format!(
+                "{} start failed ({}):\n{stdout}{}",
+                script.display(),
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        Ok(Self { script, stdout })
     }
-    let field = |name: &str| {
-        stdout
+
+    /// The value of its `name: value` line.
+    pub fn field(&self, name: &str) -> Result<String, String> {
+        self.stdout
             .lines()
             .find_map(|line| line.strip_prefix(name)?.strip_prefix(": "))
             .map(str::to_string)
-            .ok_or_else(|| format!("{} start printed no '{name}' line:\n{stdout}", script.display()))
-    };
-    Ok(TestS3 {
-        endpoint: field("endpoint")?,
-        access_key_id: field("access_key_id")?,
-        secret_access_key: field("secret_access_key")?,
-    })
+            .ok_or_else(|| format!("{} start printed no '{name}' line:\n{}", self.script.display(), self.stdout))
+    }
 }
