@@ -38,7 +38,7 @@ stop() {
 # inherit it (start it with 9>&-), or every later start or stop would wait for it to exit.
 serialise() {
   [[ $1 == status ]] && return 0
-  mkdir -p "$(dirname "$2")"
+  mkdir -p "${2%/*}"
   exec 9>"$2"
   flock 9
 }

@@ -46,8 +46,11 @@ FORMAT_MARK=$DATA_DIR/.weir-scram-users
 START_TIMEOUT_S=${WEIR_KAFKA_START_TIMEOUT:-90}
 
 SCRIPT=broker.sh
+# Without dirname: the script's own tests run it with a PATH of a few tools.
+here=${BASH_SOURCE[0]%/*}
+[[ $here == "${BASH_SOURCE[0]}" ]] && here=.
 # shellcheck source=tests/background_server.sh
-source "$(dirname "${BASH_SOURCE[0]}")/../background_server.sh"
+source "$here/../background_server.sh"
 
 require_java() {
   command -v java >/dev/null || die "java is not installed (Kafka $KAFKA_VERSION needs Java 17 or newer)"

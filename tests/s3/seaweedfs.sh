@@ -32,8 +32,11 @@ SECRET_KEY=weir-secret
 START_TIMEOUT_S=${WEIR_S3_START_TIMEOUT:-90}
 
 SCRIPT=seaweedfs.sh
+# Without dirname: the script's own tests run it with a PATH of a few tools.
+here=${BASH_SOURCE[0]%/*}
+[[ $here == "${BASH_SOURCE[0]}" ]] && here=.
 # shellcheck source=tests/background_server.sh
-source "$(dirname "${BASH_SOURCE[0]}")/../background_server.sh"
+source "$here/../background_server.sh"
 
 # `go install module@version` refuses a module whose go.mod has replace directives, as
 # SeaweedFS's has: the module is downloaded and built as a main module instead.
