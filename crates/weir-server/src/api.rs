@@ -133,7 +133,7 @@ async fn authorize(State(state): State<AppState>, request: Request, next: Next) 
     next.run(request).await
 }
 
-fn body<T: for<'de> Deserialize<'de>>(bytes: Result<Bytes, BytesRejection>) -> ApiResult<T> {
+pub(crate) fn body<T: for<'de> Deserialize<'de>>(bytes: Result<Bytes, BytesRejection>) -> ApiResult<T> {
     let bytes = bytes.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError {

@@ -196,20 +196,15 @@ async fn authorize(State(cluster): State<Arc<Cluster>>, request: Request, next: 
     next.run(request).await
 }
 
-fn json_body<T: for<'de> Deserialize<'de>>(bytes: Result<Bytes, BytesRejection>) -> ApiResult<T> {
-    let bytes = bytes.map_err(|rejection| ApiError::bad_request(rejection.body_text()))?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("the body is not the expected JSON: {e}")))
-}
-
 async fn register(
     State(cluster): State<Arc<Cluster>>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<Registered>> {
-    Ok(Json(cluster.register(json_body(bytes)?).await?))
+    Ok(Json(cluster.register(crate::api::body(bytes)?).await?))
 }
 
 async fn heartbeat(State(cluster): State<Arc<Cluster>>, bytes: Result<Bytes, BytesRejection>) -> ApiResult<StatusCode> {
-    let Heartbeat { id } = json_body(bytes)?;
+    let Heartbeat { id } = crate::api::body(bytes)?;
     cluster.heartbeat(&id)?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -125,13 +125,9 @@ impl ServerConfig {
 
     /// Where pipelines keep their checkpoints, opened (each pipeline under its id).
     pub fn checkpoint_storage(&self) -> Result<weir_state::CheckpointStorage, String> {
-        match &self.checkpoint_url {
-            Some(url) => weir_state::CheckpointStorage::open(url, &self.checkpoint_options).map_err(|e| e.to_string()),
-            None if self.checkpoint_options.is_empty() => {
-                Ok(weir_state::CheckpointStorage::local(&self.data_dir.join("pipelines")))
-            }
-            None => Err("checkpoint options are given but no --checkpoint-url (s3://bucket/prefix) to use them".into()),
-        }
+        let default = self.data_dir.join("pipelines");
+        weir_state::CheckpointStorage::open_or_local(self.checkpoint_url.as_deref(), &self.checkpoint_options, &default)
+            .map_err(|e| e.to_string())
     }
 
     /// Where filesystem tables' relative paths go, and the one directory they may always use.

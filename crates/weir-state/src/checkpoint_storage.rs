@@ -78,6 +78,18 @@ impl CheckpointStorage {
         }
     }
 
+    /// [`Self::open`] of `url` if given, else the local directory `default`; options without
+    /// a URL are refused (they would be silently unused).
+    pub fn open_or_local(url: Option<&str>, options: &[(String, String)], default: &FsPath) -> Result<Self> {
+        match url {
+            Some(url) => Self::open(url, options),
+            None if options.is_empty() => Ok(Self::local(default)),
+            None => Err(Error::Location(
+                "checkpoint options are given but no --checkpoint-url (s3://bucket/prefix) to use them".into(),
+            )),
+        }
+    }
+
     fn local_only(self, options: &[(String, String)]) -> Result<Self> {
         match options.first() {
             Some((key, _)) => Err(Error::Location(format!("option '{key}' is for S3; the checkpoints here are local"))),

@@ -260,11 +260,11 @@ async fn server_main(command: Command) -> anyhow::Result<()> {
                 .map_err(anyhow::Error::msg)
         }
         Command::Run { file, data_dir, checkpoint_url, checkpoint_options, resume, max_rows, dialect } => {
-            let checkpoints = match checkpoint_url {
-                Some(url) => weir_state::CheckpointStorage::open(&url, &checkpoint_options)?,
-                None if checkpoint_options.is_empty() => weir_state::CheckpointStorage::local(&data_dir.join("run")),
-                None => anyhow::bail!("--checkpoint-option is for --checkpoint-url (s3://bucket/prefix)"),
-            };
+            let checkpoints = weir_state::CheckpointStorage::open_or_local(
+                checkpoint_url.as_deref(),
+                &checkpoint_options,
+                &data_dir.join("run"),
+            )?;
             run::run_file(&file, &run::RunOptions { data_dir, checkpoints, resume, max_rows, dialect }).await
         }
         Command::ExportCheckpoint { from, to, checkpoint, checkpoint_options } => {
