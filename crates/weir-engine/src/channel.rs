@@ -111,11 +111,23 @@ impl Sender {
     /// Queues `message` unless it is data and the channel is full; then it is handed back.
     /// An empty channel takes any batch, however large, so a big batch cannot wedge it.
     pub fn try_push(&self, message: Message) -> Result<(), Message> {
+        self.push(message, true)
+    }
+
+    /// Queues `message` whatever the bounds: the receiving end of a channel between processes,
+    /// whose sender holds data until the receiver grants it credit, so the queue stays within
+    /// its bounds in batches (a batch in flight when the byte bound filled may pass it).
+    pub fn push_granted(&self, message: Message) {
+        // Without the bounds nothing is handed back.
+        let _ = self.push(message, false);
+    }
+
+    fn push(&self, message: Message, bounded: bool) -> Result<(), Message> {
         let mut queue = self.shared.lock();
         if let Message::Data(batch) = &message {
             let bounds = self.shared.bounds;
             let full = queue.batches >= bounds.max_batches || queue.bytes >= bounds.max_bytes;
-            if full && queue.batches > 0 {
+            if bounded && full && queue.batches > 0 {
                 return Err(message);
             }
             let bytes = message.bytes();
@@ -178,6 +190,21 @@ impl Receiver {
             _ => {}
         }
         Some(message)
+    }
+
+    /// The message at the head of the queue, unless it is data and `credit` is false: the
+    /// sending end of a channel between processes, which sends data only while the receiver
+    /// has room for it, and control messages (barriers first of all) at once.
+    pub fn pop_sendable(&self, credit: bool) -> Option<Message> {
+        if !credit && matches!(self.shared.lock().items.front(), Some(Message::Data(_))) {
+            return None;
+        }
+        self.pop()
+    }
+
+    /// Batches queued now.
+    pub fn queued_batches(&self) -> usize {
+        self.shared.lock().batches
     }
 
     /// Takes the first overtaking barrier out of the queue, wherever it is, with copies of the
@@ -303,5 +330,24 @@ mod tests {
             })
             .collect();
         assert_eq!(order, vec!["1", "b1", "b2", "2", "3"]);
+    }
+
+    #[test]
+    fn without_credit_data_stays_queued_but_control_messages_go_and_a_granted_push_ignores_the_bounds() {
+        let (tx, rx) = pair(1);
+        tx.try_push(Message::Data(batch(&[1]))).unwrap();
+        assert!(rx.pop_sendable(false).is_none(), "data at the head needs credit");
+        // An unaligned barrier put ahead goes out without credit; the data waits behind it.
+        tx.push_barrier_ahead(barrier(1, CheckpointMode::Unaligned));
+        assert!(matches!(rx.pop_sendable(false), Some(Message::Barrier(b)) if b.checkpoint_id == 1));
+        assert!(rx.pop_sendable(false).is_none());
+        assert_eq!(first_value(&rx.pop_sendable(true).unwrap()), 1);
+
+        // The receiving side of a remote channel: the sender's credits bound it, not try_push.
+        let (tx, rx) = pair(1);
+        tx.push_granted(Message::Data(batch(&[1])));
+        tx.push_granted(Message::Data(batch(&[2])));
+        assert_eq!(rx.queued_batches(), 2);
+        assert!(tx.try_push(Message::Data(batch(&[3]))).is_err());
     }
 }

@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How a pipeline's checkpoints treat barriers, and so the guarantee they give
 /// (ARCHITECTURE.md, "Barriers"). Each barrier carries its checkpoint's mode, so a task
 /// handles every checkpoint as it was triggered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CheckpointMode {
     /// Exactly-once, aligned: an input that delivered the barrier is blocked until all have.
     Aligned,
@@ -93,7 +93,7 @@ pub struct CheckpointReport {
     pub tasks: Vec<TaskCheckpointReport>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskCheckpointReport {
     pub operators: Vec<String>,
     pub subtask: usize,

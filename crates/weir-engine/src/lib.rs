@@ -26,10 +26,12 @@ pub mod operators;
 pub mod partition;
 pub mod pipeline;
 pub mod processing_time;
+pub mod remote;
 mod restore;
 pub mod state_table;
 mod status;
 mod task;
+pub use task::{Control, TaskId};
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub mod two_phase_commit;
@@ -45,5 +47,7 @@ pub use operator::{
 pub use partition::Partitioning;
 #[cfg(feature = "testkit")]
 pub use pipeline::start_with_failures;
-pub use pipeline::{PipelineConfig, PipelineHandle, PipelineState, PipelineStatus, RestartPolicy, start};
+pub use pipeline::{
+    PipelineConfig, PipelineHandle, PipelineState, PipelineStatus, RestartPolicy, start, start_on_workers,
+};
 pub use processing_time::{ProcessingTime, ProcessingTimeStamp};

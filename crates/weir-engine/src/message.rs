@@ -2,11 +2,13 @@
 
 use datafusion::arrow::record_batch::RecordBatch;
 
+use serde::{Deserialize, Serialize};
+
 use crate::checkpoint::CheckpointMode;
 
 /// A checkpoint barrier: everything before it on a channel belongs to checkpoint
 /// `checkpoint_id`'s snapshot, everything after it to the next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Barrier {
     pub checkpoint_id: u64,
     pub kind: CheckpointMode,

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
-use weir_state::StateStore;
+use weir_state::{Manifest, StateStore};
 
 use crate::chains::ChainLine;
 use crate::channel::{ChannelBounds, channel};
@@ -24,10 +24,11 @@ use crate::inflight;
 use crate::metrics::MetricsRegistry;
 use crate::operator::SubtaskInfo;
 use crate::partition::Router;
+use crate::remote::{AttemptRequest, ChannelKey, Exchange, FromWorker, Placement, ToTask, Workers};
 use crate::restore::Restorer;
 use crate::status::SharedStatus;
 pub use crate::status::{ErrorRecord, PipelineState, PipelineStatus};
-use crate::task::{InputChannel, Member, OutputChannel, OutputEdge, SourceHead, Task, TaskContext, TaskId};
+use crate::task::{InputChannel, Member, OutputChannel, OutputEdge, SourceHead, Task, TaskContext, TaskEvent, TaskId};
 
 /// How failed attempts are retried.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,7 +123,18 @@ impl PipelineHandle {
 /// Starts `graph` on the tokio runtime it is called from, resuming from the newest checkpoint
 /// in `store`.
 pub fn start(graph: Graph, config: PipelineConfig, store: StateStore) -> Result<PipelineHandle> {
-    launch(graph, config, store, None)
+    launch(graph, config, store, None, None)
+}
+
+/// [`start`], with the tasks of each attempt placed on `workers` when it has any (and in this
+/// process when it has none): the coordinator stays here, every store is shared.
+pub fn start_on_workers(
+    graph: Graph,
+    config: PipelineConfig,
+    store: StateStore,
+    workers: Arc<dyn Workers>,
+) -> Result<PipelineHandle> {
+    launch(graph, config, store, None, Some(workers))
 }
 
 /// [`start`], with the test kit's failure injector armed (tests only: fault injection is not
@@ -134,7 +146,7 @@ pub fn start_with_failures(
     store: StateStore,
     injector: Arc<FailureInjector>,
 ) -> Result<PipelineHandle> {
-    launch(graph, config, store, Some(injector))
+    launch(graph, config, store, Some(injector), None)
 }
 
 fn launch(
@@ -142,6 +154,7 @@ fn launch(
     config: PipelineConfig,
     store: StateStore,
     injector: Option<Arc<FailureInjector>>,
+    workers: Option<Arc<dyn Workers>>,
 ) -> Result<PipelineHandle> {
     graph.validate()?;
     let shared = Arc::new(SharedStatus {
@@ -150,13 +163,14 @@ fn launch(
             attempts: 0,
             restarts: 0,
             restored_from: None,
+            placement: None,
             errors: Vec::new(),
             checkpoints: Vec::new(),
         }),
         metrics: Mutex::new(Arc::new(MetricsRegistry::default())),
         stop: tokio::sync::watch::Sender::new(false),
     });
-    let supervisor = tokio::spawn(supervise(graph, config, store, injector, shared.clone()));
+    let supervisor = tokio::spawn(supervise(graph, config, store, injector, workers, shared.clone()));
     Ok(PipelineHandle { shared, supervisor })
 }
 
@@ -165,9 +179,11 @@ async fn supervise(
     config: PipelineConfig,
     store: StateStore,
     injector: Option<Arc<FailureInjector>>,
+    workers: Option<Arc<dyn Workers>>,
     shared: Arc<SharedStatus>,
 ) -> Result<()> {
     let next_id = Arc::new(AtomicU64::new(1));
+    let attempts = AttemptNames::default();
     let mut backoff = config.restart.initial_backoff;
     let mut failures_in_a_row = 0;
     loop {
@@ -176,7 +192,8 @@ async fn supervise(
         let result = if stopping {
             Ok(())
         } else {
-            run_attempt(&graph, &config, &store, injector.clone(), &shared, &next_id).await
+            let on = Launch { injector: injector.clone(), workers: workers.as_ref(), attempts: &attempts };
+            run_attempt(&graph, &config, &store, on, &shared, &next_id).await
         };
         let error = match result {
             Ok(()) => {
@@ -230,16 +247,40 @@ fn unreadable(store: &StateStore, newest: u64, completed: &[u64], error: weir_st
     }
 }
 
+/// Names attempts uniquely across processes and restarts (the channels between workers are
+/// named by their attempt).
+struct AttemptNames {
+    name: String,
+    next: AtomicU64,
+}
+
+impl Default for AttemptNames {
+    fn default() -> Self {
+        static LAUNCHED: AtomicU64 = AtomicU64::new(0);
+        let launched = LAUNCHED.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{}-{}-{launched}", std::process::id(), weir_state::now_ms());
+        Self { name, next: AtomicU64::new(1) }
+    }
+}
+
+/// What an attempt runs with besides its graph and store.
+struct Launch<'a> {
+    injector: Option<Arc<FailureInjector>>,
+    workers: Option<&'a Arc<dyn Workers>>,
+    attempts: &'a AttemptNames,
+}
+
 /// One attempt: restore, build, run until finished or failed. Dropping it (a kill, or the
 /// supervisor moving on) aborts every task of the attempt.
 async fn run_attempt(
     graph: &Graph,
     config: &PipelineConfig,
     store: &StateStore,
-    injector: Option<Arc<FailureInjector>>,
+    on: Launch<'_>,
     shared: &Arc<SharedStatus>,
     next_id: &Arc<AtomicU64>,
 ) -> Result<()> {
+    let Launch { injector, workers, attempts } = on;
     // A manifest the attempt before was committing when it died lands first.
     store.settled().await;
     let completed = store.completed_checkpoints().await?;
@@ -267,6 +308,88 @@ async fn run_attempt(
         s.restored_from = manifest.as_ref().map(|m| m.checkpoint_id);
     });
 
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let mut join = JoinSet::new();
+    let chains = graph.chains(config.chaining);
+    let parallelisms: Vec<usize> = chains.iter().map(|c| c.parallelism).collect();
+    let placement = match workers {
+        Some(workers) => workers.place(&parallelisms).await?,
+        None => None,
+    };
+    shared.update(|s| s.placement = placement.clone());
+    let lines = match (placement, workers) {
+        (Some(placement), Some(workers)) => {
+            let attempt = format!("{}-{}", attempts.name, attempts.next.fetch_add(1, Ordering::Relaxed));
+            let restore = manifest.as_ref().map(|m| m.checkpoint_id);
+            let sources: Vec<bool> =
+                chains.iter().map(|c| matches!(graph.node(c.head()).kind, NodeKind::Source(_))).collect();
+            open_on_workers(&sources, placement, attempt, restore, workers, &events_tx, &mut join).await?
+        }
+        _ => {
+            let here = Here::All;
+            build_tasks(
+                graph,
+                config,
+                store,
+                manifest.as_ref(),
+                &registry,
+                &events_tx,
+                injector.clone(),
+                here,
+                &mut join,
+            )
+            .await?
+        }
+    };
+    let lines = lines.into_iter().map(|(_, line)| line).collect();
+    drop(events_tx);
+    let parallelism: BTreeMap<String, usize> = graph.nodes().iter().map(|n| (n.name.clone(), n.parallelism)).collect();
+    let coordinator = Coordinator {
+        config: config.checkpoint.clone(),
+        store: store.clone(),
+        tasks: lines,
+        events: events_rx,
+        join,
+        parallelism,
+        next_id: next_id.clone(),
+        status: shared.clone(),
+        injector,
+        retention: None,
+    };
+    coordinator.run().await
+}
+
+/// Which of an attempt's tasks a process runs.
+pub(crate) enum Here<'a> {
+    /// Every one (no workers).
+    All,
+    /// A worker's, as placed; channels to the others go over `exchange`.
+    Worker { request: &'a AttemptRequest, exchange: &'a Arc<dyn Exchange> },
+}
+
+impl Here<'_> {
+    fn runs(&self, chain: usize, subtask: usize) -> bool {
+        match self {
+            Here::All => true,
+            Here::Worker { request, .. } => request.placement.worker_of(chain, subtask) == request.worker,
+        }
+    }
+}
+
+/// Builds the tasks of the attempt that run here, with their channels (and the exchanges
+/// with other workers' tasks, spawned into `join` beside the tasks), restored from `manifest`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn build_tasks(
+    graph: &Graph,
+    config: &PipelineConfig,
+    store: &StateStore,
+    manifest: Option<&Manifest>,
+    registry: &Arc<MetricsRegistry>,
+    events_tx: &mpsc::UnboundedSender<TaskEvent>,
+    injector: Option<Arc<FailureInjector>>,
+    here: Here<'_>,
+    join: &mut JoinSet<Result<()>>,
+) -> Result<Vec<(TaskId, TaskLine)>> {
     let chains = graph.chains(config.chaining);
     let mut chain_of = vec![0; graph.nodes().len()];
     for (index, chain) in chains.iter().enumerate() {
@@ -280,7 +403,7 @@ async fn run_attempt(
         chains.iter().map(|c| (0..c.parallelism).map(|_| Vec::new()).collect()).collect();
     let mut outputs: Vec<Vec<Vec<OutputEdge>>> =
         chains.iter().map(|c| (0..c.parallelism).map(|_| Vec::new()).collect()).collect();
-    for edge in graph.edges() {
+    for (edge_index, edge) in graph.edges().iter().enumerate() {
         let (from, to) = (chain_of[edge.from.0], chain_of[edge.to.0]);
         if from == to {
             continue; // fused: no channel
@@ -290,8 +413,38 @@ async fn run_attempt(
             let receivers = Router::receivers_of(&edge.partitioning, sender, to_node.parallelism);
             let mut channels = Vec::new();
             for &receiver in &receivers {
-                let (tx, rx) = channel(config.channel, wakeups[to][receiver].clone(), wakeups[from][sender].clone());
+                let (sends, receives) = (here.runs(from, sender), here.runs(to, receiver));
+                if !sends && !receives {
+                    continue;
+                }
+                // A channel with one end on another worker has the exchange at that end.
+                let remote = Arc::new(Notify::new());
+                let receiver_wakeup = if receives { wakeups[to][receiver].clone() } else { remote.clone() };
+                let sender_wakeup = if sends { wakeups[from][sender].clone() } else { remote.clone() };
+                let (tx, rx) = channel(config.channel, receiver_wakeup, sender_wakeup);
                 registry.channel((&from_node.name, sender), (&to_node.name, receiver), tx.metrics().clone());
+                if let Here::Worker { request, exchange } = &here
+                    && sends != receives
+                {
+                    let key = ChannelKey { attempt: request.attempt.clone(), edge: edge_index, sender, receiver };
+                    if sends {
+                        let address = request.placement.workers[request.placement.worker_of(to, receiver)].clone();
+                        join.spawn(exchange.send(key, address, rx, remote));
+                        channels.push(OutputChannel {
+                            sender: tx,
+                            inflight_table: inflight::output_table(&to_node.name, edge.input, receiver),
+                            pending: Default::default(),
+                        });
+                    } else {
+                        let events = events_tx.clone();
+                        let failed = Box::new(move |message: String| {
+                            let _ = events.send(TaskEvent::Failed(Error::Stopped(message)));
+                        });
+                        exchange.receive(key, tx, remote, config.channel.max_batches, failed);
+                        inputs[to][receiver].push(InputChannel::new(rx, edge.input));
+                    }
+                    continue;
+                }
                 inputs[to][receiver].push(InputChannel::new(rx, edge.input));
                 channels.push(OutputChannel {
                     sender: tx,
@@ -299,14 +452,15 @@ async fn run_attempt(
                     pending: Default::default(),
                 });
             }
-            let router = Router::new(edge.partitioning.clone(), receivers, to_node.parallelism);
-            outputs[from][sender].push(OutputEdge { router, channels });
+            if here.runs(from, sender) {
+                let router = Router::new(edge.partitioning.clone(), receivers, to_node.parallelism);
+                outputs[from][sender].push(OutputEdge { router, channels });
+            }
         }
     }
 
-    let (events_tx, events_rx) = mpsc::unbounded_channel();
-    let mut restorer = Restorer::new(store, manifest.as_ref());
-    if let Some(manifest) = &manifest {
+    let mut restorer = Restorer::new(store, manifest);
+    if let Some(manifest) = manifest {
         let started = std::time::Instant::now();
         restorer.prefetch().await?;
         let ms = started.elapsed().as_millis() as u64;
@@ -317,7 +471,6 @@ async fn run_attempt(
             "checkpoint state read"
         );
     }
-    let mut join = JoinSet::new();
     let mut lines = Vec::new();
     let mut inputs = inputs.into_iter();
     let mut outputs = outputs.into_iter();
@@ -325,6 +478,11 @@ async fn run_attempt(
         let (mut chain_inputs, mut chain_outputs) =
             (inputs.next().unwrap_or_default().into_iter(), outputs.next().unwrap_or_default().into_iter());
         for (subtask, wakeup) in wakeups[index].iter().enumerate() {
+            let (task_inputs, task_outputs) =
+                (chain_inputs.next().unwrap_or_default(), chain_outputs.next().unwrap_or_default());
+            if !here.runs(index, subtask) {
+                continue;
+            }
             let id = TaskId { chain: index, subtask };
             let mut source = None;
             let mut members = Vec::new();
@@ -354,7 +512,7 @@ async fn run_attempt(
             let chain_line =
                 restorer.continued_chains(&operators, subtask).map(ChainLine::continuing).unwrap_or_default();
             let (control_tx, control_rx) = mpsc::unbounded_channel();
-            lines.push(TaskLine { control: control_tx, is_source: source.is_some() });
+            lines.push((id, TaskLine { control: control_tx, is_source: source.is_some() }));
             let ctx = TaskContext {
                 id,
                 store: store.clone(),
@@ -362,33 +520,70 @@ async fn run_attempt(
                 control: control_rx,
                 wakeup: wakeup.clone(),
                 injector: injector.clone(),
-                sources_finished: manifest.as_ref().is_some_and(|m| m.finished),
+                sources_finished: manifest.is_some_and(|m| m.finished),
             };
-            let task = Task::new(
-                ctx,
-                source,
-                members,
-                chain_inputs.next().unwrap_or_default(),
-                chain_outputs.next().unwrap_or_default(),
-                replay,
-                chain_line,
-            );
+            let task = Task::new(ctx, source, members, task_inputs, task_outputs, replay, chain_line);
             join.spawn(task.run());
         }
     }
-    drop(events_tx);
-    let parallelism: BTreeMap<String, usize> = graph.nodes().iter().map(|n| (n.name.clone(), n.parallelism)).collect();
-    let coordinator = Coordinator {
-        config: config.checkpoint.clone(),
-        store: store.clone(),
-        tasks: lines,
-        events: events_rx,
-        join,
-        parallelism,
-        next_id: next_id.clone(),
-        status: shared.clone(),
-        injector,
-        retention: None,
-    };
-    coordinator.run().await
+    Ok(lines)
+}
+
+/// Opens the attempt on every worker `placement` uses, and gives the coordinator a line to
+/// each of their tasks. What a worker sends comes back as its tasks' events; each worker's
+/// stream is watched in `join`, where it ends Ok once the worker's tasks all ended, and fails
+/// the attempt when the worker failed or was lost (its stream ended without a word).
+async fn open_on_workers(
+    sources: &[bool],
+    placement: Placement,
+    attempt: String,
+    restore: Option<u64>,
+    workers: &Arc<dyn Workers>,
+    events_tx: &mpsc::UnboundedSender<TaskEvent>,
+    join: &mut JoinSet<Result<()>>,
+) -> Result<Vec<(TaskId, TaskLine)>> {
+    let mut lines = Vec::new();
+    for worker in placement.used() {
+        let address = placement.workers[worker].clone();
+        let request = AttemptRequest { attempt: attempt.clone(), placement: placement.clone(), worker, restore };
+        let (to_worker, mut from_worker) = workers.open(request).await?;
+        for (chain, subtasks) in placement.tasks.iter().enumerate() {
+            for (subtask, _) in subtasks.iter().enumerate().filter(|(_, w)| **w == worker) {
+                let task = TaskId { chain, subtask };
+                let (control_tx, mut control_rx) = mpsc::unbounded_channel();
+                let to_worker = to_worker.clone();
+                // Ends when the coordinator drops the line (the attempt is over).
+                tokio::spawn(async move {
+                    while let Some(control) = control_rx.recv().await {
+                        if to_worker.send(ToTask { task, control }).is_err() {
+                            return;
+                        }
+                    }
+                });
+                lines.push((task, TaskLine { control: control_tx, is_source: sources[chain] }));
+            }
+        }
+        let (events, workers) = (events_tx.clone(), workers.clone());
+        join.spawn(async move {
+            while let Some(message) = from_worker.recv().await {
+                let event = match message {
+                    FromWorker::Ack { task, checkpoint_id, files, report } => {
+                        TaskEvent::Ack { task, checkpoint_id, files, report }
+                    }
+                    FromWorker::Decline { task, checkpoint_id, reason } => {
+                        TaskEvent::Decline { task, checkpoint_id, reason }
+                    }
+                    FromWorker::SourceFinished => TaskEvent::SourceFinished,
+                    FromWorker::Ended => TaskEvent::Ended,
+                    FromWorker::Failed(error) => TaskEvent::Failed(error.into()),
+                    FromWorker::Done(None) => return Ok(()),
+                    FromWorker::Done(Some(error)) => return Err(error.into()),
+                };
+                let _ = events.send(event);
+            }
+            workers.lost(&address, "its attempt's call broke");
+            Err(Error::Stopped(format!("the worker at {address} was lost")))
+        });
+    }
+    Ok(lines)
 }

@@ -38,6 +38,8 @@ pub struct PipelineStatus {
     pub restarts: u32,
     /// The checkpoint the current attempt restored, if any.
     pub restored_from: Option<u64>,
+    /// Where the current attempt's tasks run, when on workers.
+    pub placement: Option<crate::remote::Placement>,
     /// Failures, oldest first (the last 100).
     pub errors: Vec<ErrorRecord>,
     /// Checkpoints, oldest first (the last 1000).

@@ -16,6 +16,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::record_batch::RecordBatch;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
 use weir_state::{FileRole, FileTarget, StateFile, StateStore};
@@ -33,15 +34,15 @@ use crate::operator::{Collector, Delta, Operator, RestoredState, Source, SourceE
 use crate::partition::Router;
 
 /// A task: chain `chain`, subtask `subtask`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct TaskId {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TaskId {
     pub chain: usize,
     pub subtask: usize,
 }
 
 /// From the coordinator to a task.
-#[derive(Debug, Clone)]
-pub(crate) enum Control {
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Control {
     /// Sources only: take a snapshot and emit this barrier.
     Trigger(Barrier),
     /// Sources only: every source is finished and there is no final checkpoint; end the output.

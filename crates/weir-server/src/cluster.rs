@@ -6,8 +6,7 @@
 //! worker is listed only once the controller can reach it and both hold the same secret. It then
 //! heartbeats; one silent for longer than the timeout is declared lost (logged once), and its
 //! next heartbeat is refused, so it registers again, as a Flink TaskManager whose heartbeat timed
-//! out must. Running pipelines' subtasks on workers is not built yet: today every pipeline runs
-//! in the controller's process, and the registry is what placement will draw on.
+//! out must. Placement ([`crate::placement`]) draws on the workers alive at each attempt.
 //!
 //! The cluster routes (`/api/v1/cluster/...`) take the cluster secret, never the API token: a
 //! user's token does not make anyone a worker. A service started without a secret takes no
@@ -28,6 +27,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ApiError, ApiResult};
+use crate::flight_client::FlightClients;
 use crate::store::now_ms;
 
 /// `POST /api/v1/cluster/register`.
@@ -108,6 +108,43 @@ impl Cluster {
                 heartbeat_age_ms: w.last_heartbeat.elapsed().as_millis() as u64,
             })
             .collect()
+    }
+
+    /// Calls to workers with the cluster secret; none when this service takes no workers.
+    pub fn clients(&self) -> Option<FlightClients> {
+        self.secret.as_deref().and_then(|secret| FlightClients::new(secret).ok())
+    }
+
+    /// The workers alive now, as placement takes them: Flight address and slots, by id.
+    pub fn alive(&self) -> Vec<(String, u32)> {
+        self.sweep();
+        self.lock().values().filter(|w| !w.lost).map(|w| (w.address.clone(), w.slots)).collect()
+    }
+
+    /// The workers alive now, waiting up to `within` for one when there is none (a controller
+    /// just started, before its workers found it again).
+    pub async fn alive_within(&self, within: Duration) -> Vec<(String, u32)> {
+        let deadline = Instant::now() + within;
+        loop {
+            let alive = self.alive();
+            if !alive.is_empty() || Instant::now() >= deadline {
+                return alive;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The worker at `address` could not be reached or its attempt's call broke: it is
+    /// declared lost now rather than at its heartbeat timeout, so the next attempt is not
+    /// placed on it. A worker still running registers again at its next heartbeat (and is
+    /// called back first).
+    pub fn unreachable(&self, address: &str, why: &str) {
+        for (id, worker) in self.lock().iter_mut() {
+            if worker.address == address && !worker.lost {
+                worker.lost = true;
+                tracing::warn!(worker = %id, %address, "worker lost: {why}");
+            }
+        }
     }
 
     /// Declares lost every worker silent for longer than the timeout.

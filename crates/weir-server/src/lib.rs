@@ -2,8 +2,9 @@
 //! and their lifecycle, [`store`] what survives a restart (SQLite in the data directory),
 //! [`config`] the typed configuration, [`metrics`] the Prometheus page, [`rates`] the
 //! per-operator rates, [`dataflow`] the graph as data for the web page, [`web`] the page,
-//! [`pg`] the Postgres protocol, [`cluster`] the workers that joined this service, and
-//! [`worker`] the other side: `weir worker`.
+//! [`pg`] the Postgres protocol, [`cluster`] the workers that joined this service,
+//! [`placement`] pipelines run on them, [`exchange`] channels between them over Arrow Flight,
+//! and [`worker`] the other side: `weir worker`.
 
 pub mod api;
 mod bearer;
@@ -11,6 +12,8 @@ pub mod cluster;
 pub mod config;
 pub mod dataflow;
 pub mod error;
+pub mod exchange;
+mod flight_client;
 pub mod manager;
 pub mod metrics;
 pub mod pg;
@@ -20,6 +23,7 @@ mod pg_cursors;
 mod pg_extended;
 mod pg_results;
 mod pg_rows;
+pub mod placement;
 pub mod rates;
 pub mod store;
 pub mod web;

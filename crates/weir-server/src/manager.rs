@@ -26,6 +26,7 @@ use crate::config::ServerConfig;
 use crate::dataflow::Dataflow;
 use crate::error::{ApiError, ApiResult};
 use crate::metrics::LivePipeline;
+use crate::placement::{ClusterWorkers, PipelineSpec};
 use crate::rates::{OperatorView, RateWindow};
 use crate::store::{PipelineRecord, Store, now_ms};
 
@@ -87,6 +88,10 @@ pub struct PipelineView {
     pub dataflow: Dataflow,
     pub restarts: Option<u32>,
     pub restored_from: Option<u64>,
+    /// Where the current attempt's tasks run when on workers: the workers' Flight addresses,
+    /// and per task (chain, then subtask) an index into them.
+    #[schema(value_type = Option<Object>)]
+    pub placement: Option<weir_engine::remote::Placement>,
     /// Per operator subtask: records in and out and their rates over the last seconds,
     /// back-pressure (total and ratio), watermark and its lag behind the wall clock, bad and
     /// late records, and for a transactional writer its transactions (open, pre-committed
@@ -229,17 +234,27 @@ impl Manager {
             created_at_ms: now_ms(),
         };
         self.store.insert_pipeline(record).await?;
-        self.start(id, planned).await?;
+        self.start(id, planned, None).await?;
         Ok((id, name, preview))
     }
 
-    async fn start(self: &Arc<Self>, id: i64, planned: PlannedPipeline) -> ApiResult<()> {
+    /// Starts a planned pipeline (`parallelism`: the one it was resumed at, if another). In a
+    /// service that takes workers, each attempt runs on the workers alive then, in this
+    /// process when there are none; a preview (whose rows land here) always runs here.
+    async fn start(self: &Arc<Self>, id: i64, planned: PlannedPipeline, parallelism: Option<usize>) -> ApiResult<()> {
         let store = self.checkpoint_store(id)?;
         let graph = planned.graph.describe(planned.config.chaining);
         let dataflow = Dataflow::of(&planned.graph, planned.config.chaining);
         let prefixes = planned.transactional_prefixes.clone();
-        let handle = weir_engine::start(planned.graph, planned.config, store)
-            .map_err(|e| ApiError::bad_request(format!("starting the pipeline: {e}")))?;
+        let started = match (self.cluster.clients(), &planned.preview) {
+            (Some(clients), None) => {
+                let spec = self.spec(id, &planned, parallelism).await?;
+                let workers = Arc::new(ClusterWorkers { cluster: self.cluster.clone(), clients, spec });
+                weir_engine::start_on_workers(planned.graph, planned.config, store, workers)
+            }
+            _ => weir_engine::start(planned.graph, planned.config, store),
+        };
+        let handle = started.map_err(|e| ApiError::bad_request(format!("starting the pipeline: {e}")))?;
         self.lock().insert(
             id,
             Running {
@@ -256,6 +271,25 @@ impl Manager {
         self.store.set_status(id, "running", None).await?;
         tokio::spawn(self.clone().watch(id));
         Ok(())
+    }
+
+    /// What a worker needs to plan pipeline `id` as this service did.
+    async fn spec(&self, id: i64, planned: &PlannedPipeline, parallelism: Option<usize>) -> ApiResult<PipelineSpec> {
+        let record = self.store.pipeline(id).await?.ok_or_else(|| ApiError::not_found(format!("no pipeline {id}")))?;
+        let session = new_session(&self.config)?;
+        let files = session.files.unwrap_or_else(|| FileRoots { root: self.config.files_dir(), allowed: Vec::new() });
+        Ok(PipelineSpec {
+            name: planned.name.clone(),
+            sql: planned.sql.clone(),
+            options: record.options,
+            catalog: self.store.catalog().await?,
+            parallelism,
+            files_root: files.root,
+            files_allowed: files.allowed,
+            checkpoint_url: self.checkpoints.url(),
+            checkpoint_options: self.config.checkpoint_options.clone(),
+            checkpoint_path: id.to_string(),
+        })
     }
 
     /// Refuses transactional id prefixes that a running pipeline other than `id` writes with.
@@ -351,6 +385,7 @@ impl Manager {
             dataflow: live.map(|r| r.dataflow.clone()).unwrap_or_default(),
             restarts: status.as_ref().map(|s| s.restarts),
             restored_from: status.as_ref().and_then(|s| s.restored_from),
+            placement: status.as_ref().and_then(|s| s.placement.clone()),
             operators,
             errors,
             transitions,
@@ -466,7 +501,7 @@ impl Manager {
         {
             preview.buffer = kept.buffer;
         }
-        self.start(id, *planned).await
+        self.start(id, *planned, parallelism).await
     }
 
     pub async fn delete(self: &Arc<Self>, id: i64) -> ApiResult<()> {

@@ -179,6 +179,7 @@ mod tests {
                 attempts: 1,
                 restarts: 0,
                 restored_from: None,
+                placement: None,
                 errors: Vec::new(),
                 checkpoints: Vec::new(),
             },

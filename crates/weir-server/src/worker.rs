@@ -1,19 +1,20 @@
 //! `weir worker`: a process that joins a controller (`weir serve`) and offers it slots.
 //!
-//! It serves Arrow Flight (gRPC) on its own port, where the controller and other workers will
-//! reach it (data between subtasks as Arrow IPC, and the checkpoint protocol's messages); every
-//! call there must carry the cluster secret, so the port never answers anonymous traffic. Today
-//! the port answers one action, `ping` (the worker's id), which the controller calls back before
-//! it lists a worker; running subtasks here is the next step. Then the worker registers with
+//! It serves Arrow Flight (gRPC) on its own port, where the controller and other workers reach
+//! it; every call there must carry the cluster secret, so the port never answers anonymous
+//! traffic. The port answers `ping` (the worker's id), which the controller calls back before
+//! it lists a worker, and two kinds of `do_exchange` call: an attempt's part, opened by the
+//! controller ([`crate::placement`]), and a channel's data, opened by the worker running its
+//! sending subtask ([`crate::exchange`]). Then the worker registers with
 //! the controller over its HTTP API and heartbeats at the interval it was told, registering
 //! again when the controller does not know it (a controller restarted, or one that declared it
 //! lost), and retrying while the controller cannot be reached.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::flight_service_server::{FlightService, FlightServiceServer};
 use arrow_flight::{
     Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, HandshakeResponse,
@@ -21,10 +22,14 @@ use arrow_flight::{
 };
 use futures::Stream;
 use tokio::net::TcpListener;
-use tonic::metadata::MetadataValue;
+use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
+use weir_engine::remote::{Exchange, FromWorker, RemoteError, ToTask, run_on_worker};
 
 use crate::cluster::{Heartbeat, Registered, Registration};
+use crate::exchange::{Command, FlightExchange};
+use crate::flight_client::{FlightClients, stream_of};
+use crate::placement::{AttemptOpen, message_of, read_message};
 
 /// The action that answers with the worker's id.
 const PING: &str = "ping";
@@ -54,10 +59,66 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 /// The worker's Flight service.
 struct WorkerFlight {
     id: String,
+    exchange: Arc<FlightExchange>,
 }
 
-fn not_yet(what: &str) -> Status {
-    Status::unimplemented(format!("{what}: this worker runs no subtasks yet"))
+fn not_offered(what: &str) -> Status {
+    Status::unimplemented(format!("{what}: a worker takes only do_exchange calls and the ping action"))
+}
+
+impl WorkerFlight {
+    /// Runs a part of a pipeline attempt: plans the pipeline, builds and runs its tasks here,
+    /// takes the controller's messages to them off the call and answers with their events,
+    /// last with how the part ended. The controller closing the call ends the attempt here.
+    fn run_attempt(&self, open: AttemptOpen, mut incoming: Streaming<FlightData>) -> BoxStream<FlightData> {
+        let (control, control_rx) = mpsc::unbounded_channel::<ToTask>();
+        let (events, mut events_rx) = mpsc::unbounded_channel::<FromWorker>();
+        let (answers, answers_rx) = mpsc::channel::<Result<FlightData, Status>>(64);
+        tokio::spawn(async move {
+            while let Ok(Some(message)) = incoming.message().await {
+                match read_message::<ToTask>(&message) {
+                    Ok(to_task) => {
+                        let _ = control.send(to_task);
+                    }
+                    Err(why) => {
+                        tracing::warn!("a message from the controller: {why}");
+                        return;
+                    }
+                }
+            }
+        });
+        tokio::spawn(async move {
+            while let Some(event) = events_rx.recv().await {
+                let answer = message_of(&event).map_err(Status::internal);
+                if answers.send(answer).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let (exchange, id) = (self.exchange.clone() as Arc<dyn Exchange>, self.id.clone());
+        tokio::spawn(async move {
+            let AttemptOpen { request, spec } = open;
+            let tasks = request.placement.tasks.iter().flatten().filter(|w| **w == request.worker).count();
+            tracing::info!(worker = %id, attempt = %request.attempt, pipeline = %spec.name, tasks, restore = ?request.restore, "running a part of a pipeline attempt");
+            let ran = async {
+                let refused = |message| RemoteError { fatal: false, operator: String::new(), subtask: 0, message };
+                let (graph, config) = spec.plan().await.map_err(refused)?;
+                let store = spec.store().map_err(refused)?;
+                run_on_worker(&graph, &config, &store, &request, exchange, control_rx, events.clone())
+                    .await
+                    .map_err(|e| RemoteError::from(&e))
+            };
+            let ended = ran.await.err();
+            match &ended {
+                None => tracing::info!(attempt = %request.attempt, "its part of the attempt ended"),
+                Some(why) => {
+                    tracing::warn!(attempt = %request.attempt, "its part of the attempt failed: {}", why.message)
+                }
+            }
+            let _ = events.send(FromWorker::Done(ended));
+        });
+        Box::pin(stream_of(answers_rx))
+    }
 }
 
 #[tonic::async_trait]
@@ -78,34 +139,45 @@ impl FlightService for WorkerFlight {
     }
 
     async fn list_flights(&self, _request: Request<Criteria>) -> Result<Response<Self::ListFlightsStream>, Status> {
-        Err(not_yet("list_flights"))
+        Err(not_offered("list_flights"))
     }
 
     async fn get_flight_info(&self, _request: Request<FlightDescriptor>) -> Result<Response<FlightInfo>, Status> {
-        Err(not_yet("get_flight_info"))
+        Err(not_offered("get_flight_info"))
     }
 
     async fn poll_flight_info(&self, _request: Request<FlightDescriptor>) -> Result<Response<PollInfo>, Status> {
-        Err(not_yet("poll_flight_info"))
+        Err(not_offered("poll_flight_info"))
     }
 
     async fn get_schema(&self, _request: Request<FlightDescriptor>) -> Result<Response<SchemaResult>, Status> {
-        Err(not_yet("get_schema"))
+        Err(not_offered("get_schema"))
     }
 
     async fn do_get(&self, _request: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {
-        Err(not_yet("do_get"))
+        Err(not_offered("do_get"))
     }
 
     async fn do_put(&self, _request: Request<Streaming<FlightData>>) -> Result<Response<Self::DoPutStream>, Status> {
-        Err(not_yet("do_put"))
+        Err(not_offered("do_put"))
     }
 
     async fn do_exchange(
         &self,
-        _request: Request<Streaming<FlightData>>,
+        request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoExchangeStream>, Status> {
-        Err(not_yet("do_exchange"))
+        let mut incoming = request.into_inner();
+        let first = incoming.message().await?.ok_or_else(|| Status::invalid_argument("an empty call"))?;
+        let command = first
+            .flight_descriptor
+            .map(|d| d.cmd)
+            .ok_or_else(|| Status::invalid_argument("the first message must say what the call is for"))?;
+        let command: Command = serde_json::from_slice(&command)
+            .map_err(|e| Status::invalid_argument(format!("the call's command: {e}")))?;
+        match command {
+            Command::Channel(key) => Ok(Response::new(Box::pin(self.exchange.clone().accept(key, incoming).await?))),
+            Command::Attempt(open) => Ok(Response::new(self.run_attempt(*open, incoming))),
+        }
     }
 
     async fn do_action(&self, request: Request<Action>) -> Result<Response<Self::DoActionStream>, Status> {
@@ -137,17 +209,7 @@ fn require_secret(secret: String) -> impl FnMut(Request<()>) -> Result<Request<(
 
 /// Calls the worker at `address` with `ping`, carrying `secret`: its id.
 pub async fn ping(address: &str, secret: &str) -> Result<String, String> {
-    let bearer: MetadataValue<_> =
-        format!("Bearer {secret}").parse().map_err(|_| "the cluster secret is not a valid header value".to_string())?;
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-        .map_err(|e| format!("'{address}' is not an address: {e}"))?
-        .connect_timeout(CALL_TIMEOUT)
-        .timeout(CALL_TIMEOUT);
-    let channel = endpoint.connect().await.map_err(|e| format!("connecting: {e}"))?;
-    let mut client = FlightServiceClient::with_interceptor(channel, move |mut request: Request<()>| {
-        request.metadata_mut().insert("authorization", bearer.clone());
-        Ok(request)
-    });
+    let mut client = FlightClients::new(secret)?.connect_with(address, Some(CALL_TIMEOUT)).await?;
     let action = Action { r#type: PING.into(), body: Default::default() };
     let mut answers = client.do_action(action).await.map_err(|e| e.message().to_string())?.into_inner();
     match answers.message().await {
@@ -178,8 +240,9 @@ pub async fn run(config: WorkerConfig, on_bound: impl FnOnce(SocketAddr)) -> Res
         }
         None => bound.to_string(),
     };
+    let exchange = FlightExchange::new(FlightClients::new(&config.secret)?);
     let service = FlightServiceServer::with_interceptor(
-        WorkerFlight { id: config.id.clone() },
+        WorkerFlight { id: config.id.clone(), exchange },
         require_secret(config.secret.clone()),
     );
     let incoming = tonic::transport::server::TcpIncoming::from(listener);

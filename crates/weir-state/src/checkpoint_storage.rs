@@ -105,6 +105,15 @@ impl CheckpointStorage {
         }
     }
 
+    /// The location as [`Self::open`] takes it again elsewhere (a worker): the URL, or the
+    /// directory made absolute.
+    pub fn url(&self) -> String {
+        match &self.place {
+            Place::Local(dir) => std::path::absolute(dir).unwrap_or_else(|_| dir.clone()).display().to_string(),
+            Place::Remote { url, .. } => url.clone(),
+        }
+    }
+
     /// Where `relative` is, for people: a directory or a URL.
     pub fn describe(&self, relative: &str) -> String {
         match &self.place {
