@@ -280,3 +280,6 @@ async fn send(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

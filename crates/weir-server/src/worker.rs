@@ -207,6 +207,19 @@ fn require_secret(secret: String) -> impl FnMut(Request<()>) -> Result<Request<(
     }
 }
 
+/// Serves a worker's Flight port on `listener`, answering only calls with `secret`.
+pub(crate) fn serve_flight(
+    listener: TcpListener,
+    id: String,
+    exchange: Arc<FlightExchange>,
+    secret: &str,
+) -> tokio::task::JoinHandle<Result<(), tonic::transport::Error>> {
+    let service =
+        FlightServiceServer::with_interceptor(WorkerFlight { id, exchange }, require_secret(secret.to_string()));
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    tokio::spawn(tonic::transport::Server::builder().add_service(service).serve_with_incoming(incoming))
+}
+
 /// Calls the worker at `address` with `ping`, carrying `secret`: its id.
 pub async fn ping(address: &str, secret: &str) -> Result<String, String> {
     let mut client = FlightClients::new(secret)?.connect_with(address, Some(CALL_TIMEOUT)).await?;
@@ -241,12 +254,7 @@ pub async fn run(config: WorkerConfig, on_bound: impl FnOnce(SocketAddr)) -> Res
         None => bound.to_string(),
     };
     let exchange = FlightExchange::new(FlightClients::new(&config.secret)?);
-    let service = FlightServiceServer::with_interceptor(
-        WorkerFlight { id: config.id.clone(), exchange },
-        require_secret(config.secret.clone()),
-    );
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
-    let server = tokio::spawn(tonic::transport::Server::builder().add_service(service).serve_with_incoming(incoming));
+    let server = serve_flight(listener, config.id.clone(), exchange, &config.secret);
     tracing::info!(id = %config.id, %bound, %advertise, controller = %config.controller, "weir worker is listening");
     on_bound(bound);
     let registration = Registration { id: config.id.clone(), address: advertise, slots: config.slots };
