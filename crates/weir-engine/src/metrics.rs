@@ -1,10 +1,11 @@
 //! Live counters of a running pipeline: per operator subtask and per channel. Tasks update
 //! atomics; readers take a snapshot whenever they like.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::channel::ChannelMetrics;
 
@@ -72,7 +73,7 @@ impl Default for OperatorMetrics {
 }
 
 /// A point-in-time copy of one operator subtask's counters.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OperatorSample {
     pub operator: String,
     pub subtask: usize,
@@ -90,7 +91,7 @@ pub struct OperatorSample {
 }
 
 /// A transactional writer's transactions at one moment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TransactionsSample {
     pub open: u64,
     pub pending: u64,
@@ -101,7 +102,7 @@ pub struct TransactionsSample {
 }
 
 /// A point-in-time copy of one channel's counters.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChannelSample {
     pub from: String,
     pub from_subtask: usize,
@@ -121,11 +122,20 @@ struct ChannelEntry {
     metrics: Arc<ChannelMetrics>,
 }
 
-/// Every counter of one pipeline attempt.
+/// The counters of an attempt's tasks on one worker, as it last sent them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WorkerSamples {
+    pub operators: Vec<OperatorSample>,
+    pub channels: Vec<ChannelSample>,
+}
+
+/// Every counter of one pipeline attempt: its tasks' here, and the last samples of its tasks on
+/// each worker.
 #[derive(Debug, Default)]
 pub struct MetricsRegistry {
     operators: Mutex<Vec<(String, usize, Arc<OperatorMetrics>)>>,
     channels: Mutex<Vec<ChannelEntry>>,
+    remote: Mutex<BTreeMap<usize, WorkerSamples>>,
 }
 
 impl MetricsRegistry {
@@ -140,7 +150,33 @@ impl MetricsRegistry {
         self.channels.lock().unwrap_or_else(|p| p.into_inner()).push(entry);
     }
 
+    /// Worker `worker`'s latest samples.
+    pub(crate) fn set_remote(&self, worker: usize, samples: WorkerSamples) {
+        self.remote.lock().unwrap_or_else(|p| p.into_inner()).insert(worker, samples);
+    }
+
+    /// This process's samples, as a worker sends them.
+    pub(crate) fn samples(&self) -> WorkerSamples {
+        WorkerSamples { operators: self.local_operators(), channels: self.local_channels() }
+    }
+
+    fn remote(&self) -> Vec<WorkerSamples> {
+        self.remote.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+    }
+
     pub fn operators(&self) -> Vec<OperatorSample> {
+        let mut operators = self.local_operators();
+        operators.extend(self.remote().into_iter().flat_map(|r| r.operators));
+        operators
+    }
+
+    pub fn channels(&self) -> Vec<ChannelSample> {
+        let mut channels = self.local_channels();
+        channels.extend(self.remote().into_iter().flat_map(|r| r.channels));
+        channels
+    }
+
+    fn local_operators(&self) -> Vec<OperatorSample> {
         let operators = self.operators.lock().unwrap_or_else(|p| p.into_inner());
         operators
             .iter()
@@ -174,7 +210,7 @@ impl MetricsRegistry {
             .collect()
     }
 
-    pub fn channels(&self) -> Vec<ChannelSample> {
+    fn local_channels(&self) -> Vec<ChannelSample> {
         let channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         channels
             .iter()

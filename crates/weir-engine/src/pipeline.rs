@@ -323,7 +323,8 @@ async fn run_attempt(
             let restore = manifest.as_ref().map(|m| m.checkpoint_id);
             let sources: Vec<bool> =
                 chains.iter().map(|c| matches!(graph.node(c.head()).kind, NodeKind::Source(_))).collect();
-            open_on_workers(&sources, placement, attempt, restore, workers, &events_tx, &mut join).await?
+            let opening = Opening { attempt, restore, registry: &registry, events: &events_tx };
+            open_on_workers(&sources, placement, opening, workers, &mut join).await?
         }
         _ => {
             let here = Here::All;
@@ -422,7 +423,10 @@ pub(crate) async fn build_tasks(
                 let receiver_wakeup = if receives { wakeups[to][receiver].clone() } else { remote.clone() };
                 let sender_wakeup = if sends { wakeups[from][sender].clone() } else { remote.clone() };
                 let (tx, rx) = channel(config.channel, receiver_wakeup, sender_wakeup);
-                registry.channel((&from_node.name, sender), (&to_node.name, receiver), tx.metrics().clone());
+                // A channel between workers counts once, at its sending end.
+                if sends {
+                    registry.channel((&from_node.name, sender), (&to_node.name, receiver), tx.metrics().clone());
+                }
                 if let Here::Worker { request, exchange } = &here
                     && sends != receives
                 {
@@ -529,6 +533,15 @@ pub(crate) async fn build_tasks(
     Ok(lines)
 }
 
+/// What the controller's side of an attempt on workers shares with each worker's line.
+struct Opening<'a> {
+    attempt: String,
+    restore: Option<u64>,
+    /// Where the workers' counters land.
+    registry: &'a Arc<MetricsRegistry>,
+    events: &'a mpsc::UnboundedSender<TaskEvent>,
+}
+
 /// Opens the attempt on every worker `placement` uses, and gives the coordinator a line to
 /// each of their tasks. What a worker sends comes back as its tasks' events; each worker's
 /// stream is watched in `join`, where it ends Ok once the worker's tasks all ended, and fails
@@ -536,12 +549,11 @@ pub(crate) async fn build_tasks(
 async fn open_on_workers(
     sources: &[bool],
     placement: Placement,
-    attempt: String,
-    restore: Option<u64>,
+    opening: Opening<'_>,
     workers: &Arc<dyn Workers>,
-    events_tx: &mpsc::UnboundedSender<TaskEvent>,
     join: &mut JoinSet<Result<()>>,
 ) -> Result<Vec<(TaskId, TaskLine)>> {
+    let Opening { attempt, restore, registry, events: events_tx } = opening;
     let mut lines = Vec::new();
     for worker in placement.used() {
         let address = placement.workers[worker].clone();
@@ -563,7 +575,7 @@ async fn open_on_workers(
                 lines.push((task, TaskLine { control: control_tx, is_source: sources[chain] }));
             }
         }
-        let (events, workers) = (events_tx.clone(), workers.clone());
+        let (events, workers, registry) = (events_tx.clone(), workers.clone(), registry.clone());
         join.spawn(async move {
             while let Some(message) = from_worker.recv().await {
                 let event = match message {
@@ -576,6 +588,10 @@ async fn open_on_workers(
                     FromWorker::SourceFinished => TaskEvent::SourceFinished,
                     FromWorker::Ended => TaskEvent::Ended,
                     FromWorker::Failed(error) => TaskEvent::Failed(error.into()),
+                    FromWorker::Metrics(samples) => {
+                        registry.set_remote(worker, samples);
+                        continue;
+                    }
                     FromWorker::Done(None) => return Ok(()),
                     FromWorker::Done(Some(error)) => return Err(error.into()),
                 };

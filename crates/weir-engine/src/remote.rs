@@ -25,9 +25,12 @@ use crate::channel::{Receiver, Sender};
 use crate::checkpoint::TaskCheckpointReport;
 use crate::error::{Error, Result};
 use crate::graph::Graph;
-use crate::metrics::MetricsRegistry;
+use crate::metrics::{MetricsRegistry, WorkerSamples};
 use crate::pipeline::{self, PipelineConfig};
 use crate::task::{Control, TaskEvent, TaskId};
+
+/// How often a worker sends its tasks' counters to the controller.
+pub const METRICS_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Where an attempt's tasks run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -161,6 +164,8 @@ pub enum FromWorker {
     SourceFinished,
     Ended,
     Failed(RemoteError),
+    /// The counters of its tasks now (sent every [`METRICS_EVERY`]).
+    Metrics(WorkerSamples),
     /// Every task of the attempt on this worker ended (`None`), or the attempt failed there.
     Done(Option<RemoteError>),
 }
@@ -269,8 +274,12 @@ pub async fn run_on_worker(
         drop(events_tx);
         let lines: HashMap<TaskId, mpsc::UnboundedSender<Control>> =
             lines.into_iter().map(|(task, line)| (task, line.control)).collect();
+        let mut metrics = tokio::time::interval(METRICS_EVERY);
         loop {
             tokio::select! {
+                _ = metrics.tick() => {
+                    let _ = events.send(FromWorker::Metrics(registry.samples()));
+                }
                 message = control.recv() => match message {
                     Some(ToTask { task, control }) => {
                         if let Some(line) = lines.get(&task) {
@@ -288,6 +297,7 @@ pub async fn run_on_worker(
                         while let Ok(event) = events_rx.try_recv() {
                             let _ = events.send(event.into());
                         }
+                        let _ = events.send(FromWorker::Metrics(registry.samples()));
                         return Ok(());
                     }
                     Some(Ok(Ok(()))) => {}

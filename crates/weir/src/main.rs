@@ -84,8 +84,8 @@ enum Command {
         config: Option<PathBuf>,
     },
     /// Join a weir service (the controller) as a worker offering slots: registers, heartbeats,
-    /// and serves Arrow Flight on its own port to the controller and other workers only (the
-    /// cluster secret). Running pipelines' subtasks here is not built yet.
+    /// serves Arrow Flight on its own port to the controller and other workers only (the
+    /// cluster secret), and runs the pipeline tasks the controller places here.
     Worker {
         /// The controller's HTTP address.
         #[arg(long, env = "WEIR_CONTROLLER", default_value = "http://127.0.0.1:8080")]
@@ -97,7 +97,8 @@ enum Command {
         /// bound address].
         #[arg(long, env = "WEIR_WORKER_ADVERTISE")]
         advertise: Option<String>,
-        /// How many subtasks it may run at once.
+        /// How many slots it offers: a slot takes one subtask of each operator chain of a
+        /// pipeline.
         #[arg(long, env = "WEIR_WORKER_SLOTS", default_value_t = 2)]
         slots: u32,
         /// The controller's --cluster-secret.
