@@ -34,12 +34,12 @@ SECRET = "bench-secret"
 QUERIES = {
     "group_by_auction": "INSERT INTO sink SELECT bid.auction, count(*), max(bid.price) FROM nexmark "
     "WHERE event_type = 2 GROUP BY bid.auction",
-    "tumble_by_auction": "INSERT INTO sink SELECT tumble(date_time, INTERVAL '1' SECOND), bid.auction, count(*), "
-    "max(bid.price) FROM nexmark WHERE event_type = 2 GROUP BY tumble(date_time, INTERVAL '1' SECOND), bid.auction",
+    "group_by_bidder": "INSERT INTO sink SELECT bid.bidder, count(*), max(bid.price) FROM nexmark "
+    "WHERE event_type = 2 GROUP BY bid.bidder",
 }
 SINKS = {
     "group_by_auction": "auction BIGINT, bids BIGINT, top BIGINT",
-    "tumble_by_auction": "window_start TIMESTAMP, auction BIGINT, bids BIGINT, top BIGINT",
+    "group_by_bidder": "bidder BIGINT, bids BIGINT, top BIGINT",
 }
 
 
