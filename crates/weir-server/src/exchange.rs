@@ -184,7 +184,7 @@ impl FlightExchange {
                     _ = wakeup.notified() => {
                         // The task took batches: grant the room it made.
                         let queued = into.metrics().queued_batches.load(std::sync::atomic::Ordering::Relaxed);
-                        let outstanding = granted - received;
+                        let outstanding = granted.saturating_sub(received);
                         let more = capacity.saturating_sub(queued + outstanding);
                         if more > 0 {
                             granted += more;
