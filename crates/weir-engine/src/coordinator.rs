@@ -56,7 +56,19 @@ pub(crate) struct Coordinator {
 
 impl Coordinator {
     /// Runs the attempt to its end: Ok when a bounded run finished, Err when anything failed.
+    /// A failed attempt's tasks are aborted and awaited before it returns: a task that was in
+    /// the middle of a step on another thread finishes that step first, and must not do it
+    /// after the next attempt's recovery (a sink beginning a transaction that recovery had
+    /// already swept would leave it open).
     pub async fn run(mut self) -> Result<()> {
+        let ended = self.run_to_end().await;
+        if ended.is_err() {
+            self.join.shutdown().await;
+        }
+        ended
+    }
+
+    async fn run_to_end(&mut self) -> Result<()> {
         let mut in_flight: BTreeMap<u64, InFlight> = BTreeMap::new();
         let sources = self.tasks.iter().filter(|t| t.is_source).count();
         let (mut sources_finished, mut ended) = (0, 0);
@@ -300,7 +312,7 @@ impl Coordinator {
     }
 
     /// Every task ended and the final checkpoint (if any) is committed: stop the tasks.
-    async fn shut_down(mut self) -> Result<()> {
+    async fn shut_down(&mut self) -> Result<()> {
         self.broadcast(Control::Shutdown, |_| true);
         while let Some(joined) = self.join.join_next().await {
             joined??;
