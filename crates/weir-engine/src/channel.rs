@@ -202,11 +202,6 @@ impl Receiver {
         self.pop()
     }
 
-    /// Batches queued now.
-    pub fn queued_batches(&self) -> usize {
-        self.shared.lock().batches
-    }
-
     /// Takes the first overtaking barrier out of the queue, wherever it is, with copies of the
     /// batches queued ahead of it (which stay queued).
     pub fn take_overtaking_barrier(&self) -> Option<(Barrier, Vec<RecordBatch>)> {
@@ -347,7 +342,7 @@ mod tests {
         let (tx, rx) = pair(1);
         tx.push_granted(Message::Data(batch(&[1])));
         tx.push_granted(Message::Data(batch(&[2])));
-        assert_eq!(rx.queued_batches(), 2);
+        assert_eq!(rx.metrics().queued_batches.load(Ordering::Relaxed), 2);
         assert!(tx.try_push(Message::Data(batch(&[3]))).is_err());
     }
 }

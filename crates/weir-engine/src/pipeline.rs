@@ -24,7 +24,7 @@ use crate::inflight;
 use crate::metrics::MetricsRegistry;
 use crate::operator::SubtaskInfo;
 use crate::partition::Router;
-use crate::remote::{AttemptRequest, ChannelKey, Exchange, FromWorker, Placement, ToTask, Workers};
+use crate::remote::{AttemptRequest, ChannelKey, Exchange, Heard, Placement, ToTask, Workers};
 use crate::restore::Restorer;
 use crate::status::SharedStatus;
 pub use crate::status::{ErrorRecord, PipelineState, PipelineStatus};
@@ -578,24 +578,13 @@ async fn open_on_workers(
         let (events, workers, registry) = (events_tx.clone(), workers.clone(), registry.clone());
         join.spawn(async move {
             while let Some(message) = from_worker.recv().await {
-                let event = match message {
-                    FromWorker::Ack { task, checkpoint_id, files, report } => {
-                        TaskEvent::Ack { task, checkpoint_id, files, report }
+                match Heard::from(message) {
+                    Heard::Event(event) => {
+                        let _ = events.send(event);
                     }
-                    FromWorker::Decline { task, checkpoint_id, reason } => {
-                        TaskEvent::Decline { task, checkpoint_id, reason }
-                    }
-                    FromWorker::SourceFinished => TaskEvent::SourceFinished,
-                    FromWorker::Ended => TaskEvent::Ended,
-                    FromWorker::Failed(error) => TaskEvent::Failed(error.into()),
-                    FromWorker::Metrics(samples) => {
-                        registry.set_remote(worker, samples);
-                        continue;
-                    }
-                    FromWorker::Done(None) => return Ok(()),
-                    FromWorker::Done(Some(error)) => return Err(error.into()),
-                };
-                let _ = events.send(event);
+                    Heard::Metrics(samples) => registry.set_remote(worker, samples),
+                    Heard::Done(ended) => return ended,
+                }
             }
             workers.lost(&address, "its attempt's call broke");
             Err(Error::Stopped(format!("the worker at {address} was lost")))

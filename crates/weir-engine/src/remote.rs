@@ -182,6 +182,31 @@ impl From<TaskEvent> for FromWorker {
     }
 }
 
+/// What the controller makes of a worker's message.
+pub(crate) enum Heard {
+    Event(TaskEvent),
+    Metrics(WorkerSamples),
+    /// The worker's part of the attempt ended: Ok, or how it failed.
+    Done(Result<()>),
+}
+
+impl From<FromWorker> for Heard {
+    fn from(message: FromWorker) -> Self {
+        Self::Event(match message {
+            FromWorker::Ack { task, checkpoint_id, files, report } => {
+                TaskEvent::Ack { task, checkpoint_id, files, report }
+            }
+            FromWorker::Decline { task, checkpoint_id, reason } => TaskEvent::Decline { task, checkpoint_id, reason },
+            FromWorker::SourceFinished => TaskEvent::SourceFinished,
+            FromWorker::Ended => TaskEvent::Ended,
+            FromWorker::Failed(error) => TaskEvent::Failed(error.into()),
+            FromWorker::Metrics(samples) => return Self::Metrics(samples),
+            FromWorker::Done(None) => return Self::Done(Ok(())),
+            FromWorker::Done(Some(error)) => return Self::Done(Err(error.into())),
+        })
+    }
+}
+
 /// The network between workers, as the runtime needs it (Arrow Flight, in weir-server).
 pub trait Exchange: Send + Sync + 'static {
     /// Carries what `from` yields (its queue signals `wakeup`) to the receiving end of `key` on

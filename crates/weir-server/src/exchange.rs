@@ -29,7 +29,7 @@ use weir_engine::channel::{Receiver, Sender};
 use weir_engine::remote::{ChannelKey, Exchange};
 use weir_engine::{Barrier, Message};
 
-use crate::flight_client::{FlightClients, first_command};
+use crate::flight_client::{FlightClients, first_command, message_of, read_message};
 
 /// How long a receiving worker waits for its side of a channel to be set up (its part of the
 /// attempt may start after the sender's).
@@ -63,13 +63,8 @@ impl Command {
     }
 }
 
-fn header(frame: &Frame) -> Result<FlightData, String> {
-    let json = serde_json::to_vec(frame).map_err(|e| e.to_string())?;
-    Ok(FlightData { app_metadata: json.into(), ..Default::default() })
-}
-
 fn frame_of(data: &FlightData) -> Result<Frame, String> {
-    serde_json::from_slice(&data.app_metadata).map_err(|e| format!("a channel message's header: {e}"))
+    read_message(data).map_err(|e| format!("a channel message's header: {e}"))
 }
 
 /// `message` as one Flight message. A batch goes as an Arrow IPC stream of its own (schema,
@@ -81,7 +76,7 @@ fn encode(message: Message) -> Result<FlightData, String> {
             let mut writer = StreamWriter::try_new(Vec::new(), &batch.schema()).map_err(|e| e.to_string())?;
             writer.write(&batch).map_err(|e| e.to_string())?;
             let body = writer.into_inner().map_err(|e| e.to_string())?;
-            let mut data = header(&Frame::Data)?;
+            let mut data = message_of(&Frame::Data)?;
             data.data_body = body.into();
             return Ok(data);
         }
@@ -89,7 +84,7 @@ fn encode(message: Message) -> Result<FlightData, String> {
         Message::Barrier(barrier) => Frame::Barrier(barrier),
         Message::End => Frame::End,
     };
-    header(&frame)
+    message_of(&frame)
 }
 
 fn decode(data: FlightData) -> Result<Message, String> {
@@ -154,7 +149,7 @@ impl FlightExchange {
             let Expected { into, wakeup, credits, failed } = expected;
             let capacity = credits as u64;
             let (mut granted, mut received) = (capacity, 0u64);
-            let grant = |n: u64| header(&Frame::Credit(n)).map_err(Status::internal);
+            let grant = |n: u64| message_of(&Frame::Credit(n)).map_err(Status::internal);
             if credits_tx.send(grant(capacity)).await.is_err() {
                 return;
             }

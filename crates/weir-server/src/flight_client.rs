@@ -74,6 +74,17 @@ pub fn first_command(descriptor: FlightDescriptor) -> FlightData {
     FlightData { flight_descriptor: Some(descriptor), ..Default::default() }
 }
 
+/// `value` as JSON in a message's `app_metadata` (a message with no body).
+pub fn message_of<T: serde::Serialize>(value: &T) -> Result<FlightData, String> {
+    let json = serde_json::to_vec(value).map_err(|e| e.to_string())?;
+    Ok(FlightData { app_metadata: json.into(), ..Default::default() })
+}
+
+/// What [`message_of`] put in `data`'s `app_metadata`.
+pub fn read_message<T: for<'de> serde::Deserialize<'de>>(data: &FlightData) -> Result<T, String> {
+    serde_json::from_slice(&data.app_metadata).map_err(|e| e.to_string())
+}
+
 /// The items of `receiver` as a stream (a call's requests or answers).
 pub fn stream_of<T: Send + 'static>(receiver: mpsc::Receiver<T>) -> impl Stream<Item = T> + Send + 'static {
     futures::stream::unfold(receiver, |mut receiver| async move { receiver.recv().await.map(|item| (item, receiver)) })

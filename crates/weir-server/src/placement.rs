@@ -22,7 +22,7 @@ use weir_sql::{FileRoots, Output, PipelineOptions, Session};
 
 use crate::cluster::Cluster;
 use crate::exchange::Command;
-use crate::flight_client::{FlightClients, first_command, stream_of};
+use crate::flight_client::{FlightClients, first_command, message_of, read_message, stream_of};
 
 /// How long an attempt waits for a worker when none is alive.
 const WAIT_FOR_WORKERS: std::time::Duration = std::time::Duration::from_secs(10);
@@ -88,16 +88,6 @@ pub struct ClusterWorkers {
     pub cluster: Arc<Cluster>,
     pub clients: FlightClients,
     pub spec: PipelineSpec,
-}
-
-/// JSON in a message's `app_metadata`.
-pub fn message_of<T: Serialize>(value: &T) -> Result<FlightData, String> {
-    let json = serde_json::to_vec(value).map_err(|e| e.to_string())?;
-    Ok(FlightData { app_metadata: json.into(), ..Default::default() })
-}
-
-pub fn read_message<T: for<'de> Deserialize<'de>>(data: &FlightData) -> Result<T, String> {
-    serde_json::from_slice(&data.app_metadata).map_err(|e| e.to_string())
 }
 
 #[async_trait::async_trait]

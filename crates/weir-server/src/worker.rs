@@ -28,8 +28,8 @@ use weir_engine::remote::{Exchange, FromWorker, RemoteError, ToTask, run_on_work
 
 use crate::cluster::{Heartbeat, Registered, Registration};
 use crate::exchange::{Command, FlightExchange};
-use crate::flight_client::{FlightClients, stream_of};
-use crate::placement::{AttemptOpen, message_of, read_message};
+use crate::flight_client::{FlightClients, message_of, read_message, stream_of};
+use crate::placement::AttemptOpen;
 
 /// The action that answers with the worker's id.
 const PING: &str = "ping";
