@@ -14,7 +14,7 @@
 //! arrives, a sender's when space frees up. A task therefore waits on one thing.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use datafusion::arrow::record_batch::RecordBatch;
@@ -64,6 +64,8 @@ struct Shared {
     metrics: Arc<ChannelMetrics>,
     receiver_wakeup: Arc<Notify>,
     sender_wakeup: Arc<Notify>,
+    /// The sending end was dropped (after everything it queued).
+    sender_dropped: AtomicBool,
 }
 
 impl Shared {
@@ -94,6 +96,7 @@ pub fn channel(bounds: ChannelBounds, receiver_wakeup: Arc<Notify>, sender_wakeu
         metrics: Arc::new(ChannelMetrics::default()),
         receiver_wakeup,
         sender_wakeup,
+        sender_dropped: AtomicBool::new(false),
     });
     (Sender { shared: shared.clone() }, Receiver { shared })
 }
@@ -169,7 +172,23 @@ impl Sender {
     }
 }
 
+impl Drop for Sender {
+    fn drop(&mut self) {
+        self.shared.sender_dropped.store(true, Ordering::Release);
+        self.shared.receiver_wakeup.notify_one();
+    }
+}
+
 impl Receiver {
+    /// The sending task is gone without ending the channel (it stopped at a shutdown, or
+    /// failed): nothing more will come, and nothing queued is owed to anyone. The sending end
+    /// of a channel between processes stops then, instead of waiting for an end that will not
+    /// come.
+    pub fn abandoned(&self) -> bool {
+        self.shared.sender_dropped.load(Ordering::Acquire)
+            && !self.shared.lock().items.iter().any(|m| matches!(m, Message::End))
+    }
+
     /// The message at the head of the queue, if any.
     pub fn pop(&self) -> Option<Message> {
         let mut queue = self.shared.lock();
@@ -344,5 +363,23 @@ mod tests {
         tx.push_granted(Message::Data(batch(&[2])));
         assert_eq!(rx.metrics().queued_batches.load(Ordering::Relaxed), 2);
         assert!(tx.try_push(Message::Data(batch(&[3]))).is_err());
+    }
+
+    #[test]
+    fn a_sender_dropped_without_an_end_abandons_the_channel_and_one_that_queued_its_end_does_not() {
+        let (tx, rx) = pair(4);
+        tx.try_push(Message::Data(batch(&[1]))).unwrap();
+        assert!(!rx.abandoned(), "the sender is still there");
+        drop(tx);
+        assert!(rx.abandoned(), "stopped without an end: the queued batch is owed to no one");
+
+        let (tx, rx) = pair(4);
+        tx.try_push(Message::Data(batch(&[1]))).unwrap();
+        tx.try_push(Message::End).unwrap();
+        drop(tx);
+        assert!(!rx.abandoned(), "its end is queued: everything before it must still go");
+        rx.pop();
+        rx.pop();
+        assert!(rx.abandoned());
     }
 }

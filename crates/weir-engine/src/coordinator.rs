@@ -52,6 +52,19 @@ pub(crate) struct Coordinator {
     pub injector: Option<Arc<FailureInjector>>,
     /// The running retention pass: one at a time, the last one awaited at shutdown.
     pub retention: Option<tokio::task::JoinHandle<()>>,
+    /// Set when the attempt should end at a savepoint to start again at another parallelism
+    /// (slots returned): handled as a stop with a savepoint.
+    pub rescale: tokio::sync::watch::Receiver<bool>,
+}
+
+/// How an attempt that did not fail ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// Its input ended and the final checkpoint (if any) committed, or a stop without
+    /// checkpoints.
+    Finished,
+    /// At the savepoint a stop or a rescale asked for.
+    AtSavepoint,
 }
 
 impl Coordinator {
@@ -60,7 +73,7 @@ impl Coordinator {
     /// the middle of a step on another thread finishes that step first, and must not do it
     /// after the next attempt's recovery (a sink beginning a transaction that recovery had
     /// already swept would leave it open).
-    pub async fn run(mut self) -> Result<()> {
+    pub async fn run(mut self) -> Result<Ended> {
         let ended = self.run_to_end().await;
         if ended.is_err() {
             self.join.shutdown().await;
@@ -68,14 +81,15 @@ impl Coordinator {
         ended
     }
 
-    async fn run_to_end(&mut self) -> Result<()> {
+    async fn run_to_end(&mut self) -> Result<Ended> {
         let mut in_flight: BTreeMap<u64, InFlight> = BTreeMap::new();
         let sources = self.tasks.iter().filter(|t| t.is_source).count();
         let (mut sources_finished, mut ended) = (0, 0);
         let mut final_id: Option<u64> = None;
         let mut final_done = false;
-        // A stop with a savepoint: the checkpoint taken for it, once triggered.
+        // A stop (or a rescale) with a savepoint: the checkpoint taken for it, once triggered.
         let mut stop = self.status.stop_requested();
+        let mut rescale = self.rescale.clone();
         let mut savepoint: Option<u64> = None;
         let mut ticker = self.config.interval.map(|every| {
             let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
@@ -85,11 +99,12 @@ impl Coordinator {
         loop {
             let checkpointing = self.config.interval.is_some();
             if ended == self.tasks.len() && (!checkpointing || final_done) {
-                return self.shut_down().await;
+                return self.shut_down().await.map(|()| Ended::Finished);
             }
-            if *stop.borrow() && final_id.is_none() && savepoint.is_none() {
+            let stopping = *stop.borrow() || *rescale.borrow();
+            if stopping && final_id.is_none() && savepoint.is_none() {
                 if !checkpointing {
-                    return self.shut_down().await;
+                    return self.shut_down().await.map(|()| Ended::Finished);
                 }
                 if in_flight.len() < self.config.max_concurrent {
                     let id = self.trigger(&mut in_flight, false);
@@ -114,8 +129,14 @@ impl Coordinator {
                 }
             };
             let stop_asked = async {
-                if *stop.borrow() || stop.changed().await.is_err() {
+                if stopping {
                     std::future::pending::<()>().await;
+                }
+                // A closed sender never changes: that branch is off, the other still counts.
+                tokio::select! {
+                    Ok(()) = stop.changed() => {}
+                    Ok(()) = rescale.changed() => {}
+                    else => std::future::pending::<()>().await,
                 }
             };
             tokio::select! {
@@ -137,7 +158,7 @@ impl Coordinator {
                                     if Some(checkpoint_id) == savepoint {
                                         if completed {
                                             // Tasks take "complete" (sinks commit) before the shutdown.
-                                            return self.shut_down().await;
+                                            return self.shut_down().await.map(|()| Ended::AtSavepoint);
                                         }
                                         savepoint = None;
                                     }

@@ -145,6 +145,22 @@ impl Graph {
         graph
     }
 
+    /// The parallelism of its widest operator.
+    pub fn widest(&self) -> usize {
+        self.nodes.iter().map(|n| n.parallelism).max().unwrap_or(1)
+    }
+
+    /// The same graph with no operator wider than `most` (narrower ones stay; a forward edge
+    /// joins equal parallelisms, which stay equal), for an attempt that has fewer slots than
+    /// the pipeline's parallelism.
+    pub fn capped(&self, most: usize) -> Graph {
+        let mut graph = self.clone();
+        for node in &mut graph.nodes {
+            node.parallelism = node.parallelism.min(most.max(1));
+        }
+        graph
+    }
+
     /// Replaces the factory of operator `name` (same inputs), e.g. a test swapping a sink for
     /// a transactional one. False if there is no such operator.
     pub fn replace_operator(&mut self, name: &str, factory: OperatorFactory) -> bool {

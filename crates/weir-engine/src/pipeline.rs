@@ -16,7 +16,7 @@ use weir_state::{Manifest, StateStore};
 use crate::chains::ChainLine;
 use crate::channel::{ChannelBounds, channel};
 use crate::checkpoint::CheckpointConfig;
-use crate::coordinator::{Coordinator, TaskLine};
+use crate::coordinator::{Coordinator, Ended, TaskLine};
 use crate::error::{Error, Result};
 use crate::failure::FailureInjector;
 use crate::graph::{Graph, NodeKind};
@@ -190,13 +190,15 @@ async fn supervise(
         let completed_before = shared.completed_checkpoints();
         let stopping = *shared.stop.borrow();
         let result = if stopping {
-            Ok(())
+            Ok(Ended::Finished)
         } else {
             let on = Launch { injector: injector.clone(), workers: workers.as_ref(), attempts: &attempts };
             run_attempt(&graph, &config, &store, on, &shared, &next_id).await
         };
         let error = match result {
-            Ok(()) => {
+            // Ended at a savepoint nobody asked to stop at: to start again wider, at once.
+            Ok(Ended::AtSavepoint) if !*shared.stop.borrow() => continue,
+            Ok(_) => {
                 let state = if *shared.stop.borrow() { PipelineState::Stopped } else { PipelineState::Finished };
                 shared.update(|s| s.state = state);
                 return Ok(());
@@ -270,6 +272,11 @@ struct Launch<'a> {
     attempts: &'a AttemptNames,
 }
 
+/// How long the slots alive must stay more than an attempt scaled down uses, and unchanged,
+/// before it ends at a savepoint to start again wider: workers that come back together make
+/// one rescale, not one each.
+const SCALE_UP_AFTER: Duration = Duration::from_secs(3);
+
 /// One attempt: restore, build, run until finished or failed. Dropping it (a kill, or the
 /// supervisor moving on) aborts every task of the attempt.
 async fn run_attempt(
@@ -279,7 +286,7 @@ async fn run_attempt(
     on: Launch<'_>,
     shared: &Arc<SharedStatus>,
     next_id: &Arc<AtomicU64>,
-) -> Result<()> {
+) -> Result<Ended> {
     let Launch { injector, workers, attempts } = on;
     // A manifest the attempt before was committing when it died lands first.
     store.settled().await;
@@ -310,10 +317,29 @@ async fn run_attempt(
 
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let mut join = JoinSet::new();
+    // On workers, no wider than the slots alive: a pipeline that lost a worker goes on at a
+    // lower parallelism (its state re-split from the checkpoint) rather than crowd the rest.
+    let scaled_to = match workers {
+        Some(workers) => Some(workers.slots().await?).filter(|slots| *slots < graph.widest()),
+        None => None,
+    };
+    let capped;
+    let graph = match scaled_to {
+        Some(most) => {
+            tracing::warn!(
+                parallelism = graph.widest(),
+                slots = most,
+                "fewer slots alive than the pipeline's parallelism: running narrower until they return"
+            );
+            capped = graph.capped(most);
+            &capped
+        }
+        None => graph,
+    };
     let chains = graph.chains(config.chaining);
     let parallelisms: Vec<usize> = chains.iter().map(|c| c.parallelism).collect();
     let placement = match workers {
-        Some(workers) => workers.place(&parallelisms).await?,
+        Some(workers) => Some(Placement { scaled_to, ..workers.place(&parallelisms).await? }),
         None => None,
     };
     shared.update(|s| s.placement = placement.clone());
@@ -345,6 +371,7 @@ async fn run_attempt(
     let lines = lines.into_iter().map(|(_, line)| line).collect();
     drop(events_tx);
     let parallelism: BTreeMap<String, usize> = graph.nodes().iter().map(|n| (n.name.clone(), n.parallelism)).collect();
+    let (rescale, rescale_rx) = tokio::sync::watch::channel(false);
     let coordinator = Coordinator {
         config: config.checkpoint.clone(),
         store: store.clone(),
@@ -356,8 +383,41 @@ async fn run_attempt(
         status: shared.clone(),
         injector,
         retention: None,
+        rescale: rescale_rx,
     };
-    coordinator.run().await
+    let scale_up = async {
+        match (scaled_to, workers) {
+            // Without checkpoints there is no savepoint to start again from.
+            (Some(running), Some(workers)) if config.checkpoint.interval.is_some() => {
+                let slots = slots_returned(workers.as_ref(), running).await;
+                tracing::info!(slots, "slots returned: the pipeline scales up at its next checkpoint");
+                rescale.send_replace(true);
+            }
+            _ => {}
+        }
+        std::future::pending::<std::convert::Infallible>().await
+    };
+    tokio::select! {
+        ended = coordinator.run() => ended,
+        never = scale_up => match never {},
+    }
+}
+
+/// Waits until more slots than `running` have been alive, in the same number, for
+/// [`SCALE_UP_AFTER`]; returns how many.
+async fn slots_returned(workers: &dyn Workers, running: usize) -> usize {
+    const EVERY: Duration = Duration::from_millis(250);
+    let mut seen = (0, tokio::time::Instant::now());
+    loop {
+        tokio::time::sleep(EVERY).await;
+        let slots = workers.slots_now();
+        if slots != seen.0 {
+            seen = (slots, tokio::time::Instant::now());
+        }
+        if slots > running && seen.1.elapsed() >= SCALE_UP_AFTER {
+            return slots;
+        }
+    }
 }
 
 /// Which of an attempt's tasks a process runs.

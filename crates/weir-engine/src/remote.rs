@@ -39,6 +39,11 @@ pub struct Placement {
     pub workers: Vec<String>,
     /// Per chain, per subtask: an index into `workers`.
     pub tasks: Vec<Vec<usize>>,
+    /// Set when fewer slots than the pipeline's parallelism were alive: no operator of the
+    /// attempt runs more subtasks than this (its state re-split from the checkpoint), until
+    /// slots return and the pipeline scales back up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaled_to: Option<usize>,
 }
 
 impl Placement {
@@ -62,7 +67,7 @@ impl Placement {
             return Err(Error::Stopped("no worker with a free slot to run the pipeline on".into()));
         }
         let tasks = parallelisms.iter().map(|p| (0..*p).map(|s| slots[s % slots.len()]).collect()).collect();
-        Ok(Self { workers: workers.iter().map(|(address, _)| address.clone()).collect(), tasks })
+        Ok(Self { workers: workers.iter().map(|(address, _)| address.clone()).collect(), tasks, scaled_to: None })
     }
 
     /// The worker task `(chain, subtask)` runs on.
@@ -239,8 +244,16 @@ pub trait Exchange: Send + Sync + 'static {
 /// The controller's way to its workers (weir-server's cluster).
 #[async_trait::async_trait]
 pub trait Workers: Send + Sync + 'static {
-    /// Where the tasks of chains of these parallelisms run now; `None`: in this process.
-    async fn place(&self, parallelisms: &[usize]) -> Result<Option<Placement>>;
+    /// The slots of the workers alive now, waiting a while when none is (an error if none
+    /// came): an attempt runs no operator wider than that.
+    async fn slots(&self) -> Result<usize>;
+
+    /// The slots of the workers alive at this moment, without waiting: watched while an
+    /// attempt runs narrower than its pipeline, to scale it back up when they return.
+    fn slots_now(&self) -> usize;
+
+    /// Where the tasks of chains of these parallelisms run now.
+    async fn place(&self, parallelisms: &[usize]) -> Result<Placement>;
 
     /// The worker at `address` was lost during an attempt (its call ended without a word).
     fn lost(&self, address: &str, why: &str);
@@ -267,6 +280,10 @@ pub async fn run_on_worker(
     mut control: mpsc::UnboundedReceiver<ToTask>,
     events: mpsc::UnboundedSender<FromWorker>,
 ) -> Result<()> {
+    let graph = &match request.placement.scaled_to {
+        Some(most) => graph.capped(most),
+        None => graph.clone(),
+    };
     let result = async {
         let chains = graph.chains(config.chaining);
         if request.placement.tasks.len() != chains.len()

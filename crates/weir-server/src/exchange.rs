@@ -232,7 +232,8 @@ impl Exchange for FlightExchange {
 }
 
 /// The sending side of one channel: drains `from` onto a call to the receiving worker, data
-/// only against credits, until the channel's end is sent and the receiver has closed.
+/// only against credits, until the channel's end is sent and the receiver has closed, or the
+/// sending task stopped without an end (a shutdown: the attempt is over, the call is closed).
 async fn send(
     clients: FlightClients,
     key: ChannelKey,
@@ -261,6 +262,9 @@ async fn send(
                 while let Ok(Some(_)) = credits_in.message().await {}
                 return Ok(());
             }
+        }
+        if from.abandoned() {
+            return Ok(());
         }
         tokio::select! {
             _ = wakeup.notified() => {}

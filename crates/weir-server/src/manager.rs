@@ -89,7 +89,8 @@ pub struct PipelineView {
     pub restarts: Option<u32>,
     pub restored_from: Option<u64>,
     /// Where the current attempt's tasks run when on workers: the workers' Flight addresses,
-    /// and per task (chain, then subtask) an index into them.
+    /// per task (chain, then subtask) an index into them, and `scaled_to` when fewer slots
+    /// than the pipeline's parallelism were alive (it runs that narrow until they return).
     #[schema(value_type = Option<Object>)]
     pub placement: Option<weir_engine::remote::Placement>,
     /// Per operator subtask: records in and out and their rates over the last seconds,

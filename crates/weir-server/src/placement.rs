@@ -92,17 +92,26 @@ pub struct ClusterWorkers {
 
 #[async_trait::async_trait]
 impl Workers for ClusterWorkers {
-    /// Over the workers alive now. With none, the attempt fails (and is retried with the
+    /// Of the workers alive now. With none, the attempt fails (and is retried with the
     /// restart back-off): a service that takes workers runs its pipelines on them only, so
     /// that a controller restarted before its workers found it again does not run them itself.
-    async fn place(&self, parallelisms: &[usize]) -> weir_engine::Result<Option<Placement>> {
+    async fn slots(&self) -> weir_engine::Result<usize> {
         let alive = self.cluster.alive_within(WAIT_FOR_WORKERS).await;
         if alive.is_empty() {
             return Err(weir_engine::Error::Stopped(format!(
                 "no worker is alive to run the pipeline on (waited {WAIT_FOR_WORKERS:?}): start one with weir worker --controller URL --cluster-secret S"
             )));
         }
-        Placement::spread(parallelisms, &alive).map(Some)
+        Ok(alive.iter().map(|(_, slots)| *slots as usize).sum())
+    }
+
+    fn slots_now(&self) -> usize {
+        self.cluster.alive().iter().map(|(_, slots)| *slots as usize).sum()
+    }
+
+    /// Over the workers alive now.
+    async fn place(&self, parallelisms: &[usize]) -> weir_engine::Result<Placement> {
+        Placement::spread(parallelisms, &self.cluster.alive())
     }
 
     fn lost(&self, address: &str, why: &str) {

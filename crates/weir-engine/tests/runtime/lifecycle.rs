@@ -433,6 +433,9 @@ async fn an_unreadable_newest_manifest_is_reported_not_skipped() {
     let first = start(graph.clone(), config(CheckpointMode::Aligned, 20), store.clone()).unwrap();
     await_completed(&first, 2, Duration::from_secs(20)).await;
     first.kill().await;
+    // A manifest the killed run was writing lands first: corrupting the one before it would
+    // leave a newer, good one to restore (seen once on a loaded machine).
+    store.settled().await;
     let completed = store.completed_checkpoints().await.unwrap();
     let (newest, previous) = (completed[completed.len() - 1], completed[completed.len() - 2]);
     let location = store.manifest_location(newest);

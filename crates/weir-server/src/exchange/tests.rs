@@ -99,10 +99,18 @@ impl TwoWorkers {
 
 #[async_trait::async_trait]
 impl Workers for TwoWorkers {
+    async fn slots(&self) -> weir_engine::Result<usize> {
+        Ok(self.slots_now())
+    }
+
+    fn slots_now(&self) -> usize {
+        self.addresses.len()
+    }
+
     /// The source's chain on the first worker, the throttle's on the second.
-    async fn place(&self, parallelisms: &[usize]) -> weir_engine::Result<Option<Placement>> {
+    async fn place(&self, parallelisms: &[usize]) -> weir_engine::Result<Placement> {
         assert_eq!(parallelisms, [1, 1]);
-        Ok(Some(Placement { workers: self.addresses.clone(), tasks: vec![vec![0], vec![1]] }))
+        Ok(Placement { workers: self.addresses.clone(), tasks: vec![vec![0], vec![1]], scaled_to: None })
     }
 
     fn lost(&self, _address: &str, _why: &str) {}

@@ -296,3 +296,93 @@ fn on_three_workers_through_sigkills(extra: &[String]) -> tempfile::TempDir {
     assert_exactly_once(pipeline, &outputs, &format!("{view}\n{}", log_text()));
     data
 }
+
+/// Three workers of one slot under a pipeline of parallelism 3. One is SIGKILLed and not
+/// replaced: the pipeline goes on at parallelism 2 on the two left (its window state re-split
+/// from the checkpoint), not three subtasks crowded onto two slots. A worker joins again: once
+/// the slots have stayed back for a few seconds the pipeline ends at a savepoint and goes on at
+/// 3 (a rescale, not a failure). Read read_committed, every window is there exactly once.
+#[test]
+fn a_pipeline_short_of_slots_runs_narrower_and_scales_back_up_when_they_return() {
+    use crate::exactly_once::{Pipeline, assert_exactly_once, outputs};
+
+    let _serial = crate::kafka_serial();
+    let data = tempfile::tempdir().unwrap();
+    let log = data.path().join("workers.log");
+    let flags = ["--cluster-secret", SECRET, "--worker-timeout-ms", "1500"];
+    let server = Server::start(data.path(), &flags);
+    let controller = format!("http://{}", server.address);
+    let mut workers: Vec<Worker> =
+        (0..3).map(|n| Worker::start_logged(&controller, &format!("worker-{n}"), 1, Some(&log))).collect();
+    wait_for_workers(
+        &server,
+        &[("worker-0", "alive"), ("worker-1", "alive"), ("worker-2", "alive")],
+        Duration::from_secs(20),
+    );
+    let pipeline = Pipeline::WindowUpsert;
+    let outputs = outputs(pipeline);
+    let sql = pipeline.sql(&outputs, "exactly_once").replace("SET parallelism = '2';", "SET parallelism = '3';");
+    let (status, results) = server.sql(&sql);
+    assert_eq!(status, 200, "{results}");
+    let id = results.as_array().unwrap().iter().find(|r| r["kind"] == "pipeline").unwrap()["id"].as_i64().unwrap();
+    let view = |server: &Server| server.json("GET", &format!("/api/v1/pipelines/{id}"), None).1;
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    // Waits for a placement `wanted` accepts; returns it.
+    let placed = |wanted: &dyn Fn(&Value) -> bool, what: &str| {
+        let started = Instant::now();
+        loop {
+            let view = view(&server);
+            if wanted(&view["placement"]) {
+                eprintln!("{what} after {:?}: {}", started.elapsed(), view["placement"]);
+                return view["placement"].clone();
+            }
+            assert_ne!(view["status"], "finished", "finished before {what}: make the input larger\n{view}");
+            assert!(started.elapsed() < Duration::from_secs(60), "not {what}: {view}\n{}", log_text());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let widths = |placement: &Value| -> Vec<usize> {
+        placement["tasks"]
+            .as_array()
+            .map(|c| c.iter().map(|t| t.as_array().map_or(0, Vec::len)).collect())
+            .unwrap_or_default()
+    };
+    let at = |width: usize| move |p: &Value| !widths(p).is_empty() && widths(p).iter().all(|w| *w == width);
+
+    let full =
+        placed(&|p: &Value| at(3)(p) && p["workers"].as_array().is_some_and(|w| w.len() == 3), "on three workers");
+    assert!(full["scaled_to"].is_null(), "{full}");
+    // A checkpoint completes before the kill, so the narrower attempt restores one.
+    let completed = || {
+        let (_, list) = server.json("GET", &format!("/api/v1/pipelines/{id}/checkpoints"), None);
+        list.as_array().map_or(0, |l| l.iter().filter(|c| c["status"]["status"] == "completed").count())
+    };
+    let started = Instant::now();
+    while completed() == 0 {
+        assert!(started.elapsed() < Duration::from_secs(30), "no checkpoint: {}", view(&server));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut killed = workers.remove(2);
+    killed.child.kill().unwrap();
+    killed.child.wait().unwrap();
+
+    let narrow = placed(&|p: &Value| at(2)(p) && p["scaled_to"] == 2, "at parallelism 2 on the two left");
+    assert_eq!(narrow["workers"].as_array().map(Vec::len), Some(2), "{narrow}");
+    let errors = |view: &Value| -> Vec<String> {
+        view["errors"].as_array().unwrap().iter().filter_map(|e| e["message"].as_str().map(str::to_string)).collect()
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let failed_at_the_kill = errors(&view(&server));
+    workers.push(Worker::start_logged(&controller, "worker-3", 1, Some(&log)));
+    placed(
+        &|p: &Value| at(3)(p) && p["scaled_to"].is_null() && p["workers"].as_array().is_some_and(|w| w.len() == 3),
+        "back at 3",
+    );
+
+    server.wait_for_status(id, "finished", Duration::from_secs(300));
+    let view = view(&server);
+    // The kill failed attempts; scaling back up did not.
+    assert!(!failed_at_the_kill.is_empty());
+    assert_eq!(errors(&view), failed_at_the_kill, "{view}");
+    assert_exactly_once(pipeline, &outputs, &format!("{view}\n{}", log_text()));
+}
