@@ -7,9 +7,9 @@
 import { h, s, table } from './dom.js';
 import * as format from './format.js';
 
-const NODE_W = 165;
+const NODE_W = 175;
 const NODE_H = 74;
-const GAP_X = 90;
+const GAP_X = 82;
 const GAP_Y = 34;
 const PAD = 16;
 
@@ -81,7 +81,7 @@ export function dataflowSvg(dataflow, operators, selected, onSelect) {
     return s('g', { class: 'edge', 'data-from': e.from, 'data-to': e.to, 'data-partitioning': e.partitioning },
       s('title', {}, `${e.partitioning} (into input ${e.input})`),
       s('path', { d: `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2 - 6},${y2}`, 'marker-end': 'url(#arrow)' }),
-      s('text', { x: mid, y: (y1 + y2) / 2 - 6, 'text-anchor': 'middle', class: 'edge-label' }, shorten(e.partitioning, 14)));
+      s('text', { x: mid, y: (y1 + y2) / 2 - 6, 'text-anchor': 'middle', class: 'edge-label' }, shorten(e.partitioning, 12)));
   });
   const nodes = dataflow.nodes.map((n) => {
     const { x, y } = position(n.id);
@@ -127,12 +127,18 @@ function shorten(text, max) {
 }
 
 /** The per-subtask table of the operator `name`. */
-export function subtaskTable(name, operators) {
+/**
+ * The subtasks of operator `name`; `workerOf(subtask)`, when the pipeline runs on workers,
+ * gives the Flight address of the worker each runs on (a column of its own).
+ */
+export function subtaskTable(name, operators, workerOf = null) {
   const rows = operators.filter((o) => o.operator === name).sort((a, b) => a.subtask - b.subtask);
-  const columns = [['Subtask', 'num'], ['Records in', 'num'], ['Records out', 'num'], ['In/s', 'num'], ['Out/s', 'num'],
-    ['Back-pressure', 'num'], ['Watermark'], ['Watermark lag', 'num'], ['Bad records', 'num'], ['Late dropped', 'num']];
+  const columns = [['Subtask', 'num'], ...(workerOf ? [['Worker']] : []), ['Records in', 'num'], ['Records out', 'num'],
+    ['In/s', 'num'], ['Out/s', 'num'], ['Back-pressure', 'num'], ['Watermark'], ['Watermark lag', 'num'],
+    ['Bad records', 'num'], ['Late dropped', 'num']];
   return table(columns, rows.map((o) => h('tr', {},
     h('td', { class: 'num' }, o.subtask),
+    workerOf ? h('td', { class: 'worker' }, workerOf(o.subtask) ?? '—') : null,
     h('td', { class: 'num' }, format.count(o.records_in)),
     h('td', { class: 'num' }, format.count(o.records_out)),
     h('td', { class: 'num' }, format.rate(o.records_in_per_second)),

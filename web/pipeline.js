@@ -23,6 +23,35 @@ const TABS = [
   ['output', 'Live output'],
 ];
 
+/** Its parallelism, and when fewer slots were alive the one it runs at now. */
+function parallelism(view) {
+  const scaled = view.placement?.scaled_to;
+  if (scaled === undefined || scaled === null) return String(view.parallelism);
+  return h('span', {}, `${scaled} of ${view.parallelism} `,
+    h('span', { class: 'tag warn-tag', title: 'Fewer worker slots are alive than its parallelism: it runs narrower until they return' }, 'short of slots'));
+}
+
+/** The dataflow as it runs now: no operator wider than a narrowed attempt's parallelism. */
+function runningDataflow(view) {
+  const scaled = view.placement?.scaled_to;
+  if (scaled === undefined || scaled === null) return view.dataflow;
+  return { ...view.dataflow, nodes: view.dataflow.nodes.map((n) => ({ ...n, parallelism: Math.min(n.parallelism, scaled) })) };
+}
+
+/** "2 workers", their addresses in the title. */
+function workersOf(placement) {
+  const used = [...new Set(placement.tasks.flat())].map((index) => placement.workers[index]);
+  return h('span', { title: used.join(', ') }, `${used.length} worker${used.length === 1 ? '' : 's'}`);
+}
+
+/** For operator `name` of a pipeline on workers: subtask -> the worker's address. */
+function workerOf(view, name) {
+  const placement = view.placement;
+  const node = view.dataflow.nodes.find((n) => n.name === name);
+  if (!placement || !node) return null;
+  return (subtask) => placement.workers[placement.tasks[node.task]?.[subtask]];
+}
+
 export function mountPipeline(main, id, tab) {
   const header = h('div', { class: 'pipeline-header' }, h('h1', {}, `Pipeline ${id}`));
   const panel = h('section', { class: 'tab-panel', id: 'tab-panel', role: 'tabpanel', 'aria-labelledby': `tab-${tab}` });
@@ -76,7 +105,8 @@ export function mountPipeline(main, id, tab) {
       ['Status', statusBadge(view.status)],
       ['Uptime', format.duration(view.uptime_ms) || '—'],
       ['Restarts', view.restarts ?? '—'],
-      ['Parallelism', view.parallelism],
+      ['Parallelism', parallelism(view)],
+      ...(view.placement ? [['Runs on', workersOf(view.placement)]] : []),
       ['Created', format.clock(view.created_at_ms)],
     ];
     replace(header,
@@ -101,7 +131,7 @@ export function mountPipeline(main, id, tab) {
         h('h2', {}, 'Dataflow'),
         view.dataflow.nodes.length === 0
           ? h('p', { class: 'empty' }, 'The graph shows while the pipeline runs (resume it to see it).')
-          : h('div', { class: 'scroll graph' }, dataflowSvg(view.dataflow, view.operators, chosen, (node) => {
+          : h('div', { class: 'scroll graph' }, dataflowSvg(runningDataflow(view), view.operators, chosen, (node) => {
             selected = node.name;
             renderTab(view, checkpoints);
             document.getElementById(`node-${node.id}`)?.focus();
@@ -111,7 +141,7 @@ export function mountPipeline(main, id, tab) {
           h('span', { class: 'legend-item' }, h('span', { class: 'swatch pressure-low' }), '10–50%'),
           h('span', { class: 'legend-item' }, h('span', { class: 'swatch pressure-high' }), 'over 50%')),
         chosen ? h('section', { class: 'operator-detail', 'aria-label': `Operator ${chosen}` },
-          h('h2', {}, `Operator ${chosen}`), h('div', { class: 'scroll' }, subtaskTable(chosen, view.operators)))
+          h('h2', {}, `Operator ${chosen}`), h('div', { class: 'scroll' }, subtaskTable(chosen, view.operators, workerOf(view, chosen))))
           : h('p', { class: 'muted' }, 'Choose an operator to see its subtasks.'),
         view.graph.length ? h('details', { open: open.explain, ontoggle: keepOpen('explain') }, h('summary', {}, 'As EXPLAIN shows it'), h('pre', { class: 'explain' }, view.graph.join('\n'))) : null);
     } else if (tab === 'checkpoints') {

@@ -40,6 +40,25 @@ export async function startServer(extra = []) {
   };
 }
 
+/** `weir worker` joining `server` (started with the same cluster secret); resolves once it
+ * prints its Flight address. */
+export async function startWorker(server, id, secret) {
+  const env = { ...process.env, RUST_LOG: 'warn' };
+  const child = spawn(WEIR, ['worker', '--controller', server.url, '--listen', '127.0.0.1:0', '--id', id,
+    '--slots', '1', '--cluster-secret', secret], { env, stdio: ['ignore', 'pipe', 'inherit'] });
+  const line = await new Promise((resolve, reject) => {
+    createInterface({ input: child.stdout }).once('line', resolve);
+    child.once('exit', (code) => reject(new Error(`weir worker exited with ${code} before listening`)));
+  });
+  return {
+    address: line.trim().replace(/^weir worker listening on /, ''),
+    async kill() {
+      child.kill('SIGKILL');
+      await new Promise((resolve) => (child.exitCode !== null || child.signalCode !== null ? resolve() : child.once('exit', resolve)));
+    },
+  };
+}
+
 /** Debian's Chromium, headless, with nothing that reaches for the (closed) network. */
 export function launchBrowser() {
   return chromium.launch({

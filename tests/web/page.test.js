@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { after, before, describe, test } from 'node:test';
 
-import { KAFKA, api, eventually, launchBrowser, screenshot, startServer } from './harness.js';
+import { KAFKA, api, eventually, launchBrowser, screenshot, startServer, startWorker } from './harness.js';
 
 const AXE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 
@@ -320,6 +320,56 @@ INSERT INTO bids_out SELECT bid.auction, bid.price FROM nexmark WHERE event_type
     }
     assert.ok(reached, 'Tab reaches the pipelines\' action buttons');
     assert.deepEqual(violations, []);
+    await context.close();
+  });
+});
+
+describe('a pipeline on workers', () => {
+  const SECRET = 'web-cluster-secret';
+  let server;
+  const workers = [];
+  before(async () => {
+    server = await startServer(['--cluster-secret', SECRET, '--worker-timeout-ms', '1500']);
+    for (const id of ['worker-a', 'worker-b']) workers.push(await startWorker(server, id, SECRET));
+    await eventually('both workers alive', async () =>
+      (await api(server, 'GET', '/workers')).filter((w) => w.status === 'alive').length === 2);
+  });
+  after(async () => {
+    for (const worker of workers) await worker.kill();
+    await server?.stop();
+  });
+
+  test('shows the worker of each subtask, and a pipeline short of slots as such until they return', async () => {
+    const { page, context, problems } = await open(server);
+    const sql = `${NEXMARK}\nSET parallelism = '2';\nCREATE TABLE counts (bucket BIGINT, bids BIGINT) WITH (connector = 'blackhole');\nINSERT INTO counts ${COUNT_BIDS}`;
+    const id = await runInEditor(page, sql);
+    await page.getByRole('tab', { name: 'Overview' }).click();
+    const fact = (name) => page.locator('.pipeline-header .facts div', { has: page.locator('dt', { hasText: name }) }).locator('dd');
+    await eventually('placed on both workers', async () => (await fact('Runs on').textContent()) === '2 workers');
+    assert.equal(await fact('Parallelism').textContent(), '2');
+    await page.locator('svg.dataflow g.node[data-role="source"]').click();
+    const cells = page.locator('table.subtasks td.worker');
+    await eventually('a worker per subtask', async () => (await cells.count()) === 2);
+    assert.deepEqual((await cells.allTextContents()).sort(), workers.map((w) => w.address).sort());
+    await screenshot(page, '14-on-workers');
+
+    // One worker gone and not replaced: it goes on at 1, and says why.
+    await workers.pop().kill();
+    await eventually('running at 1 of 2', async () => /^1 of 2 short of slots$/.test(await fact('Parallelism').textContent()), 60000);
+    await page.locator('.pipeline-header .status-running').waitFor();
+    assert.equal(await fact('Runs on').textContent(), '1 worker');
+    assert.deepEqual(await page.locator('svg.dataflow .node-parallelism').allTextContents(), ['×1', '×1', '×1', '×1', '×1']);
+    await page.locator('svg.dataflow g.node[data-role="source"]').click();
+    await eventually('one subtask, on the worker left', async () =>
+      JSON.stringify(await cells.allTextContents()) === JSON.stringify([workers[0].address]));
+    await screenshot(page, '15-short-of-slots');
+
+    // A worker joins: after a few seconds it is back at 2.
+    workers.push(await startWorker(server, 'worker-c', SECRET));
+    await eventually('back at 2', async () => (await fact('Parallelism').textContent()) === '2', 60000);
+    const view = await api(server, 'GET', `/pipelines/${id}`);
+    assert.equal(view.placement.scaled_to, undefined, JSON.stringify(view.placement));
+    assert.deepEqual(problems, []);
     await context.close();
   });
 });

@@ -25,7 +25,7 @@ use crate::metrics::MetricsRegistry;
 use crate::operator::SubtaskInfo;
 use crate::partition::Router;
 use crate::remote::{AttemptRequest, ChannelKey, Exchange, Heard, Placement, ToTask, Workers};
-use crate::restore::Restorer;
+use crate::restore::{self, Restorer};
 use crate::status::SharedStatus;
 pub use crate::status::{ErrorRecord, PipelineState, PipelineStatus};
 use crate::task::{InputChannel, Member, OutputChannel, OutputEdge, SourceHead, Task, TaskContext, TaskEvent, TaskId};
@@ -490,7 +490,14 @@ pub(crate) async fn build_tasks(
                 if let Here::Worker { request, exchange } = &here
                     && sends != receives
                 {
-                    let key = ChannelKey { attempt: request.attempt.clone(), edge: edge_index, sender, receiver };
+                    let key = ChannelKey {
+                        attempt: request.attempt.clone(),
+                        edge: edge_index,
+                        sender,
+                        receiver,
+                        from: from_node.name.clone(),
+                        to: to_node.name.clone(),
+                    };
                     if sends {
                         let address = request.placement.workers[request.placement.worker_of(to, receiver)].clone();
                         join.spawn(exchange.send(key, address, rx, remote));
@@ -525,13 +532,33 @@ pub(crate) async fn build_tasks(
 
     let mut restorer = Restorer::new(store, manifest);
     if let Some(manifest) = manifest {
+        // Only what the subtasks here get back: on a worker, its own key ranges.
+        let here_operators: Vec<(&str, usize, usize)> = chains
+            .iter()
+            .enumerate()
+            .flat_map(|(index, chain)| {
+                let here = &here;
+                (0..chain.parallelism).filter(move |s| here.runs(index, *s)).flat_map(move |subtask| {
+                    chain
+                        .nodes
+                        .iter()
+                        .map(move |id| (graph.node(*id).name.as_str(), subtask, graph.node(*id).parallelism))
+                })
+            })
+            .collect();
+        let wanted = |chain: &[weir_state::StateFile]| {
+            here_operators.iter().any(|(operator, subtask, parallelism)| {
+                chain[0].operator == *operator && restore::may_hold_rows_of(chain, *subtask, *parallelism)
+            })
+        };
         let started = std::time::Instant::now();
-        restorer.prefetch().await?;
+        let bytes = restorer.prefetch(wanted).await?;
         let ms = started.elapsed().as_millis() as u64;
         tracing::info!(
             checkpoint = manifest.checkpoint_id,
             ms,
-            bytes = manifest.state_bytes(),
+            bytes,
+            of = manifest.state_bytes(),
             "checkpoint state read"
         );
     }

@@ -93,6 +93,16 @@ pub struct ChannelKey {
     pub edge: usize,
     pub sender: usize,
     pub receiver: usize,
+    /// The operators at its two ends, to name it in errors and logs.
+    pub from: String,
+    pub to: String,
+}
+
+impl std::fmt::Display for ChannelKey {
+    /// As `select[0] -> window[2]`: operator and subtask at each end.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}[{}] -> {}[{}]", self.from, self.sender, self.to, self.receiver)
+    }
 }
 
 /// What the controller asks of one worker for one attempt.
@@ -374,5 +384,18 @@ mod tests {
         let placement = Placement::spread(&[3], &workers(&[1, 1])).unwrap();
         assert_eq!(placement.tasks, vec![vec![0, 1, 0]]);
         assert!(Placement::spread(&[1], &[]).is_err());
+    }
+
+    #[test]
+    fn a_channel_is_named_by_its_operators_and_subtasks() {
+        let key = ChannelKey {
+            attempt: "a-1".into(),
+            edge: 1,
+            sender: 0,
+            receiver: 2,
+            from: "select".into(),
+            to: "window".into(),
+        };
+        assert_eq!(key.to_string(), "select[0] -> window[2]");
     }
 }

@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 
 use datafusion::arrow::record_batch::RecordBatch;
-use weir_state::key_range::owned_rows;
-use weir_state::{KEY_HASH_COLUMN, Manifest, StateFile, StateStore};
+use weir_state::key_range::{owned_rows, owns_any_of};
+use weir_state::{FileRole, KEY_HASH_COLUMN, Manifest, StateFile, StateStore};
 
 use crate::chains::TableId;
 use crate::error::Result;
@@ -47,6 +47,9 @@ impl<'a> Restorer<'a> {
         let mut tables: HashMap<String, Vec<RecordBatch>> = HashMap::new();
         for chain in chains(manifest, |f| f.operator == operator) {
             let rows = tables.entry(chain[0].table.clone()).or_default();
+            if !may_hold_rows_of(&chain, subtask, parallelism) {
+                continue;
+            }
             for batch in self.read_chain(&chain).await? {
                 if batch.schema().column_with_name(KEY_HASH_COLUMN).is_some() {
                     let mine = owned_rows(&batch, subtask, parallelism)?;
@@ -82,19 +85,21 @@ impl<'a> Restorer<'a> {
         Some(tables.collect())
     }
 
-    /// Reads every operator table of the checkpoint at once (each file decoded, each chain
-    /// merged, off the async workers), so a restore of many subtasks takes about as long as
-    /// its largest table rather than the sum of all.
-    pub async fn prefetch(&mut self) -> Result<()> {
-        let Some(manifest) = self.manifest else { return Ok(()) };
-        let chains = chains(manifest, |_| true);
+    /// Reads the operator tables of the checkpoint that `wanted` keeps (a chain of an old
+    /// subtask's files of one table) at once (each file decoded, each chain merged, off the
+    /// async workers), so a restore of many subtasks takes about as long as its largest table
+    /// rather than the sum of all. Returns the bytes of the files read.
+    pub async fn prefetch(&mut self, wanted: impl Fn(&[StateFile]) -> bool) -> Result<u64> {
+        let Some(manifest) = self.manifest else { return Ok(0) };
+        let chains: Vec<Vec<StateFile>> = chains(manifest, |_| true).into_iter().filter(|c| wanted(c)).collect();
+        let bytes = chains.iter().flatten().map(|f| f.bytes).sum();
         let store = self.store;
         let reads = chains.iter().map(|chain| async move { store.read_chain(chain).await });
         let read = futures::future::try_join_all(reads).await?;
         for (chain, batches) in chains.iter().zip(read) {
             self.cache.insert(chain_id(chain), batches);
         }
-        Ok(())
+        Ok(bytes)
     }
 
     /// One table of one old subtask: its file, or its chain merged (once, however many new
@@ -116,7 +121,70 @@ fn chains(manifest: &Manifest, wanted: impl Fn(&StateFile) -> bool) -> Vec<Vec<S
     manifest.chains().into_iter().filter(|chain| !inflight::is_inflight(&chain[0].table) && wanted(&chain[0])).collect()
 }
 
+/// Whether the chain `chain` (one old subtask's files of one table) may hold rows subtask
+/// `subtask` of `parallelism` gets back: not when it is keyed and every hash it holds belongs
+/// to other subtasks. The merged chain's rows are among its full and upsert files' rows, so
+/// their ranges bound it; a file without a range (not keyed, or older) must be read.
+pub(crate) fn may_hold_rows_of(chain: &[StateFile], subtask: usize, parallelism: usize) -> bool {
+    let mut ranges = chain.iter().filter(|f| f.role != FileRole::Deletes).map(|f| f.key_hashes);
+    ranges
+        .try_fold(None::<(u64, u64)>, |range, file| {
+            let (least, greatest) = file?;
+            Some(Some(range.map_or((least, greatest), |(l, g)| (l.min(least), g.max(greatest)))))
+        })
+        .is_none_or(|range| range.is_none_or(|(least, greatest)| owns_any_of(least, greatest, subtask, parallelism)))
+}
+
 /// A chain's name in the cache: its files' paths (one file: its path, as in-flight reads).
 fn chain_id(chain: &[StateFile]) -> String {
     chain.iter().map(|f| f.path.as_str()).collect::<Vec<_>>().join("+")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Int64Array, UInt64Array};
+    use datafusion::arrow::datatypes::{DataType, Field};
+    use weir_state::key_range::keyed_schema;
+
+    use super::*;
+
+    /// Two old subtasks' keyed files, each within its own key range: subtask 0 of 2 reads only
+    /// its own (the other's file may be gone), subtask 0 of 1 (a rescale) needs both.
+    #[tokio::test]
+    async fn a_subtask_reads_only_the_files_whose_key_hashes_it_may_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::local(dir.path()).unwrap();
+        let schema = keyed_schema([Field::new("count", DataType::Int64, false)]);
+        let half = u64::MAX / 2;
+        let mut files = Vec::new();
+        for (subtask, hashes) in [(0, vec![1, half - 1]), (1, vec![half + 1, u64::MAX])] {
+            let counts = Arc::new(Int64Array::from(vec![subtask as i64; 2]));
+            let batch =
+                RecordBatch::try_new(schema.clone(), vec![Arc::new(UInt64Array::from(hashes)), counts]).unwrap();
+            files.push(store.write_table(1, "agg", subtask, "groups", schema.clone(), vec![batch]).await.unwrap());
+        }
+        assert_eq!(files[1].key_hashes, Some((half + 1, u64::MAX)));
+        let manifest = Manifest {
+            checkpoint_id: 1,
+            completed_at_ms: 0,
+            parallelism: BTreeMap::from([("agg".to_string(), 2)]),
+            files: files.clone(),
+            finished: false,
+        };
+        store.commit_manifest(&manifest).await.unwrap();
+
+        let mut restorer = Restorer::new(&store, Some(&manifest));
+        let read = restorer.prefetch(|chain| may_hold_rows_of(chain, 0, 2)).await.unwrap();
+        assert_eq!(read, files[0].bytes);
+
+        std::fs::remove_file(dir.path().join(&files[1].path)).unwrap();
+        let mut restorer = Restorer::new(&store, Some(&manifest));
+        let state = restorer.operator_state("agg", 0, 2).await.unwrap();
+        assert_eq!(state.tables["groups"].iter().map(RecordBatch::num_rows).sum::<usize>(), 2);
+        // At parallelism 1 the only subtask owns every hash: the missing file is needed.
+        assert!(Restorer::new(&store, Some(&manifest)).operator_state("agg", 0, 1).await.is_err());
+    }
 }

@@ -171,7 +171,7 @@ impl FlightExchange {
                                 }
                             }
                             Err(why) => {
-                                failed(format!("channel {}[{}] -> [{}]: {why}", key.edge, key.sender, key.receiver));
+                                failed(format!("the channel {key}: {why}"));
                                 return;
                             }
                         }
@@ -206,10 +206,7 @@ impl Exchange for FlightExchange {
         let clients = self.clients.clone();
         Box::pin(async move {
             send(clients, key.clone(), &address, from, wakeup).await.map_err(|why| {
-                weir_engine::Error::Stopped(format!(
-                    "channel {}[{}] -> [{}] to the worker at {address}: {why}",
-                    key.edge, key.sender, key.receiver
-                ))
+                weir_engine::Error::Stopped(format!("the channel {key} to the worker at {address}: {why}"))
             })
         })
     }

@@ -27,6 +27,29 @@ pub fn owner_of(hash: u64, parallelism: usize) -> usize {
     ((u128::from(hash) * parallelism as u128) >> 64) as usize
 }
 
+/// Whether subtask `subtask` of `parallelism` owns any hash from `least` to `greatest` (owners
+/// rise with the hash, so a range's owners run from its least's to its greatest's).
+pub fn owns_any_of(least: u64, greatest: u64, subtask: usize, parallelism: usize) -> bool {
+    (owner_of(least, parallelism)..=owner_of(greatest, parallelism)).contains(&subtask)
+}
+
+/// The least and greatest key hash in `batches`, if they are keyed and hold a row.
+pub fn key_hashes(batches: &[RecordBatch]) -> Option<(u64, u64)> {
+    let column =
+        |batch: &RecordBatch| batch.column_by_name(KEY_HASH_COLUMN)?.as_any().downcast_ref::<UInt64Array>().cloned();
+    let mut range: Option<(u64, u64)> = None;
+    for batch in batches {
+        let hashes = column(batch)?;
+        let (Some(least), Some(greatest)) =
+            (datafusion::arrow::compute::min(&hashes), datafusion::arrow::compute::max(&hashes))
+        else {
+            continue;
+        };
+        range = Some(range.map_or((least, greatest), |(l, g)| (l.min(least), g.max(greatest))));
+    }
+    range
+}
+
 /// The rows of `batch` that subtask `subtask` of `parallelism` owns.
 pub fn owned_rows(batch: &RecordBatch, subtask: usize, parallelism: usize) -> Result<RecordBatch> {
     let hashes = batch
@@ -60,5 +83,31 @@ mod tests {
             assert!(owner >= last && owner < 7);
             last = owner;
         }
+    }
+
+    #[test]
+    fn a_range_is_owned_by_the_subtasks_between_its_ends_owners() {
+        let third = u64::MAX / 3;
+        // Subtask 1 of 3 at parallelism 3: only itself.
+        let (least, greatest) = (third + 1, 2 * third);
+        assert_eq!((0..3).map(|s| owns_any_of(least, greatest, s, 3)).collect::<Vec<_>>(), [false, true, false]);
+        // The same range at 2 straddles the middle: both.
+        assert!(owns_any_of(least, greatest, 0, 2) && owns_any_of(least, greatest, 1, 2));
+        // At 6: subtasks 2 and 3.
+        assert_eq!((0..6).filter(|s| owns_any_of(least, greatest, *s, 6)).collect::<Vec<_>>(), [2, 3]);
+
+        let batch = |hashes: Vec<u64>| {
+            let schema = keyed_schema([Field::new("v", DataType::UInt64, false)]);
+            let values = Arc::new(UInt64Array::from(hashes.clone()));
+            RecordBatch::try_new(schema, vec![Arc::new(UInt64Array::from(hashes)), values]).unwrap()
+        };
+        assert_eq!(key_hashes(&[batch(vec![7, 3]), batch(vec![]), batch(vec![9])]), Some((3, 9)));
+        assert_eq!(key_hashes(&[batch(vec![])]), None);
+        let unkeyed = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("v", DataType::UInt64, false)])),
+            vec![Arc::new(UInt64Array::from(vec![1u64]))],
+        )
+        .unwrap();
+        assert_eq!(key_hashes(&[unkeyed]), None);
     }
 }

@@ -44,6 +44,11 @@ pub struct StateFile {
     /// that is always written in full).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub key: Vec<String>,
+    /// The least and greatest key hash of its rows, for a keyed table: a restore skips the
+    /// file for a subtask that owns none of that range (`None`: not keyed, no rows, or written
+    /// before this was recorded, so it is read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_hashes: Option<(u64, u64)>,
 }
 
 impl StateFile {

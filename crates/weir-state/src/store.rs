@@ -146,6 +146,7 @@ impl StateStore {
         batches: Vec<RecordBatch>,
     ) -> Result<StateFile> {
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
+        let key_hashes = crate::key_range::key_hashes(&batches);
         let encoded = tokio::task::spawn_blocking(move || parquet_codec::encode(schema, &batches)).await??;
         let relative = Path::from_iter([
             CHECKPOINTS.to_string(),
@@ -166,6 +167,7 @@ impl StateStore {
             rows,
             role: target.role,
             key: target.key.to_vec(),
+            key_hashes,
         })
     }
 
