@@ -301,7 +301,8 @@ fn on_three_workers_through_sigkills(extra: &[String]) -> tempfile::TempDir {
 /// replaced: the pipeline goes on at parallelism 2 on the two left (its window state re-split
 /// from the checkpoint), not three subtasks crowded onto two slots. A worker joins again: once
 /// the slots have stayed back for a few seconds the pipeline ends at a savepoint and goes on at
-/// 3 (a rescale, not a failure). Read read_committed, every window is there exactly once.
+/// 3 (a rescale, not a failure). Then it is stopped with a savepoint and resumed. Read
+/// read_committed, every window is there exactly once.
 #[test]
 fn a_pipeline_short_of_slots_runs_narrower_and_scales_back_up_when_they_return() {
     use crate::exactly_once::{Pipeline, assert_exactly_once, outputs};
@@ -378,6 +379,14 @@ fn a_pipeline_short_of_slots_runs_narrower_and_scales_back_up_when_they_return()
         &|p: &Value| at(3)(p) && p["scaled_to"].is_null() && p["workers"].as_array().is_some_and(|w| w.len() == 3),
         "back at 3",
     );
+
+    // Stopped with a savepoint on the workers (their tasks end without ending their channels),
+    // then resumed.
+    let (status, body) = server.call("POST", &format!("/api/v1/pipelines/{id}/stop"), None);
+    assert_eq!(status, 202, "{body}");
+    server.wait_for_status(id, "stopped", Duration::from_secs(30));
+    let (status, body) = server.json("POST", &format!("/api/v1/pipelines/{id}/resume"), None);
+    assert_eq!(status, 204, "{body}");
 
     server.wait_for_status(id, "finished", Duration::from_secs(300));
     let view = view(&server);
