@@ -192,12 +192,39 @@ fn a_pipeline_on_three_workers_with_checkpoints_on_s3_is_exactly_once_through_si
     assert!(!data.path().join("pipelines").join("1").exists(), "checkpoints went to the data directory");
 }
 
+/// Three workers of `slots` slots joined to the controller at `controller` (their logs appended
+/// to `log`), once it lists them alive.
+fn three_workers(server: &Server, controller: &str, slots: u32, log: &std::path::Path) -> Vec<Worker> {
+    let workers = (0..3).map(|n| Worker::start_logged(controller, &format!("worker-{n}"), slots, Some(log))).collect();
+    wait_for_workers(
+        server,
+        &[("worker-0", "alive"), ("worker-1", "alive"), ("worker-2", "alive")],
+        Duration::from_secs(20),
+    );
+    workers
+}
+
+/// Submits the exactly-once tumbling-window pipeline (Kafka -> GROUP BY -> upsert Kafka) at
+/// parallelism 3: its output topics and its id.
+fn submit_window_upsert_at_3(server: &Server) -> (Vec<String>, i64) {
+    use crate::exactly_once::{Pipeline, outputs};
+
+    let outputs = outputs(Pipeline::WindowUpsert);
+    let sql = Pipeline::WindowUpsert
+        .sql(&outputs, "exactly_once")
+        .replace("SET parallelism = '2';", "SET parallelism = '3';");
+    let (status, results) = server.sql(&sql);
+    assert_eq!(status, 200, "{results}");
+    let id = results.as_array().unwrap().iter().find(|r| r["kind"] == "pipeline").unwrap()["id"].as_i64().unwrap();
+    (outputs, id)
+}
+
 /// Runs the pipeline of the tests above on a controller with `extra` flags; returns its data
 /// directory.
 fn on_three_workers_through_sigkills(extra: &[String]) -> tempfile::TempDir {
     use rand::Rng;
 
-    use crate::exactly_once::{Pipeline, assert_exactly_once, outputs};
+    use crate::exactly_once::{Pipeline, assert_exactly_once};
 
     let _serial = crate::kafka_serial();
     let data = tempfile::tempdir().unwrap();
@@ -207,20 +234,9 @@ fn on_three_workers_through_sigkills(extra: &[String]) -> tempfile::TempDir {
     let listen = format!("127.0.0.1:{}", free_port());
     let mut server = Server::start_at(&listen, data.path(), &flags);
     let controller = format!("http://{listen}");
-    let mut workers: Vec<Worker> =
-        (0..3).map(|n| Worker::start_logged(&controller, &format!("worker-{n}"), 2, Some(&log))).collect();
-    wait_for_workers(
-        &server,
-        &[("worker-0", "alive"), ("worker-1", "alive"), ("worker-2", "alive")],
-        Duration::from_secs(20),
-    );
-
+    let mut workers = three_workers(&server, &controller, 2, &log);
     let pipeline = Pipeline::WindowUpsert;
-    let outputs = outputs(pipeline);
-    let sql = pipeline.sql(&outputs, "exactly_once").replace("SET parallelism = '2';", "SET parallelism = '3';");
-    let (status, results) = server.sql(&sql);
-    assert_eq!(status, 200, "{results}");
-    let id = results.as_array().unwrap().iter().find(|r| r["kind"] == "pipeline").unwrap()["id"].as_i64().unwrap();
+    let (outputs, id) = submit_window_upsert_at_3(&server);
     let view = |server: &Server| server.json("GET", &format!("/api/v1/pipelines/{id}"), None).1;
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
 
@@ -305,7 +321,7 @@ fn on_three_workers_through_sigkills(extra: &[String]) -> tempfile::TempDir {
 /// read_committed, every window is there exactly once.
 #[test]
 fn a_pipeline_short_of_slots_runs_narrower_and_scales_back_up_when_they_return() {
-    use crate::exactly_once::{Pipeline, assert_exactly_once, outputs};
+    use crate::exactly_once::{Pipeline, assert_exactly_once};
 
     let _serial = crate::kafka_serial();
     let data = tempfile::tempdir().unwrap();
@@ -313,19 +329,9 @@ fn a_pipeline_short_of_slots_runs_narrower_and_scales_back_up_when_they_return()
     let flags = ["--cluster-secret", SECRET, "--worker-timeout-ms", "1500"];
     let server = Server::start(data.path(), &flags);
     let controller = format!("http://{}", server.address);
-    let mut workers: Vec<Worker> =
-        (0..3).map(|n| Worker::start_logged(&controller, &format!("worker-{n}"), 1, Some(&log))).collect();
-    wait_for_workers(
-        &server,
-        &[("worker-0", "alive"), ("worker-1", "alive"), ("worker-2", "alive")],
-        Duration::from_secs(20),
-    );
+    let mut workers = three_workers(&server, &controller, 1, &log);
     let pipeline = Pipeline::WindowUpsert;
-    let outputs = outputs(pipeline);
-    let sql = pipeline.sql(&outputs, "exactly_once").replace("SET parallelism = '2';", "SET parallelism = '3';");
-    let (status, results) = server.sql(&sql);
-    assert_eq!(status, 200, "{results}");
-    let id = results.as_array().unwrap().iter().find(|r| r["kind"] == "pipeline").unwrap()["id"].as_i64().unwrap();
+    let (outputs, id) = submit_window_upsert_at_3(&server);
     let view = |server: &Server| server.json("GET", &format!("/api/v1/pipelines/{id}"), None).1;
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
     // Waits for a placement `wanted` accepts; returns it.
