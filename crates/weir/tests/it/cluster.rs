@@ -247,7 +247,12 @@ fn on_three_workers_through_sigkills(extra: &[String]) -> tempfile::TempDir {
         if placement["workers"].as_array().is_some_and(|w| w.len() == 3) {
             break placement;
         }
-        assert!(started.elapsed() < Duration::from_secs(30), "not placed on the workers: {}", view(&server));
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "not placed on the workers: {}\n{}",
+            view(&server),
+            log_text()
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     for chain in placement["tasks"].as_array().unwrap() {
@@ -264,7 +269,7 @@ fn on_three_workers_through_sigkills(extra: &[String]) -> tempfile::TempDir {
         if reading == 3 {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(30), "no counters from the workers: {view}");
+        assert!(started.elapsed() < Duration::from_secs(30), "no counters from the workers: {view}\n{}", log_text());
         std::thread::sleep(Duration::from_millis(50));
     }
 
