@@ -150,15 +150,16 @@ impl Graph {
         self.nodes.iter().map(|n| n.parallelism).max().unwrap_or(1)
     }
 
-    /// The same graph with no operator wider than `most` (narrower ones stay; a forward edge
-    /// joins equal parallelisms, which stay equal), for an attempt that has fewer slots than
-    /// the pipeline's parallelism.
-    pub fn capped(&self, most: usize) -> Graph {
+    /// The graph an attempt runs: with no operator wider than `most` when set (narrower ones
+    /// stay; a forward edge joins equal parallelisms, which stay equal), for an attempt that
+    /// has fewer slots than the pipeline's parallelism; itself otherwise.
+    pub fn capped(&self, most: Option<usize>) -> std::borrow::Cow<'_, Graph> {
+        let Some(most) = most else { return std::borrow::Cow::Borrowed(self) };
         let mut graph = self.clone();
         for node in &mut graph.nodes {
             node.parallelism = node.parallelism.min(most.max(1));
         }
-        graph
+        std::borrow::Cow::Owned(graph)
     }
 
     /// Replaces the factory of operator `name` (same inputs), e.g. a test swapping a sink for

@@ -323,19 +323,15 @@ async fn run_attempt(
         Some(workers) => Some(workers.slots().await?).filter(|slots| *slots < graph.widest()),
         None => None,
     };
-    let capped;
-    let graph = match scaled_to {
-        Some(most) => {
-            tracing::warn!(
-                parallelism = graph.widest(),
-                slots = most,
-                "fewer slots alive than the pipeline's parallelism: running narrower until they return"
-            );
-            capped = graph.capped(most);
-            &capped
-        }
-        None => graph,
-    };
+    if let Some(slots) = scaled_to {
+        let parallelism = graph.widest();
+        tracing::warn!(
+            parallelism,
+            slots,
+            "fewer slots alive than the pipeline's parallelism: running narrower until they return"
+        );
+    }
+    let graph = &*graph.capped(scaled_to);
     let chains = graph.chains(config.chaining);
     let parallelisms: Vec<usize> = chains.iter().map(|c| c.parallelism).collect();
     let placement = match workers {

@@ -290,10 +290,7 @@ pub async fn run_on_worker(
     mut control: mpsc::UnboundedReceiver<ToTask>,
     events: mpsc::UnboundedSender<FromWorker>,
 ) -> Result<()> {
-    let graph = &match request.placement.scaled_to {
-        Some(most) => graph.capped(most),
-        None => graph.clone(),
-    };
+    let graph = &*graph.capped(request.placement.scaled_to);
     let result = async {
         let chains = graph.chains(config.chaining);
         if request.placement.tasks.len() != chains.len()

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use datafusion::arrow::record_batch::RecordBatch;
-use weir_state::key_range::{owned_rows, owns_any_of};
+use weir_state::key_range::{owned_rows, owns_any_of, spanning};
 use weir_state::{FileRole, KEY_HASH_COLUMN, Manifest, StateFile, StateStore};
 
 use crate::chains::TableId;
@@ -126,13 +126,12 @@ fn chains(manifest: &Manifest, wanted: impl Fn(&StateFile) -> bool) -> Vec<Vec<S
 /// to other subtasks. The merged chain's rows are among its full and upsert files' rows, so
 /// their ranges bound it; a file without a range (not keyed, or older) must be read.
 pub(crate) fn may_hold_rows_of(chain: &[StateFile], subtask: usize, parallelism: usize) -> bool {
-    let mut ranges = chain.iter().filter(|f| f.role != FileRole::Deletes).map(|f| f.key_hashes);
-    ranges
-        .try_fold(None::<(u64, u64)>, |range, file| {
-            let (least, greatest) = file?;
-            Some(Some(range.map_or((least, greatest), |(l, g)| (l.min(least), g.max(greatest)))))
-        })
-        .is_none_or(|range| range.is_none_or(|(least, greatest)| owns_any_of(least, greatest, subtask, parallelism)))
+    let mut range = None;
+    for file in chain.iter().filter(|f| f.role != FileRole::Deletes) {
+        let Some((least, greatest)) = file.key_hashes else { return true };
+        range = Some(spanning(range, least, greatest));
+    }
+    range.is_none_or(|(least, greatest)| owns_any_of(least, greatest, subtask, parallelism))
 }
 
 /// A chain's name in the cache: its files' paths (one file: its path, as in-flight reads).

@@ -33,6 +33,11 @@ pub fn owns_any_of(least: u64, greatest: u64, subtask: usize, parallelism: usize
     (owner_of(least, parallelism)..=owner_of(greatest, parallelism)).contains(&subtask)
 }
 
+/// The range from `least` to `greatest` widened to take in `range` too, if any.
+pub fn spanning(range: Option<(u64, u64)>, least: u64, greatest: u64) -> (u64, u64) {
+    range.map_or((least, greatest), |(l, g)| (l.min(least), g.max(greatest)))
+}
+
 /// The least and greatest key hash in `batches`, if they are keyed and hold a row.
 pub fn key_hashes(batches: &[RecordBatch]) -> Option<(u64, u64)> {
     let column =
@@ -45,7 +50,7 @@ pub fn key_hashes(batches: &[RecordBatch]) -> Option<(u64, u64)> {
         else {
             continue;
         };
-        range = Some(range.map_or((least, greatest), |(l, g)| (l.min(least), g.max(greatest))));
+        range = Some(spanning(range, least, greatest));
     }
     range
 }
