@@ -106,6 +106,20 @@ JSON
     sleep 0.2
     waited=$((waited + 1))
   done
+  # The gateway answers long before a write can land: a master restarted over its data reports
+  # "warming up" for about half a minute, and a PUT meanwhile hangs until the client's timeout
+  # (a test's first checkpoint failed so). Ready once the master assigns a file id.
+  until curl -s -m 5 "http://127.0.0.1:$MASTER_PORT/dir/assign" | grep -q '"fid"'; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      tail -n 30 "$LOG_FILE" >&2 || true
+      die "weed exited during start-up (log: $LOG_FILE)"
+    fi
+    if (( waited >= START_TIMEOUT_S * 5 )); then
+      die "SeaweedFS took no writes within ${START_TIMEOUT_S}s (log: $LOG_FILE)"
+    fi
+    sleep 0.2
+    waited=$((waited + 1))
+  done
   echo "seaweedfs.sh: SeaweedFS started (pid $pid)" >&2
   print_endpoint
 }
