@@ -26,9 +26,11 @@ use datafusion::arrow::datatypes::{
 };
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Accumulator;
+use datafusion::physical_expr::PhysicalExpr;
 
 use crate::error::{Error, Result};
 use crate::operators::accumulators::{self, AggregateCall, Arguments, cast_to};
+use crate::operators::shared_distinct::{SharedDistinct, share_distinct_counts};
 
 /// An aggregate's state over every group of an operator.
 pub(crate) trait GroupAccumulator: Send + Sync {
@@ -49,6 +51,10 @@ pub(crate) trait GroupAccumulator: Send + Sync {
     fn forget(&mut self, id: usize);
     /// Keeps the groups with `keep[id]` set, renumbered 0.. in their order.
     fn retain(&mut self, keep: &[bool]);
+    /// A distinct count that shares its values with others ([`feed`] feeds its family).
+    fn shared_distinct(&self) -> Option<&SharedDistinct> {
+        None
+    }
 }
 
 /// The accumulator for `call`: a native one where there is one for its function and types
@@ -64,16 +70,7 @@ pub(crate) fn group_accumulator(
     let output = function.field().data_type().clone();
     let native: Option<Box<dyn GroupAccumulator>> = match function.fun().name().to_lowercase().as_str() {
         "count" if !function.is_distinct() && function.order_bys().is_empty() => Some(Box::new(Count::default())),
-        "count" if function.is_distinct() && function.expressions().len() == 1 => {
-            // DataFusion's state for it is the list of distinct values: their type.
-            let argument = function.state_fields()?.first().map(|f| f.data_type().clone());
-            match argument {
-                Some(DataType::List(values)) if counts_distinct(values.data_type()) => {
-                    Some(Box::new(CountDistinct::default()))
-                }
-                _ => None,
-            }
-        }
+        "count" if lone_distinct_argument(call)?.is_some() => Some(Box::new(CountDistinct::default())),
         "sum" if plain => match output {
             DataType::Int64 => Some(Box::new(Sum::<Int64Type>::new(output))),
             DataType::UInt64 => Some(Box::new(Sum::<UInt64Type>::new(output))),
@@ -95,6 +92,39 @@ pub(crate) fn group_accumulator(
     }
 }
 
+/// The accumulators of `calls`, each as [`group_accumulator`] makes it, except that the
+/// distinct counts of one argument under different FILTERs share their values
+/// ([`share_distinct_counts`]). `per_group` makes the per-group accumulator of a call.
+pub(crate) fn group_accumulators<F>(
+    calls: &[AggregateCall],
+    retracting: bool,
+    per_group: impl Fn(&AggregateCall) -> F,
+) -> Result<Vec<Box<dyn GroupAccumulator>>>
+where
+    F: Fn() -> datafusion::error::Result<Box<dyn Accumulator>> + Send + Sync + 'static,
+{
+    let mut accumulators =
+        calls.iter().map(|call| group_accumulator(call, retracting, per_group(call))).collect::<Result<Vec<_>>>()?;
+    share_distinct_counts(calls, &mut accumulators, |call| lone_distinct_argument(call).ok().flatten());
+    Ok(accumulators)
+}
+
+/// The argument of `call` if it is a `count(DISTINCT x)` counted natively ([`CountDistinct`]):
+/// one argument of a whole-number or time type.
+fn lone_distinct_argument(call: &AggregateCall) -> Result<Option<Arc<dyn PhysicalExpr>>> {
+    let function = &call.function;
+    if !function.fun().name().eq_ignore_ascii_case("count") || !function.is_distinct() {
+        return Ok(None);
+    }
+    let expressions = function.expressions();
+    let [argument] = expressions.as_slice() else { return Ok(None) };
+    // DataFusion's state for it is the list of distinct values: their type.
+    Ok(match function.state_fields()?.first().map(|f| f.data_type().clone()) {
+        Some(DataType::List(values)) if counts_distinct(values.data_type()) => Some(argument.clone()),
+        _ => None,
+    })
+}
+
 /// Feeds rows `rows` of each aggregate's `arguments` to groups `ids` (pairwise) of its
 /// accumulator, or takes them back; an aggregate with a FILTER gets only the rows it lets in.
 pub(crate) fn feed(
@@ -107,13 +137,14 @@ pub(crate) fn feed(
     if rows.is_empty() {
         return Ok(());
     }
-    for (accumulator, arguments) in accumulators.iter_mut().zip(arguments) {
-        if arguments.filtered() {
-            let (rows, ids): (Vec<u32>, Vec<usize>) =
-                rows.iter().zip(ids).filter(|(row, _)| arguments.admits(**row)).unzip();
-            accumulator.update(arguments.values(), &rows, &ids, retract)?;
+    for (accumulator, own) in accumulators.iter_mut().zip(arguments) {
+        if let Some(shared) = accumulator.shared_distinct() {
+            shared.feed(arguments, rows, ids, retract)?;
+        } else if own.filtered() {
+            let (rows, ids): (Vec<u32>, Vec<usize>) = rows.iter().zip(ids).filter(|(row, _)| own.admits(**row)).unzip();
+            accumulator.update(own.values(), &rows, &ids, retract)?;
         } else {
-            accumulator.update(arguments.values(), rows, ids, retract)?;
+            accumulator.update(own.values(), rows, ids, retract)?;
         }
     }
     Ok(())
@@ -149,7 +180,7 @@ fn valid_rows(values: &[ArrayRef]) -> Option<NullBuffer> {
     values.iter().fold(None, |all, v| NullBuffer::union(all.as_ref(), v.logical_nulls().as_ref()))
 }
 
-fn is_valid(nulls: &Option<NullBuffer>, row: u32) -> bool {
+pub(crate) fn is_valid(nulls: &Option<NullBuffer>, row: u32) -> bool {
     nulls.as_ref().is_none_or(|n| n.is_valid(row as usize))
 }
 
@@ -165,7 +196,7 @@ fn gather<T: ArrowPrimitiveType>(
     Arc::new(array.with_data_type(data_type.clone()))
 }
 
-fn primitive<T: ArrowPrimitiveType>(values: &ArrayRef, data_type: &DataType) -> Result<PrimitiveArray<T>> {
+pub(crate) fn primitive<T: ArrowPrimitiveType>(values: &ArrayRef, data_type: &DataType) -> Result<PrimitiveArray<T>> {
     let values = cast_to(values.clone(), data_type)?;
     values
         .as_primitive_opt::<T>()
@@ -173,7 +204,7 @@ fn primitive<T: ArrowPrimitiveType>(values: &ArrayRef, data_type: &DataType) -> 
         .ok_or_else(|| Error::Graph(format!("an aggregate's argument is {}, not {data_type}", values.data_type())))
 }
 
-fn counts(state: &ArrayRef) -> Result<Int64Array> {
+pub(crate) fn counts(state: &ArrayRef) -> Result<Int64Array> {
     primitive::<Int64Type>(state, &DataType::Int64)
 }
 
@@ -453,7 +484,7 @@ fn counts_distinct(data_type: &DataType) -> bool {
     )
 }
 
-fn int64_list() -> DataType {
+pub(crate) fn int64_list() -> DataType {
     DataType::List(Arc::new(Field::new_list_field(DataType::Int64, true)))
 }
 

@@ -35,7 +35,7 @@ use crate::error::{Error, Result};
 use crate::group_keys::GroupKeys;
 use crate::operator::{Collector, Delta, Operator, RestoredState, StateTable};
 use crate::operators::accumulators::{self, AggregateCall, Arguments, cast_to};
-use crate::operators::group_accumulators::{self, GroupAccumulator, group_accumulator, retain_vec};
+use crate::operators::group_accumulators::{self, GroupAccumulator, group_accumulators, retain_vec};
 use crate::operators::state_ttl::{StateTtl, now_ms};
 use crate::operators::value_counts::{Reported, ValueCounts};
 use crate::operators::window_aggregate::ALL_IN_ONE;
@@ -348,14 +348,10 @@ impl UpdatingAggregate {
     fn groups(&mut self) -> Result<&mut Groups> {
         if self.groups.is_none() {
             let retracting = self.retracting;
-            let accumulators = self
-                .aggregates
-                .iter()
-                .map(|call| {
-                    let function = call.function.clone();
-                    group_accumulator(call, retracting, move || per_group_accumulator(&function, retracting))
-                })
-                .collect::<Result<_>>()?;
+            let accumulators = group_accumulators(&self.aggregates, retracting, |call| {
+                let function = call.function.clone();
+                move || per_group_accumulator(&function, retracting)
+            })?;
             self.groups = Some(Groups {
                 keys: GroupKeys::new(&self.key_types())?,
                 accumulators,

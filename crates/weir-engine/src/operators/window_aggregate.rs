@@ -34,7 +34,7 @@ use crate::group_keys::GroupKeys;
 use crate::metrics::OperatorMetrics;
 use crate::operator::{Collector, Delta, Operator, RestoredState, StateTable};
 use crate::operators::accumulators::{self, AggregateCall, Arguments, cast_to};
-use crate::operators::group_accumulators::{self, GroupAccumulator, group_accumulator};
+use crate::operators::group_accumulators::{self, GroupAccumulator, group_accumulators};
 use crate::partition::key_hashes;
 use crate::state_table::KeyedTable;
 use weir_state::KEY_HASH_COLUMN;
@@ -314,14 +314,10 @@ impl WindowAggregate {
 
     fn groups(&mut self) -> Result<&mut WindowGroups> {
         if self.groups.is_none() {
-            let accumulators = self
-                .aggregates
-                .iter()
-                .map(|call| {
-                    let function = call.function.clone();
-                    group_accumulator(call, false, move || function.create_accumulator())
-                })
-                .collect::<Result<_>>()?;
+            let accumulators = group_accumulators(&self.aggregates, false, |call| {
+                let function = call.function.clone();
+                move || function.create_accumulator()
+            })?;
             let types: Vec<DataType> = [DataType::Int64, DataType::Int64].into_iter().chain(self.key_types()).collect();
             self.groups = Some(WindowGroups {
                 keys: GroupKeys::new(&types)?,
