@@ -203,7 +203,7 @@ impl SideChanges {
     /// A row of `key` on `side` turned dirty (added, or changed while clean).
     fn changed(changes: &mut Option<SideChanges>, side: usize, key: &[u8]) {
         if let Some(changes) = changes {
-            changes.keys[side].push(key.into());
+            changes.keys[side].push(Key::from_slice(key));
         }
     }
 
@@ -212,7 +212,7 @@ impl SideChanges {
         if let Some(changes) = changes
             && id < changes.persisted_below[side]
         {
-            changes.removed[side].push((key.into(), id));
+            changes.removed[side].push((Key::from_slice(key), id));
         }
     }
 }
@@ -574,9 +574,9 @@ impl StreamingJoin {
             let key = key_rows.row(row as usize).data();
             if self.sides[side].expiry.is_some() {
                 match &mut expiring {
-                    Some((at, keys)) if *at == expires_at => keys.push(key.into()),
+                    Some((at, keys)) if *at == expires_at => keys.push(Key::from_slice(key)),
                     run => {
-                        if let Some((at, keys)) = run.replace((expires_at, vec![key.into()])) {
+                        if let Some((at, keys)) = run.replace((expires_at, vec![Key::from_slice(key)])) {
                             self.expire_at(side, at, keys);
                         }
                     }
@@ -607,7 +607,7 @@ impl StreamingJoin {
                 dirty
             }
             EntryRef::Vacant(place) => {
-                place.insert_with_key(key.into(), smallvec::smallvec![stored]);
+                place.insert_with_key(Key::from_slice(key), smallvec::smallvec![stored]);
                 false
             }
         }
@@ -928,7 +928,7 @@ impl Operator for StreamingJoin {
                         dirty: false,
                     };
                     if self.sides[side].expiry.is_some() {
-                        self.expiring[side].entry(stored.expires_at).or_default().push(key.into());
+                        self.expiring[side].entry(stored.expires_at).or_default().push(Key::from_slice(key));
                     }
                     self.store(side, key, stored);
                 }
