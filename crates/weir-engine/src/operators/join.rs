@@ -40,6 +40,7 @@ use crate::error::{Error, Result};
 use crate::operator::{Collector, Delta, Operator, RestoredState, StateTable};
 use crate::operators::row_segments::{RowSegments, RowSlot};
 use crate::operators::state_ttl::{StateTtl, now_ms};
+use crate::operators::unindexed_rows::UnindexedRows;
 use crate::partition::key_hashes;
 use crate::state_table::KeyedTable;
 
@@ -158,6 +159,9 @@ pub struct StreamingJoin {
     ttl: StateTtl,
     converters: Option<Converters>,
     stored: [HashMap<Key, KeyRows>; 2],
+    /// An inner join's expiring rows that no probe has asked for yet, outside `stored` and
+    /// `expiring` ([`UnindexedRows`]); every other kind of join keeps none here.
+    unindexed: [UnindexedRows<Key, Stored>; 2],
     /// Each side's stored rows: its columns, then the join key columns, as they arrived.
     segments: [RowSegments; 2],
     /// Keys of stored rows by expiry time.
@@ -310,6 +314,7 @@ impl StreamingJoin {
             ttl: StateTtl::new(ttl),
             converters: None,
             stored: [HashMap::default(), HashMap::default()],
+            unindexed: [UnindexedRows::default(), UnindexedRows::default()],
             segments,
             expiring: [BTreeMap::new(), BTreeMap::new()],
             watermark: i64::MIN,
@@ -411,18 +416,58 @@ impl StreamingJoin {
 
     /// Gathers each side's live rows into new segments once the removed ones outnumber them.
     fn compact_segments(&mut self) -> Result<()> {
-        for (stored, segments) in self.stored.iter_mut().zip(&mut self.segments) {
+        let sides = self.stored.iter_mut().zip(&mut self.unindexed).zip(&mut self.segments);
+        for ((stored, unindexed), segments) in sides {
             if segments.needs_compaction() {
-                segments.compact(stored.values_mut().flat_map(|rows| rows.iter_mut().map(|s| &mut s.row)))?;
+                let indexed = stored.values_mut().flat_map(|rows| rows.iter_mut());
+                segments.compact(indexed.chain(unindexed.rows_mut()).map(|s| &mut s.row))?;
             }
         }
         Ok(())
+    }
+
+    /// Whether `side` holds rows outside its index until a probe asks for them: an inner
+    /// join's expiring rows (no row of it is emitted unmatched, so expiring one is dropping
+    /// it), while neither input is a changelog (whose retractions look rows up by key).
+    fn holds_unindexed(&self, side: usize) -> bool {
+        self.kind == JoinKind::Inner && self.sides[side].expiry.is_some() && !self.changelog.contains(&true)
+    }
+
+    /// Puts `side`'s rows of `keys` that are not in its index into it, before a probe of
+    /// them; all of them once scanning has cost more than indexing them would have.
+    fn index_rows_of(&mut self, side: usize, keys: &[&[u8]]) {
+        let found = self.unindexed[side].take_matching(keys);
+        self.index(side, found);
+        if self.unindexed[side].worth_indexing() {
+            self.index_all(side);
+        }
+    }
+
+    /// Puts every row of `side` held outside its index into it.
+    fn index_all(&mut self, side: usize) {
+        let rows = self.unindexed[side].take_all();
+        self.index(side, rows);
+    }
+
+    /// Indexes `rows` of `side`: stored by key, listed to expire, marked changed.
+    fn index(&mut self, side: usize, rows: Vec<(Key, Stored)>) {
+        for (key, stored) in rows {
+            self.expire_at(side, stored.expires_at, vec![key.clone()]);
+            if !self.store(side, &key, stored) {
+                SideChanges::changed(&mut self.changes, side, &key);
+            }
+        }
     }
 
     /// Removes rows whose expiry the watermark has reached; an outer join emits the rows of its
     /// outer side(s) that never matched.
     fn expire(&mut self, watermark: i64, out: &mut Collector) -> Result<()> {
         for side in 0..2 {
+            // Held outside the index only by an inner join: nothing to emit, only to drop.
+            for (key, row) in self.unindexed[side].expire(watermark, |row| row.expires_at) {
+                self.segments[side].release();
+                SideChanges::removed(&mut self.changes, side, &key, row.id);
+            }
             let mut unmatched: Vec<RowSlot> = Vec::new();
             let emits_unmatched = self.kind.emits_unmatched(side);
             let (stored, segments, changes) = (&mut self.stored[side], &mut self.segments[side], &mut self.changes);
@@ -470,6 +515,11 @@ impl StreamingJoin {
             }
             None => None,
         };
+        if self.unindexed[other].len() > 0 {
+            let keys: Vec<&[u8]> =
+                (0..batch.num_rows()).filter(|r| !has_null_key[*r]).map(|r| key_rows.row(r).data()).collect();
+            self.index_rows_of(other, &keys);
+        }
         let probe = self.probe(side, &values, &key_rows, (0..batch.num_rows()).filter(|r| !has_null_key[*r]))?;
         let Probe { pairs, passing, joined } = probe;
         if let Some(joined) = joined {
@@ -567,6 +617,22 @@ impl StreamingJoin {
         let all = kept.len() == batch.num_rows();
         let rows: Vec<u32> = if all { Vec::new() } else { kept.iter().map(|(row, _)| *row).collect() };
         let first = self.segments[side].push(batch.columns(), (!all).then_some(rows.as_slice()))?;
+        if self.holds_unindexed(side) {
+            for (slot, (row, expires_at)) in (first..).zip(kept) {
+                let id = self.next_id[side];
+                self.next_id[side] += 1;
+                let stored = Stored {
+                    row: slot,
+                    matched: matched[row as usize],
+                    expires_at,
+                    last_access_ms: now,
+                    id,
+                    dirty: true,
+                };
+                self.unindexed[side].push(expires_at, Key::from_slice(key_rows.row(row as usize).data()), stored);
+            }
+            return Ok(());
+        }
         // Keys of a run of rows that expire at the same time, added to the expiry list at once
         // (rows of a batch mostly come in time order, many in the same millisecond).
         let mut expiring: Option<(i64, Vec<Key>)> = None;
@@ -874,6 +940,7 @@ impl StreamingJoin {
     /// Forgets rows idle for longer than the time-to-live (checked every half of it).
     fn sweep(&mut self, now: i64) -> Result<()> {
         let Some(oldest) = self.ttl.sweep_due(now) else { return Ok(()) };
+        (0..2).for_each(|side| self.index_all(side));
         for (side, (stored, segments)) in self.stored.iter_mut().zip(&mut self.segments).enumerate() {
             stored.retain(|key, rows| {
                 rows.retain(|r| {
@@ -955,7 +1022,11 @@ impl Operator for StreamingJoin {
         if !changelog {
             return self.add(side, batch, now, out);
         }
-        self.changelog[side] = true;
+        if !self.changelog[side] {
+            self.changelog[side] = true;
+            // Retractions look rows up by key: no more rows outside the index.
+            (0..2).for_each(|side| self.index_all(side));
+        }
         // A changelog: runs of added and of taken-back rows, in order (a `-U` must leave
         // before its `+U` arrives, for an upsert reader downstream).
         let kinds = changes(&batch)?;
@@ -979,6 +1050,7 @@ impl Operator for StreamingJoin {
         let side = input.min(1);
         self.ended[side] = true;
         let other = 1 - side;
+        self.index_all(other);
         if !self.keeps(other) {
             self.stored[other].clear();
             self.segments[other].clear();
@@ -1004,6 +1076,8 @@ impl Operator for StreamingJoin {
     }
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<StateTable>> {
+        // A snapshot writes (and a delta lists) indexed rows only.
+        (0..2).for_each(|side| self.index_all(side));
         if let Some(changes) = &mut self.changes {
             *changes = SideChanges::after(self.next_id);
         }
@@ -1013,6 +1087,7 @@ impl Operator for StreamingJoin {
     /// Each side's rows added or changed since the last snapshot, and the rows removed (join
     /// key and id).
     async fn snapshot_changes(&mut self, _checkpoint_id: u64) -> Result<Option<Vec<StateTable>>> {
+        (0..2).for_each(|side| self.index_all(side));
         let Some(changes) = self.changes.replace(SideChanges::after(self.next_id)) else { return Ok(None) };
         let SideChanges { keys: [left, right], removed: [left_removed, right_removed], whole, .. } = changes;
         let mut tables = Vec::new();
@@ -1137,7 +1212,8 @@ mod tests {
     }
 
     fn stored(join: &StreamingJoin) -> usize {
-        join.stored.iter().map(|side| side.values().map(|rows| rows.len()).sum::<usize>()).sum()
+        let indexed: usize = join.stored.iter().map(|side| side.values().map(|rows| rows.len()).sum::<usize>()).sum();
+        indexed + join.unindexed.iter().map(UnindexedRows::len).sum::<usize>()
     }
 
     #[tokio::test]
@@ -1251,6 +1327,43 @@ mod tests {
         assert_eq!(lines(&out), ["+I 2 NULL"], "the unmatched left row, once it can no longer match");
         assert_eq!(out.watermark, Some(100), "held back by the longest expiry");
         assert_eq!(stored(&join), 0, "all state dropped");
+    }
+
+    /// An inner interval join holds its rows outside the index until a probe asks for their
+    /// key; they match, expire at the same watermark as indexed rows, go into a snapshot, and
+    /// are indexed whole once scans for keys they do not hold cost more than indexing.
+    #[tokio::test]
+    async fn an_inner_interval_join_holds_rows_unindexed_until_asked_for() {
+        let expiry = [
+            Some(Expiry { column: 1, after_ms: 11, late: LateRows::Match }),
+            Some(Expiry { column: 1, after_ms: 1, late: LateRows::Match }),
+        ];
+        let mut join = join(JoinKind::Inner, expiry);
+        let indexed = |join: &StreamingJoin, side: usize| join.stored[side].values().map(|r| r.len()).sum::<usize>();
+        assert!(feed(&mut join, 0, rows("l", &[(1, 100), (2, 100), (3, 150)])).await.is_empty());
+        assert_eq!((join.unindexed[0].len(), indexed(&join, 0)), (3, 0), "held, not indexed");
+        assert_eq!(feed(&mut join, 1, rows("r", &[(1, 105)])).await, ["+I 1 1"]);
+        assert_eq!((join.unindexed[0].len(), indexed(&join, 0)), (2, 1), "the row asked for is indexed");
+        assert_eq!(join.unindexed[1].len(), 1);
+        assert_eq!(feed(&mut join, 0, rows("l", &[(1, 106)])).await, ["+I 1 1"], "a held right row matches");
+        let mut out = Collector::default();
+        join.process_watermark(110, &mut out).await.unwrap();
+        assert_eq!(stored(&join), 4, "the right row (expiring at 106) is gone, no left row yet");
+        join.process_watermark(111, &mut out).await.unwrap();
+        assert_eq!(stored(&join), 2, "left rows 1 and 2 expired at 111, indexed or held");
+        assert!(feed(&mut join, 1, rows("r", &[(2, 95)])).await.is_empty(), "late: left row 2 is gone");
+        assert_eq!(feed(&mut join, 1, rows("r", &[(3, 140)])).await, ["+I 3 3"]);
+        let tables = join.snapshot(1).await.unwrap();
+        let written: Vec<usize> = tables.iter().map(|t| t.batches.iter().map(|b| b.num_rows()).sum()).collect();
+        assert_eq!(written, [2, 1], "held rows are written");
+        assert_eq!(join.unindexed.iter().map(UnindexedRows::len).sum::<usize>(), 0);
+
+        assert!(feed(&mut join, 0, rows("l", &[(10, 200), (11, 200), (12, 200), (13, 200)])).await.is_empty());
+        for probe in 0..33 {
+            assert_eq!(join.unindexed[0].len(), 4, "still held before probe {probe}");
+            assert!(feed(&mut join, 1, rows("r", &[(99, 200)])).await.is_empty());
+        }
+        assert_eq!((join.unindexed[0].len(), indexed(&join, 0)), (0, 6), "indexed whole: scans cost more");
     }
 
     /// Expired rows are dropped once they outnumber the kept ones, and the kept rows (gathered

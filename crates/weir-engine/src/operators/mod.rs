@@ -13,6 +13,7 @@ pub mod sinks;
 pub mod state_ttl;
 pub mod stateless;
 pub mod top_n;
+mod unindexed_rows;
 pub mod updating_aggregate;
 pub mod upsert_normalize;
 mod value_counts;
