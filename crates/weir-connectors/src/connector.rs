@@ -16,6 +16,7 @@ use weir_engine::OperatorFactory;
 use weir_engine::graph::SourceFactory;
 
 use crate::options::{ConnectorOptions, OptionSpec};
+use crate::read_fields::ReadFields;
 use crate::{Result, plan_err};
 
 /// A table as its connector sees it: the columns it reads or writes (a processing-time column,
@@ -52,11 +53,13 @@ pub struct PlanOptions {
 }
 
 /// Where in the graph a table is planned: its node's name (which names the node's state and,
-/// for Kafka writers, their transactional ids) and the pipeline's options.
+/// for Kafka writers, their transactional ids), the pipeline's options, and (for a source)
+/// which fields of its struct columns the pipeline reads.
 #[derive(Debug, Clone, Copy)]
 pub struct NodeContext<'a> {
     pub node: &'a str,
     pub options: &'a PlanOptions,
+    pub read: &'a ReadFields,
 }
 
 /// A check against an external system before a pipeline starts (a Kafka topic exists, a

@@ -20,6 +20,7 @@ pub mod json_type;
 pub mod kafka;
 pub mod nexmark;
 pub mod options;
+pub mod read_fields;
 pub mod registry;
 mod replayable_random;
 mod sinks;

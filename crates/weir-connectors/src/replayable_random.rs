@@ -25,6 +25,17 @@ impl Random {
         z ^ (z >> 31)
     }
 
+    /// Moves past `draws` draws without making them (the state only counts up).
+    pub(crate) fn skip(&mut self, draws: u64) {
+        self.0 = self.0.wrapping_add(draws.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    }
+
+    /// Moves past [`Self::write_padding`]'s draws: its length is drawn, its letters skipped.
+    pub(crate) fn skip_padding(&mut self, base: usize, spread: u64) {
+        let len = base as u64 + self.below(spread);
+        self.skip(len);
+    }
+
     pub(crate) fn below(&mut self, n: u64) -> u64 {
         if n == 0 { 0 } else { self.next() % n }
     }

@@ -29,6 +29,7 @@ mod proctime_function;
 pub mod session;
 #[cfg(test)]
 mod slt;
+mod struct_fields_read;
 pub mod time_clauses;
 mod timestamp_format;
 pub mod window_functions;

@@ -28,6 +28,7 @@ use datafusion::physical_expr::expressions::{
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::unnest::{ListUnnest, UnnestExec};
 pub use weir_connectors::PlanOptions;
+use weir_connectors::read_fields::ReadFields;
 use weir_connectors::{NodeContext, Preflight, Registry, SourceRows};
 use weir_engine::changelog::{Change, changelog_schema};
 use weir_engine::graph::SourceFactory;
@@ -41,6 +42,7 @@ use weir_engine::{Graph, NodeId, Partitioning, ProcessingTime};
 use crate::catalog::TableDef;
 use crate::error::Result;
 use crate::plan_err;
+use crate::struct_fields_read::struct_fields_read;
 use crate::window_functions::{
     CUMULATE_ENDS, DESCRIPTOR, HOP, HOP_STARTS, SESSION, TUMBLE, interval_ms, window_list_fits, window_of_end,
 };
@@ -237,6 +239,8 @@ struct Planner<'a> {
     /// Limits on ROW_NUMBER() set by a filter above its window node (by the node's address in
     /// the plan being planned): `WHERE rn <= N` makes a top-N.
     rank_limits: HashMap<usize, u64>,
+    /// What the pipeline's queries read of struct columns (sources may skip the rest).
+    read: ReadFields,
 }
 
 /// A planned pipeline's graph, and what only the brokers can confirm.
@@ -569,7 +573,10 @@ impl Planner<'_> {
         let name = &table.name;
         let connector = Registry::built_in().connector(&table.options.connector)?;
         let node_name = self.name(name);
-        let context = NodeContext { node: &node_name, options: self.options };
+        // Computed columns read the table's columns out of the plan's sight.
+        let everything = ReadFields::everything();
+        let read = if definition.computed.is_empty() { &self.read } else { &everything };
+        let context = NodeContext { node: &node_name, options: self.options, read };
         let planned = connector.source(table, parallelism, context)?;
         for prefix in planned.transactional_prefixes {
             self.claim_prefix(name, prefix)?;
@@ -1553,7 +1560,11 @@ impl Planner<'_> {
                 let name = self.name(&target.name);
                 let table = target.connector_view();
                 let connector = Registry::built_in().connector(&table.options.connector)?;
-                let planned = connector.sink(&table, updating, NodeContext { node: &name, options: self.options })?;
+                let planned = connector.sink(
+                    &table,
+                    updating,
+                    NodeContext { node: &name, options: self.options, read: &ReadFields::everything() },
+                )?;
                 for prefix in planned.transactional_prefixes {
                     self.claim_prefix(&target.name, prefix)?;
                 }
@@ -1588,6 +1599,7 @@ pub fn build_graph(
         preflight: Vec::new(),
         transactional_prefixes: Vec::new(),
         rank_limits: HashMap::new(),
+        read: struct_fields_read(queries.iter().map(|(plan, _)| plan)),
     };
     let mut updating = Vec::with_capacity(queries.len());
     for (plan, sink) in queries {

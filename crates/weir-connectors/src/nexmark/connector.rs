@@ -5,7 +5,7 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::SchemaRef;
 
 use super::generator::{AUCTION_PROPORTION, GROUP, NexmarkConfig, PERSON_PROPORTION, nexmark_schema};
-use super::{NexmarkGenerator, NexmarkSource};
+use super::{NexmarkGenerator, NexmarkSource, UnreadText};
 use weir_engine::operator::Source;
 
 use crate::connector::{Connector, ConnectorTable, NodeContext, PlannedSource, SourceRows};
@@ -116,8 +116,9 @@ impl Connector for NexmarkConnector {
         format!("{}: the nexmark generator, {events}{pace}, from its first event", table.name)
     }
 
-    fn source(&self, table: &ConnectorTable, parallelism: usize, _: NodeContext<'_>) -> Result<PlannedSource> {
+    fn source(&self, table: &ConnectorTable, parallelism: usize, context: NodeContext<'_>) -> Result<PlannedSource> {
         let config = config(&table.options);
+        let unread = UnreadText::unless(|column, field| context.read.reads(column, field, same_name));
         if parallelism > config.splits as usize {
             return plan_err!(
                 "table '{}' has {} splits; the pipeline's parallelism {parallelism} needs at least as many (option 'splits')",
@@ -138,7 +139,7 @@ impl Connector for NexmarkConnector {
         let conform = (!conform.is_identity(&produced)).then_some(conform);
         Ok(PlannedSource {
             factory: Arc::new(move |_| {
-                let source = NexmarkSource::new(NexmarkGenerator::new(config.clone()));
+                let source = NexmarkSource::new(NexmarkGenerator::new(config.clone()).with_unread(unread));
                 let source: Box<dyn Source> = match delay_ms {
                     Some(delay_ms) => Box::new(source.with_watermarks(delay_ms)),
                     None => Box::new(source),

@@ -148,6 +148,38 @@ pub fn nexmark_schema() -> SchemaRef {
 #[derive(Debug, Clone)]
 pub struct NexmarkGenerator {
     config: NexmarkConfig,
+    unread: UnreadText,
+}
+
+/// The random text fields no query of the pipeline reads: written empty, their letters not
+/// drawn but skipped over, so every other field of the event is the same as when they are
+/// written (each event's draws come in a fixed order from its own generator). Letters are most
+/// of the generator's work, and most queries read none of the padding (`extra`), descriptions
+/// or item names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UnreadText {
+    pub person_email: bool,
+    pub person_extra: bool,
+    pub auction_item_name: bool,
+    pub auction_description: bool,
+    pub auction_extra: bool,
+    pub bid_url: bool,
+    pub bid_extra: bool,
+}
+
+impl UnreadText {
+    /// The fields `reads(column, field)` says nobody reads.
+    pub fn unless(reads: impl Fn(&str, &str) -> bool) -> Self {
+        Self {
+            person_email: !reads("person", "email_address"),
+            person_extra: !reads("person", "extra"),
+            auction_item_name: !reads("auction", "item_name"),
+            auction_description: !reads("auction", "description"),
+            auction_extra: !reads("auction", "extra"),
+            bid_url: !reads("bid", "url"),
+            bid_extra: !reads("bid", "extra"),
+        }
+    }
 }
 
 /// Persons before event n (event n itself excluded).
@@ -186,7 +218,12 @@ impl RowGenerator for NexmarkGenerator {
 
 impl NexmarkGenerator {
     pub fn new(config: NexmarkConfig) -> Self {
-        Self { config }
+        Self { config, unread: UnreadText::default() }
+    }
+
+    /// The same events with the text fields `unread` written empty.
+    pub fn with_unread(self, unread: UnreadText) -> Self {
+        Self { unread, ..self }
     }
 
     pub fn config(&self) -> &NexmarkConfig {
@@ -226,10 +263,11 @@ impl NexmarkGenerator {
             let mut random = Random::for_row(self.config.seed, n);
             kinds.push(kind);
             times.append_value(time);
+            let unread = &self.unread;
             let written = match kind {
-                PERSON => person.push(n, time, &mut random),
-                AUCTION => auction.push(n, time, &mut random),
-                _ => bid.push(n, time, &mut random),
+                PERSON => person.push(n, time, &mut random, unread),
+                AUCTION => auction.push(n, time, &mut random, unread),
+                _ => bid.push(n, time, &mut random, unread),
             };
             written.map_err(|_| ArrowError::ComputeError(format!("writing Nexmark event {n}")))?;
             for (columns_kind, valid) in
@@ -307,16 +345,21 @@ impl PersonColumns {
         self.time.append_nulls(nulls);
     }
 
-    fn push(&mut self, n: u64, time: i64, random: &mut Random) -> std::fmt::Result {
+    fn push(&mut self, n: u64, time: i64, random: &mut Random, unread: &UnreadText) -> std::fmt::Result {
         self.fill_nulls();
         self.valid.push(true);
         self.id.append_value(FIRST_ID + persons_before(n) as i64);
         write!(self.name, "{} {}", random.pick(&FIRST_NAMES), random.pick(&LAST_NAMES))?;
         self.name.append_value("");
-        random.write_letters(&mut self.email, 7)?;
-        self.email.write_str("@")?;
-        random.write_letters(&mut self.email, 5)?;
-        self.email.append_value(".com");
+        if unread.person_email {
+            random.skip(7 + 5);
+            self.email.append_value("");
+        } else {
+            random.write_letters(&mut self.email, 7)?;
+            self.email.write_str("@")?;
+            random.write_letters(&mut self.email, 5)?;
+            self.email.append_value(".com");
+        }
         for part in 0..4 {
             let separator = if part == 0 { "" } else { " " };
             write!(self.card, "{separator}{:04}", random.below(10_000))?;
@@ -325,7 +368,10 @@ impl PersonColumns {
         self.city.append_value(random.pick(&CITIES));
         self.state.append_value(random.pick(&STATES));
         self.time.append_value(time);
-        random.write_padding(&mut self.extra, 100, 40)?;
+        match unread.person_extra {
+            true => random.skip_padding(100, 40),
+            false => random.write_padding(&mut self.extra, 100, 40)?,
+        }
         self.extra.append_value("");
         Ok(())
     }
@@ -394,13 +440,19 @@ impl AuctionColumns {
         self.expires.append_nulls(nulls);
     }
 
-    fn push(&mut self, n: u64, time: i64, random: &mut Random) -> std::fmt::Result {
+    fn push(&mut self, n: u64, time: i64, random: &mut Random, unread: &UnreadText) -> std::fmt::Result {
         self.fill_nulls();
         self.valid.push(true);
         self.id.append_value(FIRST_ID + auctions_before(n) as i64);
-        random.write_letters(&mut self.item, 20)?;
+        match unread.auction_item_name {
+            true => random.skip(20),
+            false => random.write_letters(&mut self.item, 20)?,
+        }
         self.item.append_value("");
-        random.write_letters(&mut self.description, 100)?;
+        match unread.auction_description {
+            true => random.skip(100),
+            false => random.write_letters(&mut self.description, 100)?,
+        }
         self.description.append_value("");
         let initial = random.price();
         self.initial.append_value(initial);
@@ -410,7 +462,10 @@ impl AuctionColumns {
         self.expires.append_value(time + 1 + random.below(20_000) as i64);
         self.seller.append_value(NexmarkGenerator::person_ref(random, n, HOT_SELLER_RATIO));
         self.category.append_value(10 + random.below(5) as i64);
-        random.write_padding(&mut self.extra, 300, 100)?;
+        match unread.auction_extra {
+            true => random.skip_padding(300, 100),
+            false => random.write_padding(&mut self.extra, 300, 100)?,
+        }
         self.extra.append_value("");
         Ok(())
     }
@@ -474,7 +529,7 @@ impl BidColumns {
         self.time.append_nulls(nulls);
     }
 
-    fn push(&mut self, n: u64, time: i64, random: &mut Random) -> std::fmt::Result {
+    fn push(&mut self, n: u64, time: i64, random: &mut Random, unread: &UnreadText) -> std::fmt::Result {
         self.fill_nulls();
         self.valid.push(true);
         let auctions = auctions_before(n).max(1);
@@ -489,19 +544,27 @@ impl BidColumns {
         if random.below(10) > 0 {
             let index = random.below(HOT_CHANNELS.len() as u64) as usize;
             self.channel.append_value(HOT_CHANNELS[index]);
-            self.url.append_value(HOT_URLS[index]);
+            self.url.append_value(if unread.bid_url { "" } else { HOT_URLS[index] });
         } else {
             write!(self.channel, "channel-{}", random.below(10_000))?;
             self.channel.append_value("");
-            self.url.write_str("https://www.nexmark.com/")?;
-            for _ in 0..3 {
-                random.write_letters(&mut self.url, 5)?;
-                self.url.write_str("/")?;
+            if unread.bid_url {
+                random.skip(3 * 5);
+                self.url.append_value("");
+            } else {
+                self.url.write_str("https://www.nexmark.com/")?;
+                for _ in 0..3 {
+                    random.write_letters(&mut self.url, 5)?;
+                    self.url.write_str("/")?;
+                }
+                self.url.append_value("item.htm?query=1");
             }
-            self.url.append_value("item.htm?query=1");
         }
         self.time.append_value(time);
-        random.write_padding(&mut self.extra, 20, 20)?;
+        match unread.bid_extra {
+            true => random.skip_padding(20, 20),
+            false => random.write_padding(&mut self.extra, 20, 20)?,
+        }
         self.extra.append_value("");
         Ok(())
     }
@@ -575,6 +638,38 @@ mod tests {
         }
         let times = batch.column(4).as_any().downcast_ref::<TimestampMillisecondArray>().unwrap();
         assert_eq!(times.value(4999) - times.value(0), 499, "10,000 events per second of event time");
+    }
+
+    /// Text written empty where nobody reads it changes no other value of any event.
+    #[test]
+    fn unread_text_is_empty_and_every_other_value_the_same() {
+        let numbers: Vec<u64> = (0..2000).collect();
+        let all = generator().batch(&numbers).unwrap();
+        let unread = UnreadText {
+            person_email: true,
+            person_extra: true,
+            auction_item_name: true,
+            auction_description: true,
+            auction_extra: true,
+            bid_url: true,
+            bid_extra: true,
+        };
+        let some = generator().with_unread(unread).batch(&numbers).unwrap();
+        let skipped = [(1, 2), (1, 7), (2, 1), (2, 2), (2, 9), (3, 4), (3, 6)];
+        for (column, kind) in [(1, "person"), (2, "auction"), (3, "bid")] {
+            let (a, b) = (all.column(column).as_struct(), some.column(column).as_struct());
+            assert_eq!(a.nulls(), b.nulls());
+            for field in 0..a.num_columns() {
+                let (x, y) = (a.column(field), b.column(field));
+                if skipped.contains(&(column, field)) {
+                    let y = y.as_string::<i32>();
+                    assert!((0..y.len()).all(|r| y.is_null(r) || y.value(r).is_empty()), "{kind} field {field}");
+                    assert!(x.as_string::<i32>().iter().flatten().any(|v| !v.is_empty()));
+                } else {
+                    assert_eq!(x, y, "{kind} field {field}");
+                }
+            }
+        }
     }
 
     /// Events are fixed forever (a replay after an upgrade must produce the same ones): a digest

@@ -10,6 +10,6 @@ mod connector;
 mod generator;
 
 pub use connector::NexmarkConnector;
-pub use generator::{NexmarkConfig, NexmarkGenerator, event_kind, nexmark_schema};
+pub use generator::{NexmarkConfig, NexmarkGenerator, UnreadText, event_kind, nexmark_schema};
 /// The Nexmark source: the generator's events, split, paced and checkpointed.
 pub type NexmarkSource = crate::generated_source::GeneratedSource<NexmarkGenerator>;
