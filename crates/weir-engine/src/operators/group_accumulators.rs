@@ -204,7 +204,7 @@ pub(crate) fn primitive<T: ArrowPrimitiveType>(values: &ArrayRef, data_type: &Da
         .ok_or_else(|| Error::Graph(format!("an aggregate's argument is {}, not {data_type}", values.data_type())))
 }
 
-pub(crate) fn counts(state: &ArrayRef) -> Result<Int64Array> {
+fn counts(state: &ArrayRef) -> Result<Int64Array> {
     primitive::<Int64Type>(state, &DataType::Int64)
 }
 
@@ -484,6 +484,33 @@ fn counts_distinct(data_type: &DataType) -> bool {
     )
 }
 
+/// A distinct count's state of groups `ids`: each one's values and their copies (`pairs` of
+/// the group), as two lists.
+pub(crate) fn distinct_state<P: IntoIterator<Item = (i64, i64)>>(
+    ids: &[usize],
+    pairs: impl Fn(usize) -> P,
+) -> Vec<ArrayRef> {
+    let (mut values, mut copies) = (ListBuilder::new(Int64Builder::new()), ListBuilder::new(Int64Builder::new()));
+    for &id in ids {
+        for (value, count) in pairs(id) {
+            values.values().append_value(value);
+            copies.values().append_value(count);
+        }
+        values.append(true);
+        copies.append(true);
+    }
+    vec![Arc::new(values.finish()), Arc::new(copies.finish())]
+}
+
+/// Each row of a distinct count's state (as [`distinct_state`] writes it): values and copies.
+pub(crate) fn distinct_state_rows(states: &[ArrayRef]) -> Result<Vec<(Int64Array, Int64Array)>> {
+    let lists = |state: &ArrayRef| {
+        state.as_list_opt::<i32>().cloned().ok_or_else(|| Error::Graph("a distinct count's state is not a list".into()))
+    };
+    let (values, copies) = (lists(&states[0])?, lists(&states[1])?);
+    (0..values.len()).map(|row| Ok((counts(&values.value(row))?, counts(&copies.value(row))?))).collect()
+}
+
 pub(crate) fn int64_list() -> DataType {
     DataType::List(Arc::new(Field::new_list_field(DataType::Int64, true)))
 }
@@ -533,30 +560,13 @@ impl GroupAccumulator for CountDistinct {
     }
 
     fn state(&mut self, ids: &[usize]) -> Result<Vec<ArrayRef>> {
-        let (mut values, mut copies) = (ListBuilder::new(Int64Builder::new()), ListBuilder::new(Int64Builder::new()));
-        for &id in ids {
-            for (value, count) in &self.groups[id] {
-                values.values().append_value(*value);
-                copies.values().append_value(*count);
-            }
-            values.append(true);
-            copies.append(true);
-        }
-        Ok(vec![Arc::new(values.finish()), Arc::new(copies.finish())])
+        Ok(distinct_state(ids, |id| self.groups[id].iter().map(|(value, count)| (*value, *count))))
     }
 
     fn merge(&mut self, states: &[ArrayRef], ids: &[usize]) -> Result<()> {
-        let lists = |state: &ArrayRef| {
-            state
-                .as_list_opt::<i32>()
-                .cloned()
-                .ok_or_else(|| Error::Graph("a distinct count's state is not a list".into()))
-        };
-        let (values, copies) = (lists(&states[0])?, lists(&states[1])?);
-        for (row, &id) in ids.iter().enumerate() {
-            let (row_values, row_copies) = (counts(&values.value(row))?, counts(&copies.value(row))?);
-            for (value, count) in row_values.values().iter().zip(row_copies.values()) {
-                *self.groups[id].entry(*value).or_insert(0) += count;
+        for (id, (values, copies)) in ids.iter().zip(distinct_state_rows(states)?) {
+            for (value, count) in values.values().iter().zip(copies.values()) {
+                *self.groups[*id].entry(*value).or_insert(0) += count;
             }
         }
         Ok(())

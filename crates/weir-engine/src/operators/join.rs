@@ -1311,14 +1311,18 @@ mod tests {
         assert_eq!(left_rows(&mut anti, 0, changelog("l", &[(Delete, 1, 0)])).await, ["-D 1"]);
     }
 
-    #[tokio::test]
-    async fn an_interval_join_drops_rows_the_watermark_has_passed_and_holds_its_watermark_back() {
-        // Right rows up to 10 ms after the left one: left rows expire 11 ms after their time.
-        let expiry = [
+    /// An interval join's expiry of right rows up to 10 ms after the left one: left rows
+    /// expire 11 ms after their time, right rows 1 ms after theirs.
+    fn up_to_10_ms_after() -> [Option<Expiry>; 2] {
+        [
             Some(Expiry { column: 1, after_ms: 11, late: LateRows::Match }),
             Some(Expiry { column: 1, after_ms: 1, late: LateRows::Match }),
-        ];
-        let mut join = join(JoinKind::Left, expiry);
+        ]
+    }
+
+    #[tokio::test]
+    async fn an_interval_join_drops_rows_the_watermark_has_passed_and_holds_its_watermark_back() {
+        let mut join = join(JoinKind::Left, up_to_10_ms_after());
         assert!(feed(&mut join, 0, rows("l", &[(1, 100), (2, 100)])).await.is_empty(), "waits for expiry");
         assert_eq!(feed(&mut join, 1, rows("r", &[(1, 105)])).await, ["+I 1 1"]);
         assert_eq!(stored(&join), 3);
@@ -1334,11 +1338,7 @@ mod tests {
     /// are indexed whole once scans for keys they do not hold cost more than indexing.
     #[tokio::test]
     async fn an_inner_interval_join_holds_rows_unindexed_until_asked_for() {
-        let expiry = [
-            Some(Expiry { column: 1, after_ms: 11, late: LateRows::Match }),
-            Some(Expiry { column: 1, after_ms: 1, late: LateRows::Match }),
-        ];
-        let mut join = join(JoinKind::Inner, expiry);
+        let mut join = join(JoinKind::Inner, up_to_10_ms_after());
         let indexed = |join: &StreamingJoin, side: usize| join.stored[side].values().map(|r| r.len()).sum::<usize>();
         assert!(feed(&mut join, 0, rows("l", &[(1, 100), (2, 100), (3, 150)])).await.is_empty());
         assert_eq!((join.unindexed[0].len(), indexed(&join, 0)), (3, 0), "held, not indexed");

@@ -12,14 +12,16 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, Int64Builder, ListBuilder};
+use datafusion::arrow::array::{Array, ArrayRef, Int64Array};
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::physical_expr::PhysicalExpr;
 use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
 use crate::operators::accumulators::{AggregateCall, Arguments};
-use crate::operators::group_accumulators::{GroupAccumulator, counts, int64_list, is_valid, primitive, retain_vec};
+use crate::operators::group_accumulators::{
+    GroupAccumulator, distinct_state, distinct_state_rows, int64_list, is_valid, primitive, retain_vec,
+};
 
 /// A value's copies in each aggregate of the family (most families have up to four members).
 type Copies = SmallVec<[i64; 4]>;
@@ -138,33 +140,19 @@ impl GroupAccumulator for SharedDistinct {
     /// The values this member has copies of and their copies, as a lone distinct count writes.
     fn state(&mut self, ids: &[usize]) -> Result<Vec<ArrayRef>> {
         let family = self.family();
-        let (mut values, mut copies) = (ListBuilder::new(Int64Builder::new()), ListBuilder::new(Int64Builder::new()));
-        for &id in ids {
-            for (value, counts) in &family.groups[id] {
-                if counts[self.member] > 0 {
-                    values.values().append_value(*value);
-                    copies.values().append_value(counts[self.member]);
-                }
-            }
-            values.append(true);
-            copies.append(true);
-        }
-        Ok(vec![Arc::new(values.finish()), Arc::new(copies.finish())])
+        let member = self.member;
+        let pairs = |id: usize| {
+            let kept = family.groups[id].iter().filter(move |(_, counts)| counts[member] > 0);
+            kept.map(move |(value, counts)| (*value, counts[member]))
+        };
+        Ok(distinct_state(ids, pairs))
     }
 
     fn merge(&mut self, states: &[ArrayRef], ids: &[usize]) -> Result<()> {
-        let lists = |state: &ArrayRef| {
-            state
-                .as_list_opt::<i32>()
-                .cloned()
-                .ok_or_else(|| Error::Graph("a distinct count's state is not a list".into()))
-        };
-        let (values, copies) = (lists(&states[0])?, lists(&states[1])?);
         let mut family = self.family();
         let (member, members) = (self.member, family.positions.len());
-        for (row, &id) in ids.iter().enumerate() {
-            let (row_values, row_copies) = (counts(&values.value(row))?, counts(&copies.value(row))?);
-            for (value, count) in row_values.values().iter().zip(row_copies.values()) {
+        for (&id, (values, copies)) in ids.iter().zip(distinct_state_rows(states)?) {
+            for (value, count) in values.values().iter().zip(copies.values()) {
                 let copies = family.groups[id].entry(*value).or_insert_with(|| smallvec::smallvec![0; members]);
                 let before = copies[member];
                 copies[member] += count;
@@ -225,6 +213,7 @@ pub(crate) fn share_distinct_counts(
 
 #[cfg(test)]
 mod tests {
+    use datafusion::arrow::array::AsArray;
     use datafusion::arrow::datatypes::{Field, Schema};
     use datafusion::arrow::record_batch::RecordBatch;
     use datafusion::functions_aggregate::count::count_udaf;
@@ -254,15 +243,14 @@ mod tests {
     fn state_of(accumulator: &mut Box<dyn GroupAccumulator>) -> Vec<Vec<(i64, i64)>> {
         let all: Vec<usize> = (0..GROUPS).collect();
         let state = accumulator.state(&all).unwrap();
-        let (values, copies) = (state[0].as_list::<i32>(), state[1].as_list::<i32>());
-        (0..GROUPS)
-            .map(|g| {
-                let (v, c) = (counts(&values.value(g)).unwrap(), counts(&copies.value(g)).unwrap());
-                let mut pairs: Vec<(i64, i64)> = v.values().iter().copied().zip(c.values().iter().copied()).collect();
-                pairs.sort();
-                pairs
-            })
-            .collect()
+        let rows = distinct_state_rows(&state).unwrap().into_iter();
+        rows.map(|(values, copies)| {
+            let mut pairs: Vec<(i64, i64)> =
+                values.values().iter().copied().zip(copies.values().iter().copied()).collect();
+            pairs.sort();
+            pairs
+        })
+        .collect()
     }
 
     /// The values of groups `0..groups`.
