@@ -15,11 +15,15 @@
 
 use std::collections::BTreeMap;
 
+use datafusion::common::HashSet;
+
 /// The span of expiry times in one bucket, in milliseconds.
 const BUCKET_MS: i64 = 64;
 /// How many rows scans may look at per row added before the side is indexed whole: a look is a
 /// sequential key comparison, indexing a row about two cache misses.
 const LOOKS_PER_ROW: u64 = 32;
+/// Up to this many keys or rows held, a scan compares each row with each key.
+const FEW: usize = 8;
 
 /// Rows of one side, `K` their join key (in row format), `T` what is kept of each.
 pub(crate) struct UnindexedRows<K, T> {
@@ -59,8 +63,10 @@ impl<K: AsRef<[u8]>, T> UnindexedRows<K, T> {
         if self.live == 0 || keys.is_empty() {
             return taken;
         }
-        // A few keys are compared with each row; more are looked up in a set of them.
-        let set: Option<std::collections::HashSet<&[u8]>> = (keys.len() > 4).then(|| keys.iter().copied().collect());
+        // Where the keys or the rows held are few (q7: a window's one maximum against its
+        // bids; a batch of bids against the maxima held), each row is compared with the keys;
+        // else the keys go into a set.
+        let set: Option<HashSet<&[u8]>> = (keys.len().min(self.live) > FEW).then(|| keys.iter().copied().collect());
         let wanted = |key: &[u8]| match &set {
             Some(set) => set.contains(key),
             None => keys.contains(&key),
