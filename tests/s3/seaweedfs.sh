@@ -94,32 +94,31 @@ JSON
   pid=$!
   echo "$pid" > "$PID_FILE"
   local waited=0
+  # Polls every 0.2 s until "$@" succeeds; dies with $1 if weed exits or START_TIMEOUT_S passes
+  # (one budget for both waits below).
+  wait_for() {
+    local failure=$1
+    shift
+    until "$@"; do
+      if ! kill -0 "$pid" 2>/dev/null; then
+        tail -n 30 "$LOG_FILE" >&2 || true
+        die "weed exited during start-up (log: $LOG_FILE)"
+      fi
+      if (( waited >= START_TIMEOUT_S * 5 )); then
+        die "$failure within ${START_TIMEOUT_S}s (log: $LOG_FILE)"
+      fi
+      sleep 0.2
+      waited=$((waited + 1))
+    done
+  }
   # The gateway answers an anonymous request with 403 once it is up.
-  until [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/" || true) == 403 ]]; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      tail -n 30 "$LOG_FILE" >&2 || true
-      die "weed exited during start-up (log: $LOG_FILE)"
-    fi
-    if (( waited >= START_TIMEOUT_S * 5 )); then
-      die "the S3 gateway did not answer on 127.0.0.1:$PORT within ${START_TIMEOUT_S}s (log: $LOG_FILE)"
-    fi
-    sleep 0.2
-    waited=$((waited + 1))
-  done
+  gateway_up() { [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/" || true) == 403 ]]; }
+  wait_for "the S3 gateway did not answer on 127.0.0.1:$PORT" gateway_up
   # The gateway answers long before a write can land: a master restarted over its data reports
   # "warming up" for about half a minute, and a PUT meanwhile hangs until the client's timeout
   # (a test's first checkpoint failed so). Ready once the master assigns a file id.
-  until curl -s -m 5 "http://127.0.0.1:$MASTER_PORT/dir/assign" | grep -q '"fid"'; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      tail -n 30 "$LOG_FILE" >&2 || true
-      die "weed exited during start-up (log: $LOG_FILE)"
-    fi
-    if (( waited >= START_TIMEOUT_S * 5 )); then
-      die "SeaweedFS took no writes within ${START_TIMEOUT_S}s (log: $LOG_FILE)"
-    fi
-    sleep 0.2
-    waited=$((waited + 1))
-  done
+  assigns_file_ids() { curl -s -m 5 "http://127.0.0.1:$MASTER_PORT/dir/assign" | grep -q '"fid"'; }
+  wait_for "SeaweedFS took no writes" assigns_file_ids
   echo "seaweedfs.sh: SeaweedFS started (pid $pid)" >&2
   print_endpoint
 }

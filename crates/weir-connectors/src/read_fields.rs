@@ -15,12 +15,6 @@ pub struct ReadFields {
     fields: HashMap<String, HashSet<String>>,
 }
 
-impl Default for ReadFields {
-    fn default() -> Self {
-        Self::everything()
-    }
-}
-
 impl ReadFields {
     /// Every field of every column.
     pub fn everything() -> Self {

@@ -617,27 +617,20 @@ impl StreamingJoin {
         let all = kept.len() == batch.num_rows();
         let rows: Vec<u32> = if all { Vec::new() } else { kept.iter().map(|(row, _)| *row).collect() };
         let first = self.segments[side].push(batch.columns(), (!all).then_some(rows.as_slice()))?;
-        if self.holds_unindexed(side) {
-            for (slot, (row, expires_at)) in (first..).zip(kept) {
-                let id = self.next_id[side];
-                self.next_id[side] += 1;
-                let stored = Stored {
-                    row: slot,
-                    matched: matched[row as usize],
-                    expires_at,
-                    last_access_ms: now,
-                    id,
-                    dirty: true,
-                };
-                self.unindexed[side].push(expires_at, Key::from_slice(key_rows.row(row as usize).data()), stored);
-            }
-            return Ok(());
-        }
+        let held = self.holds_unindexed(side);
         // Keys of a run of rows that expire at the same time, added to the expiry list at once
         // (rows of a batch mostly come in time order, many in the same millisecond).
         let mut expiring: Option<(i64, Vec<Key>)> = None;
         for (slot, (row, expires_at)) in (first..).zip(kept) {
             let key = key_rows.row(row as usize).data();
+            let id = self.next_id[side];
+            self.next_id[side] += 1;
+            let matched = matched[row as usize];
+            let stored = Stored { row: slot, matched, expires_at, last_access_ms: now, id, dirty: true };
+            if held {
+                self.unindexed[side].push(expires_at, Key::from_slice(key), stored);
+                continue;
+            }
             if self.sides[side].expiry.is_some() {
                 match &mut expiring {
                     Some((at, keys)) if *at == expires_at => keys.push(Key::from_slice(key)),
@@ -648,10 +641,6 @@ impl StreamingJoin {
                     }
                 }
             }
-            let id = self.next_id[side];
-            self.next_id[side] += 1;
-            let matched = matched[row as usize];
-            let stored = Stored { row: slot, matched, expires_at, last_access_ms: now, id, dirty: true };
             // A key with a dirty row is among the changed ones already.
             if !self.store(side, key, stored) {
                 SideChanges::changed(&mut self.changes, side, key);
