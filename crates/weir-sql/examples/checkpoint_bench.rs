@@ -16,10 +16,14 @@
 //!    latest checkpoint's files, chains merged), and how long the pipeline started again takes
 //!    to restore and complete its first checkpoint.
 //!
+//! With `CHECKPOINT_BENCH_DIR` set (and one variant named) only part 2 runs, its checkpoints
+//! kept there; a run that finds a checkpoint in it only measures the restore again, no fill.
+//!
 //! Prints numbers, asserts nothing; a setup that fails stops it with a message.
 
 #![allow(clippy::expect_used)]
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use weir_engine::testkit::cpu_seconds;
@@ -41,8 +45,11 @@ async fn main() {
     let fill: u64 = args.next().map_or(20_000_000, |a| a.parse().expect("fill events: a number"));
     // Runs only the variants whose name holds this ("incremental", "full", "no checkpoints").
     let only = args.next().unwrap_or_default();
-    throughput(seconds, &only).await;
-    large_state(seconds, fill, &only).await;
+    let kept = std::env::var_os("CHECKPOINT_BENCH_DIR").map(PathBuf::from);
+    if kept.is_none() {
+        throughput(seconds, &only).await;
+    }
+    large_state(seconds, fill, &only, kept.as_deref()).await;
 }
 
 async fn throughput(seconds: u64, only: &str) {
@@ -80,7 +87,7 @@ async fn throughput(seconds: u64, only: &str) {
     }
 }
 
-async fn large_state(seconds: u64, fill: u64, only: &str) {
+async fn large_state(seconds: u64, fill: u64, only: &str, kept: Option<&Path>) {
     println!("2. The same aggregate over {fill} events, then the same keys again at 1% of them per second");
     // About 0.7 groups per bid: the trickle's rate follows the fill's size.
     let keys = fill * 92 / 100 * 7 / 10;
@@ -93,7 +100,8 @@ async fn large_state(seconds: u64, fill: u64, only: &str) {
         if !name.contains(only) {
             continue;
         }
-        let dir = tempfile::tempdir().expect("a temporary directory");
+        let temporary = tempfile::tempdir().expect("a temporary directory");
+        let dir = kept.unwrap_or(temporary.path());
         let sql = format!(
             "CREATE TABLE fill WITH (connector = 'nexmark', events = '{fill}', as_fast_as_possible = 'true', splits = '2');
              CREATE TABLE trickle WITH (connector = 'nexmark', rate = '{rate}', splits = '2');
@@ -101,7 +109,13 @@ async fn large_state(seconds: u64, fill: u64, only: &str) {
              SET parallelism = 2; {checkpoints}
              {AGGREGATE};"
         );
-        let handle = start(&sql, dir.path()).await;
+        let store = StateStore::local(dir).expect("the checkpoint directory");
+        if store.latest_manifest().await.expect("readable checkpoints").is_some() {
+            println!("   {name}: the checkpoints kept in {}", dir.display());
+            restore(&sql, dir).await;
+            continue;
+        }
+        let handle = start(&sql, dir).await;
         let started = Instant::now();
         while source_records(&handle, "fill") < fill {
             if handle.is_finished() {
@@ -144,53 +158,59 @@ async fn large_state(seconds: u64, fill: u64, only: &str) {
                 100.0 * c.written_bytes as f64 / c.state_bytes.max(1) as f64
             );
         }
-        let store = StateStore::local(dir.path()).expect("the checkpoint directory");
-        let manifest = store.latest_manifest().await.expect("readable checkpoints").expect("a checkpoint");
-        let chains = manifest.chains();
-        let (base, deltas): (Vec<&weir_state::StateFile>, Vec<&weir_state::StateFile>) =
-            chains.iter().flatten().partition(|f| f.role.is_full());
-        // As a restore reads them: every chain at once, each merged latest-wins.
-        let read = Instant::now();
-        let merged = futures::future::try_join_all(chains.iter().map(|chain| store.read_chain(chain)))
-            .await
-            .expect("readable chains");
-        let rows: usize = merged.iter().flatten().map(|b| b.num_rows()).sum();
-        println!(
-            "     restore reads checkpoint {} ({} MB in {} files, of which {} MB in {} changes; {rows} rows) in {:.2} s",
-            manifest.checkpoint_id,
-            base.iter().chain(&deltas).map(|f| f.bytes).sum::<u64>() / 1_000_000,
-            base.len() + deltas.len(),
-            deltas.iter().map(|f| f.bytes).sum::<u64>() / 1_000_000,
-            deltas.len(),
-            read.elapsed().as_secs_f64()
-        );
-        drop(merged);
-        // The whole restore: the pipeline started again on the same checkpoints, until its first
-        // checkpoint after the restore completes (so every operator has its state back).
-        let restart = Instant::now();
-        let handle = start(&sql, dir.path()).await;
-        let restored = loop {
-            if let Some(first) = completed(&handle).into_iter().find(|c| c.id > manifest.checkpoint_id) {
-                break first;
-            }
-            if handle.is_finished() || restart.elapsed() > Duration::from_secs(300) {
-                println!("     the restored pipeline did not checkpoint: {:?}", handle.status().errors);
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        println!(
-            "     restarted: restored and its first checkpoint ({} ms, written {}) completed {:.2} s after the start",
-            restored.duration_ms,
-            mb(restored.written_bytes),
-            restart.elapsed().as_secs_f64()
-        );
-        handle.kill().await;
+        restore(&sql, dir).await;
     }
 }
 
+/// What a restore of the latest checkpoint in `dir` reads, and how long the pipeline of `sql`
+/// started again on it takes to restore and complete its first checkpoint.
+async fn restore(sql: &str, dir: &Path) {
+    let store = StateStore::local(dir).expect("the checkpoint directory");
+    let manifest = store.latest_manifest().await.expect("readable checkpoints").expect("a checkpoint");
+    let chains = manifest.chains();
+    let (base, deltas): (Vec<&weir_state::StateFile>, Vec<&weir_state::StateFile>) =
+        chains.iter().flatten().partition(|f| f.role.is_full());
+    // As a restore reads them: every chain at once, each merged latest-wins.
+    let read = Instant::now();
+    let merged = futures::future::try_join_all(chains.iter().map(|chain| store.read_chain(chain)))
+        .await
+        .expect("readable chains");
+    let rows: usize = merged.iter().flatten().map(|b| b.num_rows()).sum();
+    println!(
+        "     restore reads checkpoint {} ({} MB in {} files, of which {} MB in {} changes; {rows} rows) in {:.2} s",
+        manifest.checkpoint_id,
+        base.iter().chain(&deltas).map(|f| f.bytes).sum::<u64>() / 1_000_000,
+        base.len() + deltas.len(),
+        deltas.iter().map(|f| f.bytes).sum::<u64>() / 1_000_000,
+        deltas.len(),
+        read.elapsed().as_secs_f64()
+    );
+    drop(merged);
+    // The whole restore: the pipeline started again on the same checkpoints, until its first
+    // checkpoint after the restore completes (so every operator has its state back).
+    let restart = Instant::now();
+    let handle = start(sql, dir).await;
+    let restored = loop {
+        if let Some(first) = completed(&handle).into_iter().find(|c| c.id > manifest.checkpoint_id) {
+            break first;
+        }
+        if handle.is_finished() || restart.elapsed() > Duration::from_secs(300) {
+            println!("     the restored pipeline did not checkpoint: {:?}", handle.status().errors);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    println!(
+        "     restarted: restored and its first checkpoint ({} ms, written {}) completed {:.2} s after the start",
+        restored.duration_ms,
+        mb(restored.written_bytes),
+        restart.elapsed().as_secs_f64()
+    );
+    handle.kill().await;
+}
+
 /// Plans `sql` (its last statement a query) and starts its pipeline with checkpoints in `dir`.
-async fn start(sql: &str, dir: &std::path::Path) -> PipelineHandle {
+async fn start(sql: &str, dir: &Path) -> PipelineHandle {
     let mut session = Session::new();
     session.preview_rows = 1_000;
     let pipeline = session
