@@ -9,7 +9,7 @@
 //! row of that key. An operator writes all the rows of each key it changed.
 
 use datafusion::arrow::array::{ArrayRef, BooleanArray, BooleanBufferBuilder, UInt32Array};
-use datafusion::arrow::compute::{filter_record_batch, take};
+use datafusion::arrow::compute::take;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{Row, RowConverter, Rows, SortField};
 use hashbrown::HashTable;
@@ -17,6 +17,7 @@ use hashbrown::HashTable;
 use datafusion::common::hash_utils::{RandomState, create_hashes};
 
 use crate::error::{Error, Result};
+use crate::keep_rows::keep_rows;
 use crate::manifest::FileRole;
 
 /// One file of a chain, read.
@@ -62,12 +63,13 @@ pub fn merge(links: Vec<Link>, key: &[String]) -> Result<Vec<RecordBatch>> {
     }
     let newer_rows: usize = parts.iter().filter(|part| part.keys.is_some()).map(|part| part.batch.num_rows()).sum();
     let mut seen: HashTable<(u32, u32)> = HashTable::with_capacity(newer_rows);
-    let mut kept = Vec::new();
+    let mut keeps = Vec::with_capacity(parts.len());
     for (index, part) in parts.iter().enumerate() {
         if part.keys.is_none() && part.role == FileRole::Deletes {
+            keeps.push(Keep::Nothing);
             continue;
         }
-        let latest = match &part.keys {
+        let keep = match &part.keys {
             Some(keys) => {
                 let mut latest = BooleanBufferBuilder::new(part.batch.num_rows());
                 for row in 0..part.batch.num_rows() {
@@ -82,23 +84,30 @@ pub fn merge(links: Vec<Link>, key: &[String]) -> Result<Vec<RecordBatch>> {
                     }
                     latest.append(!superseded);
                 }
-                BooleanArray::new(latest.finish(), None)
+                Keep::Rows(BooleanArray::new(latest.finish(), None))
             }
-            None => {
-                let Some(converter) = &converter else { continue };
-                match superseded_in_base(part, &parts, &seen, converter, key)? {
-                    Some(superseded) => datafusion::arrow::compute::not(&superseded)?,
-                    None => {
-                        kept.push(part.batch.clone());
-                        continue;
-                    }
-                }
-            }
+            None => match &converter {
+                Some(converter) => match superseded_in_base(part, &parts, &seen, converter, key)? {
+                    Some(superseded) => Keep::Rows(datafusion::arrow::compute::not(&superseded)?),
+                    None => Keep::All,
+                },
+                None => Keep::All,
+            },
         };
-        if part.role != FileRole::Deletes {
-            let latest = filter_record_batch(&part.batch, &latest)?;
-            if latest.num_rows() > 0 {
-                kept.push(latest);
+        // A file of removed keys hides older rows of them and has none of its own.
+        keeps.push(if part.role == FileRole::Deletes { Keep::Nothing } else { keep });
+    }
+    drop(seen);
+    let mut kept = Vec::new();
+    for (part, keep) in parts.into_iter().zip(keeps) {
+        match keep {
+            Keep::Nothing => {}
+            Keep::All => kept.push(part.batch),
+            Keep::Rows(rows) => {
+                let latest = keep_rows(part.batch, &rows)?;
+                if latest.num_rows() > 0 {
+                    kept.push(latest);
+                }
             }
         }
     }
@@ -142,6 +151,13 @@ fn key_columns(batch: &RecordBatch, key: &[String]) -> Result<Vec<ArrayRef>> {
     key.iter()
         .map(|name| batch.column_by_name(name).cloned().ok_or_else(|| Error::MissingKeyColumn(name.clone())))
         .collect()
+}
+
+/// What a part leaves in the merged table.
+enum Keep {
+    Nothing,
+    All,
+    Rows(BooleanArray),
 }
 
 /// One batch of a chain's file, with its keys' hashes, and its keys encoded unless it is of

@@ -14,6 +14,7 @@ pub mod chain;
 pub mod checkpoint_storage;
 pub mod dir_lock;
 pub mod error;
+mod keep_rows;
 pub mod key_range;
 pub mod manifest;
 mod parquet_codec;
