@@ -109,6 +109,19 @@ mod tests {
     }
 
     #[test]
+    fn a_state_files_decoded_columns_are_compacted_where_they_are() {
+        let batch = batch();
+        let bytes = crate::parquet_codec::encode(batch.schema(), std::slice::from_ref(&batch)).unwrap();
+        let mut decoded = crate::parquet_codec::decode(bytes::Bytes::from(bytes)).unwrap();
+        let decoded = decoded.remove(0);
+        let before = decoded.column(0).as_primitive::<datafusion::arrow::datatypes::Int64Type>().values().as_ptr();
+        let kept = keep_rows(decoded, &every_third()).unwrap();
+        assert_eq!(kept, filter_record_batch(&batch, &every_third()).unwrap());
+        let after = kept.column(0).as_primitive::<datafusion::arrow::datatypes::Int64Type>().values().as_ptr();
+        assert_eq!(before, after, "the decoded values stayed where they were");
+    }
+
+    #[test]
     fn a_shared_buffer_is_copied_and_left_as_it_was() {
         let batch = batch();
         let held = batch.clone();
