@@ -194,17 +194,17 @@ impl Groups {
         self.compact_if_due()
     }
 
-    /// Merges a restored batch of the groups table (`table`, accumulators' state columns
-    /// `widths` wide) into the groups `ids` (by row).
+    /// Merges a restored batch of the groups table (`table`: `keys` group columns, the two
+    /// counters, then accumulators' state columns `widths` wide) into the groups `ids` (by row).
     fn merge_restored(
         &mut self,
         table: &KeyedTable,
+        keys: usize,
+        widths: &[usize],
         batch: &RecordBatch,
         ids: &[usize],
-        widths: &[usize],
     ) -> Result<()> {
         let fields = table.fields();
-        let keys = fields.len() - 2 - widths.iter().sum::<usize>();
         let counters = table.read(batch, &fields[keys..keys + 2])?;
         let states = table.read(batch, &fields[keys + 2..])?;
         let int = |column: &ArrayRef| {
@@ -543,7 +543,7 @@ impl Operator for UpdatingAggregate {
                 let rows = groups.keys.encode(&key_columns)?;
                 let ids: Vec<usize> = (0..batch.num_rows()).map(|row| groups.keys.intern(&rows, row).0).collect();
                 groups.resize();
-                groups.merge_restored(&table, batch, &ids, &widths)?;
+                groups.merge_restored(&table, 0, &widths, batch, &ids)?;
             }
             return Ok(());
         }
@@ -567,7 +567,7 @@ impl Operator for UpdatingAggregate {
         }
         groups.resize();
         for (batch, ids) in batches.iter().zip(appended) {
-            groups.merge_restored(&table, batch, &ids.collect::<Vec<_>>(), &widths)?;
+            groups.merge_restored(&table, keys, &widths, batch, &ids.collect::<Vec<_>>())?;
         }
         Ok(())
     }
