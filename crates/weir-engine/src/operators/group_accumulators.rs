@@ -7,8 +7,9 @@
 //! batch, keeps them, and takes rows back when its input is a changelog. So count, sum, avg, min
 //! and max over primitive types, the functions almost every streaming GROUP BY uses, are kept
 //! natively here: a plain add per row, no allocation; so are `count(DISTINCT x)` of integers and
-//! times (a hash map of values per group, each value's copies counted so that it can be taken
-//! back) and min/max of strings (Nexmark q15 and q16). Every other function (and other DISTINCT
+//! times (over a changelog a hash map of values per group, each value's copies counted so that
+//! it can be taken back; over rows never taken back a set of values seen, in
+//! [`crate::operators::seen_distinct`]) and min/max of strings (Nexmark q15 and q16). Every other function (and other DISTINCT
 //! or ordered forms) keeps DataFusion's per-group `Accumulator`, one per group, in [`PerGroup`].
 
 use std::sync::Arc;
@@ -30,7 +31,8 @@ use datafusion::physical_expr::PhysicalExpr;
 
 use crate::error::{Error, Result};
 use crate::operators::accumulators::{self, AggregateCall, Arguments, cast_to};
-use crate::operators::shared_distinct::{SharedDistinct, share_distinct_counts};
+use crate::operators::seen_distinct::share_seen_distinct;
+use crate::operators::shared_distinct::share_distinct_counts;
 
 /// An aggregate's state over every group of an operator.
 pub(crate) trait GroupAccumulator: Send + Sync {
@@ -51,10 +53,18 @@ pub(crate) trait GroupAccumulator: Send + Sync {
     fn forget(&mut self, id: usize);
     /// Keeps the groups with `keep[id]` set, renumbered 0.. in their order.
     fn retain(&mut self, keep: &[bool]);
-    /// A distinct count that shares its values with others ([`feed`] feeds its family).
-    fn shared_distinct(&self) -> Option<&SharedDistinct> {
+    /// A member of a family fed in one pass ([`feed`] feeds the family through it).
+    fn fed_as_family(&self) -> Option<&dyn FedAsFamily> {
         None
     }
+}
+
+/// Aggregates fed together, a row's work done once for all of them: the distinct counts of
+/// one argument under different FILTERs, which share the values they have seen.
+pub(crate) trait FedAsFamily {
+    /// Feeds rows `rows` of the family's `arguments` (all aggregates', indexed by position) to
+    /// groups `ids` (pairwise), or takes them back.
+    fn feed(&self, arguments: &[Arguments], rows: &[u32], ids: &[usize], retract: bool) -> Result<()>;
 }
 
 /// The accumulator for `call`: a native one where there is one for its function and types
@@ -94,7 +104,9 @@ pub(crate) fn group_accumulator(
 
 /// The accumulators of `calls`, each as [`group_accumulator`] makes it, except that the
 /// distinct counts of one argument under different FILTERs share their values
-/// ([`share_distinct_counts`]). `per_group` makes the per-group accumulator of a call.
+/// ([`share_distinct_counts`]), and that over rows never taken back every native distinct
+/// count is kept as a set of values seen instead ([`share_seen_distinct`]). `per_group` makes
+/// the per-group accumulator of a call.
 pub(crate) fn group_accumulators<F>(
     calls: &[AggregateCall],
     retracting: bool,
@@ -105,7 +117,12 @@ where
 {
     let mut accumulators =
         calls.iter().map(|call| group_accumulator(call, retracting, per_group(call))).collect::<Result<Vec<_>>>()?;
-    share_distinct_counts(calls, &mut accumulators, |call| lone_distinct_argument(call).ok().flatten());
+    let distinct_argument = |call: &AggregateCall| lone_distinct_argument(call).ok().flatten();
+    if retracting {
+        share_distinct_counts(calls, &mut accumulators, distinct_argument);
+    } else {
+        share_seen_distinct(calls, &mut accumulators, distinct_argument);
+    }
     Ok(accumulators)
 }
 
@@ -138,8 +155,8 @@ pub(crate) fn feed(
         return Ok(());
     }
     for (accumulator, own) in accumulators.iter_mut().zip(arguments) {
-        if let Some(shared) = accumulator.shared_distinct() {
-            shared.feed(arguments, rows, ids, retract)?;
+        if let Some(family) = accumulator.fed_as_family() {
+            family.feed(arguments, rows, ids, retract)?;
         } else if own.filtered() {
             let (rows, ids): (Vec<u32>, Vec<usize>) = rows.iter().zip(ids).filter(|(row, _)| own.admits(**row)).unzip();
             accumulator.update(own.values(), &rows, &ids, retract)?;

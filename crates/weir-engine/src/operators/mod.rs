@@ -8,6 +8,7 @@ pub mod join;
 pub mod numbering;
 pub mod over_aggregate;
 mod row_segments;
+mod seen_distinct;
 mod shared_distinct;
 pub mod sinks;
 pub mod state_ttl;

@@ -20,7 +20,7 @@ use smallvec::SmallVec;
 use crate::error::{Error, Result};
 use crate::operators::accumulators::{AggregateCall, Arguments};
 use crate::operators::group_accumulators::{
-    GroupAccumulator, distinct_state, distinct_state_rows, int64_list, is_valid, primitive, retain_vec,
+    FedAsFamily, GroupAccumulator, distinct_state, distinct_state_rows, int64_list, is_valid, primitive, retain_vec,
 };
 
 /// A value's copies in each aggregate of the family (most families have up to four members).
@@ -79,10 +79,12 @@ impl SharedDistinct {
         // plain counters either way.
         self.family.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
 
+impl FedAsFamily for SharedDistinct {
     /// Feeds rows `rows` (to groups `ids`, pairwise) to every member of the family, each under
     /// its own FILTER; only the family's first member does, the others' turn is a no-op.
-    pub(crate) fn feed(&self, arguments: &[Arguments], rows: &[u32], ids: &[usize], retract: bool) -> Result<()> {
+    fn feed(&self, arguments: &[Arguments], rows: &[u32], ids: &[usize], retract: bool) -> Result<()> {
         if self.member != 0 {
             return Ok(());
         }
@@ -123,7 +125,7 @@ impl GroupAccumulator for SharedDistinct {
         Err(Error::Graph("a shared distinct count is fed through its family (SharedDistinct::feed)".into()))
     }
 
-    fn shared_distinct(&self) -> Option<&SharedDistinct> {
+    fn fed_as_family(&self) -> Option<&dyn FedAsFamily> {
         Some(self)
     }
 
@@ -183,6 +185,30 @@ impl GroupAccumulator for SharedDistinct {
     }
 }
 
+/// The positions of `calls` grouped by the argument `distinct_argument` gives them (calls it
+/// gives none are in no group), each group in order, the groups by their first position; groups
+/// of fewer than `least` calls left out.
+pub(crate) fn families(
+    calls: &[AggregateCall],
+    distinct_argument: impl Fn(&AggregateCall) -> Option<Arc<dyn PhysicalExpr>>,
+    least: usize,
+) -> Vec<Vec<usize>> {
+    let arguments: Vec<Option<Arc<dyn PhysicalExpr>>> = calls.iter().map(&distinct_argument).collect();
+    let mut placed = vec![false; calls.len()];
+    let mut families = Vec::new();
+    for first in 0..calls.len() {
+        let Some(argument) = arguments[first].as_ref().filter(|_| !placed[first]) else { continue };
+        let positions: Vec<usize> = (first..calls.len()).filter(|p| arguments[*p].as_ref() == Some(argument)).collect();
+        for position in &positions {
+            placed[*position] = true;
+        }
+        if positions.len() >= least {
+            families.push(positions);
+        }
+    }
+    families
+}
+
 /// Replaces the lone `count(DISTINCT x)` accumulators of `calls` that share their argument `x`
 /// (differing in FILTER) by the members of one family each. `distinct_argument` says which
 /// calls are counted natively as lone distinct counts, and of what.
@@ -191,21 +217,13 @@ pub(crate) fn share_distinct_counts(
     accumulators: &mut [Box<dyn GroupAccumulator>],
     distinct_argument: impl Fn(&AggregateCall) -> Option<Arc<dyn PhysicalExpr>>,
 ) {
-    let arguments: Vec<Option<Arc<dyn PhysicalExpr>>> = calls.iter().map(&distinct_argument).collect();
-    let mut placed = vec![false; calls.len()];
-    for first in 0..calls.len() {
-        let Some(argument) = arguments[first].as_ref().filter(|_| !placed[first]) else { continue };
-        let positions: Vec<usize> = (first..calls.len()).filter(|p| arguments[*p].as_ref() == Some(argument)).collect();
-        if positions.len() < 2 {
-            continue;
-        }
+    for positions in families(calls, distinct_argument, 2) {
         let family = Arc::new(Mutex::new(Family {
             positions: positions.clone(),
             groups: Vec::new(),
             distinct: vec![Vec::new(); positions.len()],
         }));
         for (member, position) in positions.into_iter().enumerate() {
-            placed[position] = true;
             accumulators[position] = Box::new(SharedDistinct { family: family.clone(), member });
         }
     }
@@ -275,7 +293,7 @@ mod tests {
         let unreachable = || -> datafusion::error::Result<Box<dyn Accumulator>> { panic!("not native") };
         let build = || group_accumulators(&calls, true, |_| unreachable).unwrap();
         let mut shared = build();
-        let sharing: Vec<bool> = shared.iter().map(|a| a.shared_distinct().is_some()).collect();
+        let sharing: Vec<bool> = shared.iter().map(|a| a.fed_as_family().is_some()).collect();
         assert_eq!(sharing, [true, true, false, true]);
         let mut lone: Vec<Box<dyn GroupAccumulator>> =
             calls.iter().map(|call| group_accumulator(call, true, unreachable).unwrap()).collect();
