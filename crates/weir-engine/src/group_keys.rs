@@ -48,8 +48,18 @@ pub struct GroupKeys {
     keys: Rows,
     /// Each key's hash, by id (to find a removed key's entry, and to rebuild the table).
     hashes: Vec<u64>,
-    /// The live ids, found by their key's hash.
-    table: HashTable<usize>,
+    /// The live ids, found by their key's hash: 32 bits each, so that a restore's table of tens
+    /// of millions of groups is half the fresh memory it would be with `usize` (fresh pages are
+    /// most of a restore's time). A subtask's groups are far fewer than 2^32.
+    table: HashTable<Id>,
+}
+
+/// A group id as the table holds it.
+type Id = u32;
+
+/// `id` as the table holds it; a subtask with more groups than 32 bits number is refused.
+fn narrow(id: usize) -> Result<Id> {
+    Id::try_from(id).map_err(|_| Error::Graph(format!("more than {} groups in one subtask", Id::MAX)))
 }
 
 impl GroupKeys {
@@ -73,7 +83,7 @@ impl GroupKeys {
         }
         self.hashes.reserve(keys);
         let hashes = &self.hashes;
-        self.table.reserve(keys, |&id| hashes[id]);
+        self.table.reserve(keys, |&id| hashes[id as usize]);
     }
 
     /// The key columns of a batch, encoded for [`Self::find`] and [`Self::intern`].
@@ -85,23 +95,24 @@ impl GroupKeys {
     pub fn find(&self, rows: &Rows, row: usize) -> Option<usize> {
         let key = rows.row(row);
         let keys = &self.keys;
-        self.table.find(hash(key), |&id| keys.row(id) == key).copied()
+        self.table.find(hash(key), |&id| keys.row(id as usize) == key).map(|&id| id as usize)
     }
 
     /// The id of `rows`' row `row`, and whether it was made now (its key had no live id).
-    pub fn intern(&mut self, rows: &Rows, row: usize) -> (usize, bool) {
+    pub fn intern(&mut self, rows: &Rows, row: usize) -> Result<(usize, bool)> {
         let key = rows.row(row);
         let hashed = hash(key);
         let keys = &self.keys;
-        if let Some(&id) = self.table.find(hashed, |&id| keys.row(id) == key) {
-            return (id, false);
+        if let Some(&id) = self.table.find(hashed, |&id| keys.row(id as usize) == key) {
+            return Ok((id as usize, false));
         }
         let id = self.hashes.len();
+        let narrow_id = narrow(id)?;
         self.keys.push(key);
         self.hashes.push(hashed);
         let hashes = &self.hashes;
-        self.table.insert_unique(hashed, id, |&id| hashes[id]);
-        (id, true)
+        self.table.insert_unique(hashed, narrow_id, |&id| hashes[id as usize]);
+        Ok((id, true))
     }
 
     /// Appends the keys of `columns` under new ids, without looking them up: keys a restore
@@ -109,6 +120,7 @@ impl GroupKeys {
     /// [`Self::index`] puts them in the table.
     pub fn append_unindexed(&mut self, columns: &[ArrayRef]) -> Result<Range<usize>> {
         let start = self.len();
+        narrow(start + columns.first().map_or(0, |c| c.len()))?;
         self.converter.append(&mut self.keys, columns)?;
         let keys = &self.keys;
         self.hashes.extend((start..keys.num_rows()).map(|id| hash(keys.row(id))));
@@ -121,8 +133,9 @@ impl GroupKeys {
     /// by the low bits of its hash; were that to change, this order would only be slower, not
     /// wrong.) Fails on a key already in the table: the restored state held it twice.
     pub fn index(&mut self, ids: Range<usize>) -> Result<()> {
+        narrow(ids.end)?;
         let hashes = &self.hashes;
-        self.table.reserve(ids.len(), |&id| hashes[id]);
+        self.table.reserve(ids.len(), |&id| hashes[id as usize]);
         let buckets = (self.table.capacity() / 7 * 8).next_power_of_two();
         let bits = buckets.trailing_zeros();
         let shift = bits.saturating_sub(INDEX_RUNS_BITS);
@@ -148,11 +161,12 @@ impl GroupKeys {
             let keys = &self.keys;
             for &(hashed, id) in sorted.iter() {
                 // The keys are compared only on equal hashes: reading one is a miss of its own.
-                let same = |&other: &usize| hashes[other] == hashed && keys.row(other) == keys.row(id);
+                let same = |&other: &Id| hashes[other as usize] == hashed && keys.row(other as usize) == keys.row(id);
                 if self.table.find(hashed, same).is_some() {
                     return Err(Error::Graph("restored state holds one group key twice".into()));
                 }
-                self.table.insert_unique(hashed, id, |&id| hashes[id]);
+                // Below `ids.end`, which fits.
+                self.table.insert_unique(hashed, id as Id, |&id| hashes[id as usize]);
             }
         }
         Ok(())
@@ -160,7 +174,7 @@ impl GroupKeys {
 
     /// Removes `id`'s key: a later row with that key gets a new id.
     pub fn remove(&mut self, id: usize) {
-        if let Ok(entry) = self.table.find_entry(self.hashes[id], |&other| other == id) {
+        if let Ok(entry) = self.table.find_entry(self.hashes[id], |&other| other as usize == id) {
             entry.remove();
         }
     }
@@ -175,8 +189,9 @@ impl GroupKeys {
             hashes.push(self.hashes[id]);
         }
         let mut table = HashTable::with_capacity(kept);
+        // Fewer ids than before, which fit.
         for (id, &hashed) in hashes.iter().enumerate() {
-            table.insert_unique(hashed, id, |&id: &usize| hashes[id]);
+            table.insert_unique(hashed, id as Id, |&id: &Id| hashes[id as usize]);
         }
         (self.keys, self.hashes, self.table) = (keys, hashes, table);
     }
@@ -206,12 +221,12 @@ mod tests {
     fn keys_get_dense_ids_that_survive_removal_and_compaction() {
         let mut keys = GroupKeys::new(&[DataType::Utf8, DataType::Int64]).unwrap();
         let rows = keys.encode(&columns(&[("a", 1), ("b", 1), ("a", 1), ("a", 2)])).unwrap();
-        let ids: Vec<_> = (0..4).map(|r| keys.intern(&rows, r)).collect();
+        let ids: Vec<_> = (0..4).map(|r| keys.intern(&rows, r).unwrap()).collect();
         assert_eq!(ids, [(0, true), (1, true), (0, false), (2, true)]);
         // Removed: not found any more, and a new row with its key gets a new id.
         keys.remove(1);
         assert_eq!(keys.find(&rows, 1), None);
-        assert_eq!(keys.intern(&rows, 1), (3, true));
+        assert_eq!(keys.intern(&rows, 1).unwrap(), (3, true));
         // Compaction keeps the live ids' keys, renumbered in order.
         keys.compact(&[true, false, true, true]);
         assert_eq!(keys.len(), 3);
@@ -221,11 +236,18 @@ mod tests {
         assert_eq!(back[1].as_any().downcast_ref::<Int64Array>().unwrap(), &Int64Array::from(vec![1, 1]));
     }
 
+    /// Ids are held in 32 bits: one that does not fit is refused, not cut short.
+    #[test]
+    fn an_id_past_32_bits_is_refused() {
+        assert_eq!(narrow(Id::MAX as usize).unwrap(), Id::MAX);
+        assert!(narrow(Id::MAX as usize + 1).is_err());
+    }
+
     #[test]
     fn appended_keys_are_found_once_indexed_and_a_key_held_twice_is_refused() {
         let mut keys = GroupKeys::new(&[DataType::Utf8, DataType::Int64]).unwrap();
         let first = keys.encode(&columns(&[("a", 1)])).unwrap();
-        assert_eq!(keys.intern(&first, 0), (0, true));
+        assert_eq!(keys.intern(&first, 0).unwrap(), (0, true));
         // Enough keys for a table of many runs of buckets.
         let many: Vec<(String, i64)> = (0..100_000).map(|i| (format!("k{}", i % 1000), i / 1000)).collect();
         let many: Vec<(&str, i64)> = many.iter().map(|(k, i)| (k.as_str(), *i)).collect();
@@ -236,7 +258,7 @@ mod tests {
         keys.index(appended).unwrap();
         assert!((0..many.len()).all(|row| keys.find(&rows, row) == Some(row + 1)));
         assert_eq!(keys.find(&first, 0), Some(0));
-        assert_eq!(keys.intern(&rows, 7), (8, false));
+        assert_eq!(keys.intern(&rows, 7).unwrap(), (8, false));
 
         let again = keys.append_unindexed(&columns(&[("b", 1), ("a", 1)])).unwrap();
         let error = keys.index(again).unwrap_err();

@@ -189,7 +189,7 @@ impl Deduplicate {
         let mut best: Vec<(usize, usize)> = Vec::new();
         let mut best_of: hashbrown::HashMap<usize, usize> = hashbrown::HashMap::new();
         for row in 0..batch.num_rows() {
-            let (id, new) = kept.partitions.intern(&candidates.keys, row);
+            let (id, new) = kept.partitions.intern(&candidates.keys, row)?;
             if new {
                 kept.first.push(None);
             }

@@ -254,7 +254,7 @@ impl Groups {
                     let Some(id) = self.keys.find(&rows, row) else { continue };
                     id
                 } else {
-                    let (id, _) = self.keys.intern(&rows, row);
+                    let (id, _) = self.keys.intern(&rows, row)?;
                     if id == self.touched_by.len() {
                         self.touched_by.push(0);
                     }
@@ -541,7 +541,9 @@ impl Operator for UpdatingAggregate {
                 let key_columns = self.key_columns(None, batch.num_rows())?;
                 let groups = self.groups()?;
                 let rows = groups.keys.encode(&key_columns)?;
-                let ids: Vec<usize> = (0..batch.num_rows()).map(|row| groups.keys.intern(&rows, row).0).collect();
+                let ids = (0..batch.num_rows())
+                    .map(|row| Ok(groups.keys.intern(&rows, row)?.0))
+                    .collect::<Result<Vec<usize>>>()?;
                 groups.resize();
                 groups.merge_restored(&table, 0, &widths, batch, &ids)?;
             }

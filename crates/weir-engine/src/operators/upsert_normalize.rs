@@ -123,7 +123,7 @@ impl UpsertNormalize {
         let encoded = latest.rows.convert_columns(rows.columns())?;
         let mut emitted = Vec::new();
         for (i, kind) in kinds.iter().enumerate() {
-            let (id, new) = latest.keys.intern(&keys, i);
+            let (id, new) = latest.keys.intern(&keys, i)?;
             if new {
                 latest.row.push(None);
             }

@@ -107,7 +107,7 @@ impl WindowGroups {
         let rows = self.keys.encode(key_columns)?;
         let mut ids = Vec::with_capacity(starts.len());
         for (row, (&start, &end)) in starts.iter().zip(ends).enumerate() {
-            let (id, new) = self.keys.intern(&rows, row);
+            let (id, new) = self.keys.intern(&rows, row)?;
             if new {
                 self.windows.entry((end, start)).or_default().push(id);
                 self.open.push(true);
