@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use crate::service::Server;
 
-const BOUNDED: &str = "CREATE TABLE nx WITH (connector = 'nexmark', events = '200', as_fast_as_possible = 'true')";
+/// 200 events in batches of 20, so that an updating query over them updates its rows (`+U`).
+const BOUNDED: &str =
+    "CREATE TABLE nx WITH (connector = 'nexmark', events = '200', as_fast_as_possible = 'true', batch_size = '20')";
 
 /// psql at `server`'s Postgres port with `args`, no psqlrc, unaligned output; `password`
 /// given as PGPASSWORD.
