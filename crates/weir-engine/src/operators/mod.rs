@@ -2,6 +2,7 @@
 
 mod accumulators;
 pub mod deduplicate;
+mod distinct_family;
 mod frame_rows;
 mod group_accumulators;
 pub mod join;

@@ -12,18 +12,18 @@
 //! ahead so that their misses overlap.
 
 use std::hash::BuildHasher;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 
-use datafusion::arrow::array::{Array, ArrayRef, Int64Array};
+use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::physical_expr::PhysicalExpr;
 
 use crate::error::{Error, Result};
 use crate::operators::accumulators::{AggregateCall, Arguments};
+use crate::operators::distinct_family::{Family, Member, families};
 use crate::operators::group_accumulators::{
-    FedAsFamily, GroupAccumulator, distinct_state, distinct_state_rows, int64_list, is_valid, primitive, retain_vec,
+    FedAsFamily, GroupAccumulator, distinct_state, distinct_state_rows, int64_list, is_valid, primitive,
 };
-use crate::operators::shared_distinct::families;
 
 /// The most aggregates in one family: one bit each in a slot.
 const MEMBERS: usize = u64::BITS as usize;
@@ -116,41 +116,20 @@ impl ValueSet {
     }
 }
 
-/// What the members of a family share.
-struct Family {
-    /// The members' positions among the operator's aggregates (their arguments and FILTERs).
-    positions: Vec<usize>,
-    groups: Vec<ValueSet>,
-    /// Per member, per group: how many values it let in (its distinct count).
-    distinct: Vec<Vec<i64>>,
-}
-
 /// One `count(DISTINCT x)` of a family over rows never taken back.
-pub(crate) struct SeenDistinct {
-    family: Arc<Mutex<Family>>,
-    /// Its place in the family: 0 feeds the family and compacts its groups.
-    member: usize,
-}
-
-impl SeenDistinct {
-    fn family(&self) -> MutexGuard<'_, Family> {
-        // A panic while holding it is a bug that has failed the task already; the data is
-        // plain sets and counters either way.
-        self.family.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
+pub(crate) struct SeenDistinct(Member<ValueSet>);
 
 impl FedAsFamily for SeenDistinct {
     /// Feeds rows `rows` (to groups `ids`, pairwise) to every member of the family, each under
     /// its own FILTER; only the family's first member does, the others' turn is a no-op.
     fn feed(&self, arguments: &[Arguments], rows: &[u32], ids: &[usize], retract: bool) -> Result<()> {
-        if self.member != 0 {
+        if !self.0.leads() {
             return Ok(());
         }
         if retract {
             return Err(Error::Graph("a row taken back from a distinct count over rows never taken back".into()));
         }
-        let mut family = self.family();
+        let mut family = self.0.family();
         let Family { positions, groups, distinct } = &mut *family;
         let members: Vec<&Arguments> = positions.iter().map(|p| &arguments[*p]).collect();
         let Some(first) = members.first() else { return Ok(()) };
@@ -185,12 +164,7 @@ impl FedAsFamily for SeenDistinct {
 
 impl GroupAccumulator for SeenDistinct {
     fn resize(&mut self, groups: usize) {
-        // Every member asks for the same size: the first one grows the family.
-        let mut family = self.family();
-        family.groups.resize_with(groups, ValueSet::default);
-        for distinct in &mut family.distinct {
-            distinct.resize(groups, 0);
-        }
+        self.0.resize(groups);
     }
 
     fn update(&mut self, _: &[ArrayRef], _: &[u32], _: &[usize], _: bool) -> Result<()> {
@@ -202,9 +176,7 @@ impl GroupAccumulator for SeenDistinct {
     }
 
     fn evaluate(&mut self, ids: &[usize]) -> Result<ArrayRef> {
-        let family = self.family();
-        let distinct = &family.distinct[self.member];
-        Ok(Arc::new(Int64Array::from_iter_values(ids.iter().map(|&id| distinct[id]))))
+        Ok(self.0.evaluate(ids))
     }
 
     fn state_types(&self) -> Vec<DataType> {
@@ -214,42 +186,32 @@ impl GroupAccumulator for SeenDistinct {
     /// The values this member let in, as a lone distinct count writes them, each with one
     /// copy (copies are not counted: nothing is taken back).
     fn state(&mut self, ids: &[usize]) -> Result<Vec<ArrayRef>> {
-        let family = self.family();
-        let bit = 1u64 << self.member;
+        let family = self.0.family();
+        let bit = 1u64 << self.0.index();
         let pairs = |id: usize| family.groups[id].iter().filter(move |s| s.members & bit != 0).map(|s| (s.value, 1));
         Ok(distinct_state(ids, pairs))
     }
 
     fn merge(&mut self, states: &[ArrayRef], ids: &[usize]) -> Result<()> {
-        let mut family = self.family();
+        let member = self.0.index();
+        let mut family = self.0.family();
         let Family { groups, distinct, .. } = &mut *family;
-        let (bit, seed) = (1u64 << self.member, seed());
+        let (bit, seed) = (1u64 << member, seed());
         for (&id, (values, copies)) in ids.iter().zip(distinct_state_rows(states)?) {
             for (value, _) in values.values().iter().zip(copies.values()).filter(|(_, copies)| **copies > 0) {
                 let new = groups[id].add(*value, hash(*value, seed), bit, seed);
-                distinct[self.member][id] += i64::from(new != 0);
+                distinct[member][id] += i64::from(new != 0);
             }
         }
         Ok(())
     }
 
     fn forget(&mut self, id: usize) {
-        let mut family = self.family();
-        family.groups[id] = ValueSet::default();
-        for distinct in &mut family.distinct {
-            distinct[id] = 0;
-        }
+        self.0.forget(id);
     }
 
     fn retain(&mut self, keep: &[bool]) {
-        // Every member is asked; the family is compacted once.
-        if self.member == 0 {
-            let mut family = self.family();
-            retain_vec(&mut family.groups, keep);
-            for distinct in &mut family.distinct {
-                retain_vec(distinct, keep);
-            }
-        }
+        self.0.retain(keep);
     }
 }
 
@@ -264,13 +226,8 @@ pub(crate) fn share_seen_distinct(
 ) {
     for positions in families(calls, distinct_argument, 1) {
         for positions in positions.chunks(MEMBERS) {
-            let family = Arc::new(Mutex::new(Family {
-                positions: positions.to_vec(),
-                groups: Vec::new(),
-                distinct: vec![Vec::new(); positions.len()],
-            }));
-            for (member, position) in positions.iter().enumerate() {
-                accumulators[*position] = Box::new(SeenDistinct { family: family.clone(), member });
+            for (position, member) in positions.iter().zip(Member::family_of(positions)) {
+                accumulators[*position] = Box::new(SeenDistinct(member));
             }
         }
     }
@@ -278,7 +235,7 @@ pub(crate) fn share_seen_distinct(
 
 #[cfg(test)]
 mod tests {
-    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::array::{AsArray, Int64Array};
     use datafusion::arrow::datatypes::{Field, Schema};
     use datafusion::arrow::record_batch::RecordBatch;
     use datafusion::functions_aggregate::count::count_udaf;

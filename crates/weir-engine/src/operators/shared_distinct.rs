@@ -1,42 +1,36 @@
-//! `count(DISTINCT x)` of one argument under different FILTERs, as Nexmark q16 has them
-//! (`count(DISTINCT bidder)`, then the same `FILTER (WHERE price < 10000)`, and two more
-//! price ranges): one hash map of values per group for all of them, each value with its copies
-//! per aggregate, so a row costs one lookup, not one per aggregate that lets it in. The maps of
-//! a busy group hold every bidder or auction seen, far larger than the caches: a lookup is a
-//! cache miss, and they were a fifth of q16. Flink shares one `MapView` per distinct argument
-//! the same way.
+//! `count(DISTINCT x)` of one argument under different FILTERs over a changelog, as Nexmark q16
+//! has them (`count(DISTINCT bidder)`, then the same `FILTER (WHERE price < 10000)`, and two
+//! more price ranges): one hash map of values per group for all of them, each value with its
+//! copies per aggregate, so a row costs one lookup, not one per aggregate that lets it in, and a
+//! value leaves when its last copy is taken back. The maps of a busy group hold every bidder or
+//! auction seen, far larger than the caches: a lookup is a cache miss, and they were a fifth of
+//! q16. Flink shares one `MapView` per distinct argument the same way. (Over rows never taken
+//! back, [`crate::operators::seen_distinct`] keeps the values alone.)
 //!
-//! Each aggregate stays an accumulator of its own (its value and its state columns are as a lone
-//! `count(DISTINCT x)`'s, so snapshots read the same), holding the family's shared state; the
-//! first of them feeds every row to the family, with each aggregate's FILTER.
+//! Each aggregate stays an accumulator of its own ([`crate::operators::distinct_family`]), its
+//! value and state columns a lone `count(DISTINCT x)`'s, so snapshots read the same.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, Int64Array};
+use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::physical_expr::PhysicalExpr;
 use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
 use crate::operators::accumulators::{AggregateCall, Arguments};
+use crate::operators::distinct_family::{Family, Member, families};
 use crate::operators::group_accumulators::{
-    FedAsFamily, GroupAccumulator, distinct_state, distinct_state_rows, int64_list, is_valid, primitive, retain_vec,
+    FedAsFamily, GroupAccumulator, distinct_state, distinct_state_rows, int64_list, is_valid, primitive,
 };
 
 /// A value's copies in each aggregate of the family (most families have up to four members).
 type Copies = SmallVec<[i64; 4]>;
 
-/// What the members of a family share.
-struct Family {
-    /// The members' positions among the operator's aggregates (their arguments and FILTERs).
-    positions: Vec<usize>,
-    /// Per group, each value's copies in each member; a value leaves when no member has one.
-    groups: Vec<hashbrown::HashMap<i64, Copies>>,
-    /// Per member, per group: how many values it has a copy of (its distinct count).
-    distinct: Vec<Vec<i64>>,
-}
+/// A group's values, each with its copies in each member; a value leaves when no member has one.
+type CountedValues = hashbrown::HashMap<i64, Copies>;
 
-impl Family {
+impl Family<CountedValues> {
     /// Adds one copy of `value` to the members `admitted` of group `id` (or takes one back).
     fn count(&mut self, id: usize, value: i64, admitted: &[bool], retract: bool) {
         let members = self.positions.len();
@@ -66,29 +60,17 @@ impl Family {
     }
 }
 
-/// One `count(DISTINCT x)` of a family.
-pub(crate) struct SharedDistinct {
-    family: Arc<Mutex<Family>>,
-    /// Its place in the family: 0 feeds the family and compacts its groups.
-    member: usize,
-}
-
-impl SharedDistinct {
-    fn family(&self) -> MutexGuard<'_, Family> {
-        // A panic while holding it is a bug that has failed the task already; the data is
-        // plain counters either way.
-        self.family.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
+/// One `count(DISTINCT x)` of a family over a changelog.
+pub(crate) struct SharedDistinct(Member<CountedValues>);
 
 impl FedAsFamily for SharedDistinct {
     /// Feeds rows `rows` (to groups `ids`, pairwise) to every member of the family, each under
     /// its own FILTER; only the family's first member does, the others' turn is a no-op.
     fn feed(&self, arguments: &[Arguments], rows: &[u32], ids: &[usize], retract: bool) -> Result<()> {
-        if self.member != 0 {
+        if !self.0.leads() {
             return Ok(());
         }
-        let mut family = self.family();
+        let mut family = self.0.family();
         let members: Vec<&Arguments> = family.positions.iter().map(|p| &arguments[*p]).collect();
         let Some(first) = members.first() else { return Ok(()) };
         let values = primitive::<Int64Type>(&first.values()[0], &DataType::Int64)?;
@@ -113,12 +95,7 @@ impl FedAsFamily for SharedDistinct {
 
 impl GroupAccumulator for SharedDistinct {
     fn resize(&mut self, groups: usize) {
-        // Every member asks for the same size: the first one grows the family.
-        let mut family = self.family();
-        family.groups.resize_with(groups, hashbrown::HashMap::new);
-        for distinct in &mut family.distinct {
-            distinct.resize(groups, 0);
-        }
+        self.0.resize(groups);
     }
 
     fn update(&mut self, _: &[ArrayRef], _: &[u32], _: &[usize], _: bool) -> Result<()> {
@@ -130,9 +107,7 @@ impl GroupAccumulator for SharedDistinct {
     }
 
     fn evaluate(&mut self, ids: &[usize]) -> Result<ArrayRef> {
-        let family = self.family();
-        let distinct = &family.distinct[self.member];
-        Ok(Arc::new(Int64Array::from_iter_values(ids.iter().map(|&id| distinct[id]))))
+        Ok(self.0.evaluate(ids))
     }
 
     fn state_types(&self) -> Vec<DataType> {
@@ -141,8 +116,8 @@ impl GroupAccumulator for SharedDistinct {
 
     /// The values this member has copies of and their copies, as a lone distinct count writes.
     fn state(&mut self, ids: &[usize]) -> Result<Vec<ArrayRef>> {
-        let family = self.family();
-        let member = self.member;
+        let family = self.0.family();
+        let member = self.0.index();
         let pairs = |id: usize| {
             let kept = family.groups[id].iter().filter(move |(_, counts)| counts[member] > 0);
             kept.map(move |(value, counts)| (*value, counts[member]))
@@ -151,8 +126,8 @@ impl GroupAccumulator for SharedDistinct {
     }
 
     fn merge(&mut self, states: &[ArrayRef], ids: &[usize]) -> Result<()> {
-        let mut family = self.family();
-        let (member, members) = (self.member, family.positions.len());
+        let mut family = self.0.family();
+        let (member, members) = (self.0.index(), family.positions.len());
         for (&id, (values, copies)) in ids.iter().zip(distinct_state_rows(states)?) {
             for (value, count) in values.values().iter().zip(copies.values()) {
                 let copies = family.groups[id].entry(*value).or_insert_with(|| smallvec::smallvec![0; members]);
@@ -166,47 +141,12 @@ impl GroupAccumulator for SharedDistinct {
     }
 
     fn forget(&mut self, id: usize) {
-        let mut family = self.family();
-        family.groups[id] = hashbrown::HashMap::new();
-        for distinct in &mut family.distinct {
-            distinct[id] = 0;
-        }
+        self.0.forget(id);
     }
 
     fn retain(&mut self, keep: &[bool]) {
-        // Every member is asked; the family is compacted once.
-        if self.member == 0 {
-            let mut family = self.family();
-            retain_vec(&mut family.groups, keep);
-            for distinct in &mut family.distinct {
-                retain_vec(distinct, keep);
-            }
-        }
+        self.0.retain(keep);
     }
-}
-
-/// The positions of `calls` grouped by the argument `distinct_argument` gives them (calls it
-/// gives none are in no group), each group in order, the groups by their first position; groups
-/// of fewer than `least` calls left out.
-pub(crate) fn families(
-    calls: &[AggregateCall],
-    distinct_argument: impl Fn(&AggregateCall) -> Option<Arc<dyn PhysicalExpr>>,
-    least: usize,
-) -> Vec<Vec<usize>> {
-    let arguments: Vec<Option<Arc<dyn PhysicalExpr>>> = calls.iter().map(&distinct_argument).collect();
-    let mut placed = vec![false; calls.len()];
-    let mut families = Vec::new();
-    for first in 0..calls.len() {
-        let Some(argument) = arguments[first].as_ref().filter(|_| !placed[first]) else { continue };
-        let positions: Vec<usize> = (first..calls.len()).filter(|p| arguments[*p].as_ref() == Some(argument)).collect();
-        for position in &positions {
-            placed[*position] = true;
-        }
-        if positions.len() >= least {
-            families.push(positions);
-        }
-    }
-    families
 }
 
 /// Replaces the lone `count(DISTINCT x)` accumulators of `calls` that share their argument `x`
@@ -218,20 +158,15 @@ pub(crate) fn share_distinct_counts(
     distinct_argument: impl Fn(&AggregateCall) -> Option<Arc<dyn PhysicalExpr>>,
 ) {
     for positions in families(calls, distinct_argument, 2) {
-        let family = Arc::new(Mutex::new(Family {
-            positions: positions.clone(),
-            groups: Vec::new(),
-            distinct: vec![Vec::new(); positions.len()],
-        }));
-        for (member, position) in positions.into_iter().enumerate() {
-            accumulators[position] = Box::new(SharedDistinct { family: family.clone(), member });
+        for (position, member) in positions.iter().zip(Member::family_of(&positions)) {
+            accumulators[*position] = Box::new(SharedDistinct(member));
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::array::{AsArray, Int64Array};
     use datafusion::arrow::datatypes::{Field, Schema};
     use datafusion::arrow::record_batch::RecordBatch;
     use datafusion::functions_aggregate::count::count_udaf;
