@@ -301,8 +301,11 @@ mod tests {
             vec![Arc::new(UInt32Array::from(vec![1, 3, 5])), Arc::new(UInt64Array::from(vec![601, 3, 5]))],
         )
         .unwrap();
-        let restored =
-            RestoredState { checkpoint_id: Some(1), tables: HashMap::from([(POSITIONS.to_string(), vec![positions])]) };
+        let restored = RestoredState {
+            checkpoint_id: Some(1),
+            tables: HashMap::from([(POSITIONS.to_string(), vec![positions])]),
+            ..Default::default()
+        };
         let mut source = nexmark(config(1000));
         source.open(&info(1, 2), restored).await.unwrap();
         let rest: Vec<u64> = (3..1000).step_by(2).filter(|n| n % 6 != 1 || *n >= 601).collect();
@@ -322,8 +325,11 @@ mod tests {
             seen.extend(drain(&mut source, 10).await);
             snapshots.extend(source.snapshot(1).await.unwrap().remove(0).batches);
         }
-        let restored =
-            RestoredState { checkpoint_id: Some(1), tables: HashMap::from([(POSITIONS.to_string(), snapshots)]) };
+        let restored = RestoredState {
+            checkpoint_id: Some(1),
+            tables: HashMap::from([(POSITIONS.to_string(), snapshots)]),
+            ..Default::default()
+        };
         for subtask in 0..3 {
             let mut source = nexmark(config(1000));
             source.open(&info(subtask, 3), restored.clone()).await.unwrap();
@@ -348,8 +354,11 @@ mod tests {
             vec![Arc::new(UInt32Array::from(vec![0, 1])), Arc::new(UInt64Array::from(vec![600, 1]))],
         )
         .unwrap();
-        let restored =
-            RestoredState { checkpoint_id: Some(1), tables: HashMap::from([(POSITIONS.to_string(), vec![positions])]) };
+        let restored = RestoredState {
+            checkpoint_id: Some(1),
+            tables: HashMap::from([(POSITIONS.to_string(), vec![positions])]),
+            ..Default::default()
+        };
         let config = NexmarkConfig { splits: 2, ..config(1000) };
         let mut source = nexmark(config).with_watermarks(10);
         source.open(&info(0, 1), restored).await.unwrap();

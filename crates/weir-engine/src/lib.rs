@@ -9,6 +9,7 @@
 
 mod alignment;
 pub mod allocator;
+mod cache_hint;
 mod chains;
 pub mod changelog;
 pub mod channel;
@@ -19,6 +20,7 @@ pub mod failure;
 pub mod graph;
 mod group_keys;
 mod inflight;
+mod key_bytes;
 pub mod message;
 pub mod metrics;
 pub mod operator;
@@ -51,3 +53,4 @@ pub use pipeline::{
     PipelineConfig, PipelineHandle, PipelineState, PipelineStatus, RestartPolicy, start, start_on_workers,
 };
 pub use processing_time::{ProcessingTime, ProcessingTimeStamp};
+pub use restore::RestoredChain;

@@ -10,6 +10,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::Result;
 use crate::metrics::OperatorMetrics;
+use crate::restore::RestoredChain;
 
 /// Where a subtask sits in its operator, and its counters (for what only the operator can
 /// count, such as bad input records).
@@ -75,6 +76,9 @@ pub struct RestoredState {
     /// The checkpoint restored from, if any.
     pub checkpoint_id: Option<u64>,
     pub tables: HashMap<String, Vec<RecordBatch>>,
+    /// The tables named by [`Operator::replayed_tables`], not read yet: each old subtask's
+    /// chain of files.
+    pub chains: HashMap<String, Vec<RestoredChain>>,
 }
 
 impl RestoredState {
@@ -113,6 +117,14 @@ impl Collector {
 pub trait Operator: Send {
     async fn open(&mut self, _info: &SubtaskInfo, _restored: RestoredState) -> Result<()> {
         Ok(())
+    }
+
+    /// The tables this operator takes back as chains of files, applying a base and the changes
+    /// after it to its state itself ([`RestoredState::chains`]) rather than as their merged rows:
+    /// a merge holds every row of the base while it finds the ones a change replaced, which
+    /// for a large state costs more than the operator overwriting them.
+    fn replayed_tables(&self) -> Vec<&'static str> {
+        Vec::new()
     }
 
     /// A batch on input `input` (0-based, in the order the graph's edges name them).

@@ -4,7 +4,7 @@
 //! up to a cap. A pipeline started on a store that already holds checkpoints resumes from the
 //! newest, so a process that crashed picks up where it committed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,10 +19,10 @@ use crate::checkpoint::CheckpointConfig;
 use crate::coordinator::{Coordinator, Ended, TaskLine};
 use crate::error::{Error, Result};
 use crate::failure::FailureInjector;
-use crate::graph::{Graph, NodeKind};
+use crate::graph::{Graph, Node, NodeKind};
 use crate::inflight;
 use crate::metrics::MetricsRegistry;
-use crate::operator::SubtaskInfo;
+use crate::operator::{Operator, SubtaskInfo};
 use crate::partition::Router;
 use crate::remote::{AttemptRequest, ChannelKey, Exchange, Heard, Placement, ToTask, Workers};
 use crate::restore::{self, Restorer};
@@ -526,6 +526,30 @@ pub(crate) async fn build_tasks(
         }
     }
 
+    let subtask_info = |node: &Node, subtask: usize| SubtaskInfo {
+        operator: node.name.clone(),
+        subtask,
+        parallelism: node.parallelism,
+        metrics: registry.operator(&node.name, subtask),
+        incremental: config.checkpoint.interval.is_some() && config.checkpoint.incremental,
+    };
+    // The operators here are made before their state is read: each names the tables it takes
+    // back as chains of files (`Operator::replayed_tables`).
+    let mut made: HashMap<(usize, usize), (SubtaskInfo, Box<dyn Operator>)> = HashMap::new();
+    let mut replayed: HashMap<String, Vec<&'static str>> = HashMap::new();
+    for (index, chain) in chains.iter().enumerate() {
+        for subtask in (0..chain.parallelism).filter(|s| here.runs(index, *s)) {
+            for node_id in &chain.nodes {
+                let node = graph.node(*node_id);
+                if let NodeKind::Operator { factory, .. } = &node.kind {
+                    let info = subtask_info(node, subtask);
+                    let operator = factory(&info)?;
+                    replayed.insert(node.name.clone(), operator.replayed_tables());
+                    made.insert((node_id.0, subtask), (info, operator));
+                }
+            }
+        }
+    }
     let mut restorer = Restorer::new(store, manifest);
     if let Some(manifest) = manifest {
         // Only what the subtasks here get back: on a worker, its own key ranges.
@@ -548,7 +572,10 @@ pub(crate) async fn build_tasks(
             })
         };
         let started = std::time::Instant::now();
-        let bytes = restorer.prefetch(wanted).await?;
+        let replays = |file: &weir_state::StateFile| {
+            replayed.get(&file.operator).is_some_and(|tables| tables.contains(&file.table.as_str()))
+        };
+        let bytes = restorer.prefetch(wanted, replays).await?;
         let ms = started.elapsed().as_millis() as u64;
         tracing::info!(
             checkpoint = manifest.checkpoint_id,
@@ -575,21 +602,22 @@ pub(crate) async fn build_tasks(
             let mut members = Vec::new();
             for node_id in &chain.nodes {
                 let node = graph.node(*node_id);
-                let metrics = registry.operator(&node.name, subtask);
-                let info = SubtaskInfo {
-                    operator: node.name.clone(),
-                    subtask,
-                    parallelism: node.parallelism,
-                    metrics: metrics.clone(),
-                    incremental: config.checkpoint.interval.is_some() && config.checkpoint.incremental,
-                };
-                let restored = restorer.operator_state(&node.name, subtask, node.parallelism).await?;
                 match &node.kind {
                     NodeKind::Source(factory) => {
+                        let info = subtask_info(node, subtask);
+                        let metrics = info.metrics.clone();
+                        let restored = restorer.operator_state(&node.name, subtask, node.parallelism, &[]).await?;
                         source = Some(SourceHead { source: factory(&info)?, info, metrics, restored });
                     }
-                    NodeKind::Operator { factory, .. } => {
-                        members.push(Member { operator: factory(&info)?, info, metrics, restored });
+                    NodeKind::Operator { .. } => {
+                        let (info, operator) = made
+                            .remove(&(node_id.0, subtask))
+                            .ok_or_else(|| Error::Graph(format!("operator {} was not made", node.name)))?;
+                        let replayed = operator.replayed_tables();
+                        let restored =
+                            restorer.operator_state(&node.name, subtask, node.parallelism, &replayed).await?;
+                        let metrics = info.metrics.clone();
+                        members.push(Member { operator, info, metrics, restored });
                     }
                 }
             }

@@ -36,32 +36,37 @@ impl<'a> Restorer<'a> {
         self.read_chain(std::slice::from_ref(file)).await
     }
 
-    /// The state of `operator`'s subtask `subtask` of `parallelism`.
+    /// The state of `operator`'s subtask `subtask` of `parallelism`; the tables named in
+    /// `replayed` as chains of files, the others merged.
     pub async fn operator_state(
         &mut self,
         operator: &str,
         subtask: usize,
         parallelism: usize,
+        replayed: &[&str],
     ) -> Result<RestoredState> {
         let Some(manifest) = self.manifest else { return Ok(RestoredState::default()) };
         let mut tables: HashMap<String, Vec<RecordBatch>> = HashMap::new();
+        let mut replays: HashMap<String, Vec<RestoredChain>> = HashMap::new();
         for chain in chains(manifest, |f| f.operator == operator) {
-            let rows = tables.entry(chain[0].table.clone()).or_default();
-            if !may_hold_rows_of(&chain, subtask, parallelism) {
+            let table = chain[0].table.clone();
+            if replayed.contains(&table.as_str()) {
+                let chains = replays.entry(table).or_default();
+                if may_hold_rows_of(&chain, subtask, parallelism) {
+                    chains.push(RestoredChain {
+                        store: self.store.clone(),
+                        files: chain,
+                        owner: (subtask, parallelism),
+                    });
+                }
                 continue;
             }
-            for batch in self.read_chain(&chain).await? {
-                if batch.schema().column_with_name(KEY_HASH_COLUMN).is_some() {
-                    let mine = owned_rows(&batch, subtask, parallelism)?;
-                    if mine.num_rows() > 0 {
-                        rows.push(mine);
-                    }
-                } else {
-                    rows.push(batch);
-                }
+            let rows = tables.entry(table).or_default();
+            if may_hold_rows_of(&chain, subtask, parallelism) {
+                rows.extend(mine(self.read_chain(&chain).await?, subtask, parallelism)?);
             }
         }
-        Ok(RestoredState { checkpoint_id: Some(manifest.checkpoint_id), tables })
+        Ok(RestoredState { checkpoint_id: Some(manifest.checkpoint_id), tables, chains: replays })
     }
 
     /// The chains subtask `subtask` of a task whose operators are `operators` (name and
@@ -89,9 +94,16 @@ impl<'a> Restorer<'a> {
     /// subtask's files of one table) at once (each file decoded, each chain merged, off the
     /// async workers), so a restore of many subtasks takes about as long as its largest table
     /// rather than the sum of all. Returns the bytes of the files read.
-    pub async fn prefetch(&mut self, wanted: impl Fn(&[StateFile]) -> bool) -> Result<u64> {
+    /// The chains `replayed` names are left to the operators that replay them (see
+    /// [`Self::operator_state`]).
+    pub async fn prefetch(
+        &mut self,
+        wanted: impl Fn(&[StateFile]) -> bool,
+        replayed: impl Fn(&StateFile) -> bool,
+    ) -> Result<u64> {
         let Some(manifest) = self.manifest else { return Ok(0) };
-        let chains: Vec<Vec<StateFile>> = chains(manifest, |_| true).into_iter().filter(|c| wanted(c)).collect();
+        let chains: Vec<Vec<StateFile>> =
+            chains(manifest, |_| true).into_iter().filter(|c| wanted(c) && !replayed(&c[0])).collect();
         let bytes = chains.iter().flatten().map(|f| f.bytes).sum();
         let store = self.store;
         let reads = chains.iter().map(|chain| async move { store.read_chain(chain).await });
@@ -113,6 +125,59 @@ impl<'a> Restorer<'a> {
         self.cache.insert(id, batches.clone());
         Ok(batches)
     }
+}
+
+/// One old subtask's chain of one table, for the operator that replays it
+/// ([`crate::Operator::replayed_tables`]): its files oldest first (a base, then each later
+/// checkpoint's removed keys and changed rows), each read as the operator applies it, so that a
+/// restore holds one file's bytes and one decoded batch at a time rather than the whole state.
+#[derive(Debug, Clone)]
+pub struct RestoredChain {
+    store: StateStore,
+    files: Vec<StateFile>,
+    /// The subtask and parallelism whose key range is kept.
+    owner: (usize, usize),
+}
+
+impl RestoredChain {
+    /// The chain of `files` in `store`, cut to subtask `subtask` of `parallelism`'s key range.
+    pub fn new(store: StateStore, files: Vec<StateFile>, subtask: usize, parallelism: usize) -> Self {
+        Self { store, files, owner: (subtask, parallelism) }
+    }
+
+    pub fn files(&self) -> &[StateFile] {
+        &self.files
+    }
+
+    /// The rows of `file` (one of [`Self::files`]) the subtask owns, batch by batch, each
+    /// decoded as it is taken.
+    pub async fn read(&self, file: &StateFile) -> Result<impl Iterator<Item = Result<RecordBatch>> + Send + use<>> {
+        let (subtask, parallelism) = self.owner;
+        let batches = self.store.file_batches(file).await?;
+        Ok(batches.filter_map(move |batch| match batch {
+            Ok(batch) => match mine(vec![batch], subtask, parallelism) {
+                Ok(mut kept) => kept.pop().map(Ok),
+                Err(e) => Some(Err(e)),
+            },
+            Err(e) => Some(Err(e.into())),
+        }))
+    }
+}
+
+/// The rows of `batches` subtask `subtask` of `parallelism` owns (all of a table not keyed).
+fn mine(batches: Vec<RecordBatch>, subtask: usize, parallelism: usize) -> Result<Vec<RecordBatch>> {
+    let mut rows = Vec::with_capacity(batches.len());
+    for batch in batches {
+        if batch.schema().column_with_name(KEY_HASH_COLUMN).is_none() {
+            rows.push(batch);
+            continue;
+        }
+        let mine = owned_rows(&batch, subtask, parallelism)?;
+        if mine.num_rows() > 0 {
+            rows.push(mine);
+        }
+    }
+    Ok(rows)
 }
 
 /// The operator tables of `manifest` (no in-flight data) that `wanted` keeps, as each old
@@ -176,14 +241,14 @@ mod tests {
         store.commit_manifest(&manifest).await.unwrap();
 
         let mut restorer = Restorer::new(&store, Some(&manifest));
-        let read = restorer.prefetch(|chain| may_hold_rows_of(chain, 0, 2)).await.unwrap();
+        let read = restorer.prefetch(|chain| may_hold_rows_of(chain, 0, 2), |_| false).await.unwrap();
         assert_eq!(read, files[0].bytes);
 
         std::fs::remove_file(dir.path().join(&files[1].path)).unwrap();
         let mut restorer = Restorer::new(&store, Some(&manifest));
-        let state = restorer.operator_state("agg", 0, 2).await.unwrap();
+        let state = restorer.operator_state("agg", 0, 2, &[]).await.unwrap();
         assert_eq!(state.tables["groups"].iter().map(RecordBatch::num_rows).sum::<usize>(), 2);
         // At parallelism 1 the only subtask owns every hash: the missing file is needed.
-        assert!(Restorer::new(&store, Some(&manifest)).operator_state("agg", 0, 1).await.is_err());
+        assert!(Restorer::new(&store, Some(&manifest)).operator_state("agg", 0, 1, &[]).await.is_err());
     }
 }

@@ -27,4 +27,5 @@ pub use dir_lock::DataDirLock;
 pub use error::{Error, Result};
 pub use key_range::{KEY_HASH_COLUMN, keyed_schema, owner_of};
 pub use manifest::{FileRole, Manifest, StateFile};
+pub use parquet_codec::FileBatches;
 pub use store::{FileTarget, RetentionReport, StateStore, now_ms};

@@ -4,11 +4,11 @@ use bytes::Bytes;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::parquet::arrow::ArrowWriter;
-use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use datafusion::parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use datafusion::parquet::basic::Compression;
 use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// The most [`encode`] reserves up front (batches sharing buffers count them more than once).
 const MOST_RESERVED: usize = 256 << 20;
@@ -49,4 +49,23 @@ pub(crate) fn schema(bytes: Bytes) -> Result<SchemaRef> {
 pub(crate) fn decode(bytes: Bytes) -> Result<Vec<RecordBatch>> {
     let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)?.build()?;
     Ok(reader.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Rows in a batch [`batches`] decodes: many, so that what a restore does per batch is paid
+/// rarely (the reader's default is 1,024).
+const STREAMED_BATCH_ROWS: usize = 8192;
+
+/// The batches of a file, decoded one at a time as they are taken.
+pub struct FileBatches(ParquetRecordBatchReader);
+
+impl Iterator for FileBatches {
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next().map(|batch| batch.map_err(Error::from))
+    }
+}
+
+pub(crate) fn batches(bytes: Bytes) -> Result<FileBatches> {
+    Ok(FileBatches(ParquetRecordBatchReaderBuilder::try_new(bytes)?.with_batch_size(STREAMED_BATCH_ROWS).build()?))
 }

@@ -26,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::key_range::owned_rows;
 use crate::manifest::{FileRole, Manifest, StateFile};
 use crate::parquet_codec;
+use crate::parquet_codec::FileBatches;
 
 const CHECKPOINTS: &str = "checkpoints";
 const MANIFESTS: &str = "manifests";
@@ -180,6 +181,14 @@ impl StateStore {
         let links: Vec<Link> = futures::future::try_join_all(reads).await?;
         let key = files.iter().find(|f| !f.key.is_empty()).map_or(&[][..], |f| f.key.as_slice()).to_vec();
         tokio::task::spawn_blocking(move || chain::merge(links, &key)).await?
+    }
+
+    /// The batches of one state file, each decoded as it is taken (the file's bytes are read
+    /// whole first): for a restore that applies a large file batch by batch and lets each go,
+    /// so that the next one is decoded into the memory it freed.
+    pub async fn file_batches(&self, file: &StateFile) -> Result<FileBatches> {
+        let bytes = self.store.get(&self.absolute(&Path::from(file.path.as_str()))).await?.bytes().await?;
+        parquet_codec::batches(bytes)
     }
 
     /// The batches of one state file.

@@ -431,6 +431,7 @@ mod tests {
         let state = |tables: Vec<StateTable>| RestoredState {
             checkpoint_id: Some(1),
             tables: tables.into_iter().map(|t| (t.name, t.batches)).collect(),
+            ..Default::default()
         };
         let mut restored = Deduplicate::new(vec!["__partition_0".into()], highest_price(), input(), output()).unwrap();
         restored.open(&SubtaskInfo::new("dedup", 0, 1), state(tables.clone())).await.unwrap();

@@ -49,7 +49,11 @@ pub(crate) trait GroupAccumulator: Send + Sync {
     fn state(&mut self, ids: &[usize]) -> Result<Vec<ArrayRef>>;
     /// Merges row i of `states` (as [`Self::state`] wrote them) into group `ids[i]`.
     fn merge(&mut self, states: &[ArrayRef], ids: &[usize]) -> Result<()>;
-    /// Releases a removed group's memory (its id is not used again before [`Self::retain`]).
+    /// Makes room for `additional` more groups, when a restore knows how many at most.
+    fn reserve(&mut self, _additional: usize) {}
+    /// Empties a group, releasing its memory: a removed group's (its id is not used again
+    /// before [`Self::retain`]), or a restored group's that a newer restored state replaces
+    /// (merged into it next).
     fn forget(&mut self, id: usize);
     /// Keeps the groups with `keep[id]` set, renumbered 0.. in their order.
     fn retain(&mut self, keep: &[bool]);
@@ -245,6 +249,10 @@ impl GroupAccumulator for Count {
         self.counts.resize(groups, 0);
     }
 
+    fn reserve(&mut self, additional: usize) {
+        self.counts.reserve(additional);
+    }
+
     fn update(&mut self, values: &[ArrayRef], rows: &[u32], ids: &[usize], retract: bool) -> Result<()> {
         let by = if retract { -1 } else { 1 };
         let nulls = valid_rows(values);
@@ -275,7 +283,9 @@ impl GroupAccumulator for Count {
         Ok(())
     }
 
-    fn forget(&mut self, _id: usize) {}
+    fn forget(&mut self, id: usize) {
+        self.counts[id] = 0;
+    }
 
     fn retain(&mut self, keep: &[bool]) {
         retain_vec(&mut self.counts, keep);
@@ -300,6 +310,11 @@ impl<T: ArrowPrimitiveType> GroupAccumulator for Sum<T> {
     fn resize(&mut self, groups: usize) {
         self.sums.resize(groups, T::Native::default());
         self.counts.resize(groups, 0);
+    }
+
+    fn reserve(&mut self, additional: usize) {
+        self.sums.reserve(additional);
+        self.counts.reserve(additional);
     }
 
     fn update(&mut self, values: &[ArrayRef], rows: &[u32], ids: &[usize], retract: bool) -> Result<()> {
@@ -345,7 +360,10 @@ impl<T: ArrowPrimitiveType> GroupAccumulator for Sum<T> {
         Ok(())
     }
 
-    fn forget(&mut self, _id: usize) {}
+    fn forget(&mut self, id: usize) {
+        self.sums[id] = T::Native::default();
+        self.counts[id] = 0;
+    }
 
     fn retain(&mut self, keep: &[bool]) {
         retain_vec(&mut self.sums, keep);
@@ -368,6 +386,10 @@ impl Default for Sum<Float64Type> {
 impl GroupAccumulator for Avg {
     fn resize(&mut self, groups: usize) {
         self.sum.resize(groups);
+    }
+
+    fn reserve(&mut self, additional: usize) {
+        self.sum.reserve(additional);
     }
 
     fn update(&mut self, values: &[ArrayRef], rows: &[u32], ids: &[usize], retract: bool) -> Result<()> {
@@ -440,6 +462,11 @@ impl<T: ArrowPrimitiveType> GroupAccumulator for MinMax<T> {
         self.set.resize(groups, false);
     }
 
+    fn reserve(&mut self, additional: usize) {
+        self.values.reserve(additional);
+        self.set.reserve(additional);
+    }
+
     fn update(&mut self, values: &[ArrayRef], rows: &[u32], ids: &[usize], retract: bool) -> Result<()> {
         if retract && !rows.is_empty() {
             return Err(Error::Graph("min/max cannot take a row back here".into()));
@@ -476,7 +503,9 @@ impl<T: ArrowPrimitiveType> GroupAccumulator for MinMax<T> {
         Ok(())
     }
 
-    fn forget(&mut self, _id: usize) {}
+    fn forget(&mut self, id: usize) {
+        self.set[id] = false;
+    }
 
     fn retain(&mut self, keep: &[bool]) {
         retain_vec(&mut self.values, keep);

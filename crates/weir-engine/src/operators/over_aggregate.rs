@@ -561,8 +561,11 @@ mod tests {
         let frames = tables.iter().find(|t| t.name == FRAMES).unwrap();
         assert_eq!(frames.batches.iter().map(RecordBatch::num_rows).sum::<usize>(), 102);
         let mut restored = sum_of_two();
-        let state =
-            RestoredState { checkpoint_id: Some(1), tables: tables.into_iter().map(|t| (t.name, t.batches)).collect() };
+        let state = RestoredState {
+            checkpoint_id: Some(1),
+            tables: tables.into_iter().map(|t| (t.name, t.batches)).collect(),
+            ..Default::default()
+        };
         restored.open(&SubtaskInfo::new("over", 0, 1), state).await.unwrap();
         let out = feed(&mut restored, &[(time + 1, 0), (time + 2, 7), (time + 3, 0)]).await;
         assert_eq!(

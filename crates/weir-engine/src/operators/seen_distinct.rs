@@ -18,6 +18,7 @@ use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::physical_expr::PhysicalExpr;
 
+use crate::cache_hint::prefetch;
 use crate::error::{Error, Result};
 use crate::operators::accumulators::{AggregateCall, Arguments};
 use crate::operators::distinct_family::{Family, Member, families};
@@ -57,18 +58,6 @@ fn hash(value: i64, seed: u64) -> u64 {
 fn seed() -> u64 {
     static SEED: OnceLock<u64> = OnceLock::new();
     *SEED.get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(0u64))
-}
-
-/// Asks for the cache line at `address` ahead of its use (a hint: it reads nothing).
-#[inline]
-fn prefetch<T>(address: &T) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        // SAFETY: a prefetch is a hint to the cache; it faults on no address and reads no data
-        // into the program, and `address` is a live reference anyway.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>((address as *const T).cast()) }
-    }
 }
 
 impl ValueSet {

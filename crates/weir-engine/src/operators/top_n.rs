@@ -754,8 +754,11 @@ pub(crate) mod tests {
         feed(&mut top, batch(&[(1, 10, 5), (1, 11, 7), (1, 12, 9)], None)).await;
         let tables = top.snapshot(1).await.unwrap();
         let mut restored = top_two(true);
-        let state =
-            RestoredState { checkpoint_id: Some(1), tables: tables.into_iter().map(|t| (t.name, t.batches)).collect() };
+        let state = RestoredState {
+            checkpoint_id: Some(1),
+            tables: tables.into_iter().map(|t| (t.name, t.batches)).collect(),
+            ..Default::default()
+        };
         restored.open(&SubtaskInfo::new("top", 0, 1), state).await.unwrap();
         let taken_back = batch(&[(1, 12, 9)], Some(&[Change::Delete]));
         assert_eq!(

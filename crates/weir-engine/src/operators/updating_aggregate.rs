@@ -41,11 +41,14 @@ use crate::operators::value_counts::{Reported, ValueCounts};
 use crate::operators::window_aggregate::ALL_IN_ONE;
 use crate::partition::key_hashes;
 use crate::state_table::KeyedTable;
-use weir_state::KEY_HASH_COLUMN;
+use weir_state::{FileRole, KEY_HASH_COLUMN};
 
 const GROUPS: &str = "groups";
 const ROWS: &str = "__rows";
 const LAST_ACCESS: &str = "__last_access_ms";
+/// A restore applies changed groups this many rows at a time (about 60 MB of keys and their
+/// order held meanwhile).
+const UPSERTS_AT_ONCE: usize = if cfg!(test) { 64 } else { 1 << 21 };
 /// Removed groups' ids are reclaimed once they are this many and outnumber the live ones.
 const COMPACT_AFTER: usize = 1024;
 
@@ -127,6 +130,20 @@ struct Touched {
 }
 
 impl Groups {
+    /// Makes room for `additional` more groups (a restore knows how many at most).
+    fn reserve(&mut self, additional: usize) {
+        for accumulator in &mut self.accumulators {
+            accumulator.reserve(additional);
+        }
+        self.rows.reserve(additional);
+        self.last_access_ms.reserve(additional);
+        self.live.reserve(additional);
+        self.touched_by.reserve(additional);
+        if let Some(changes) = &mut self.changes {
+            changes.changed.reserve(additional);
+        }
+    }
+
     fn resize(&mut self) {
         let len = self.keys.len();
         for accumulator in &mut self.accumulators {
@@ -142,15 +159,30 @@ impl Groups {
     }
 
     fn remove(&mut self, id: usize) {
-        self.keys.remove(id);
-        self.live[id] = false;
+        self.forget(id);
         if let Some(changes) = &mut self.changes {
             changes.removed.push(id);
         }
+    }
+
+    /// Removes group `id` without recording it as a change (a restore applying a removal the
+    /// checkpoint's chain already holds).
+    fn forget(&mut self, id: usize) {
+        self.keys.remove(id);
+        self.live[id] = false;
         for accumulator in &mut self.accumulators {
             accumulator.forget(id);
         }
         self.removed += 1;
+    }
+
+    /// Empties group `id` for a restored row that replaces its state.
+    fn clear(&mut self, id: usize) {
+        for accumulator in &mut self.accumulators {
+            accumulator.forget(id);
+        }
+        self.rows[id] = 0;
+        self.last_access_ms[id] = 0;
     }
 
     fn live_ids(&self) -> Vec<usize> {
@@ -306,6 +338,15 @@ impl Groups {
     }
 }
 
+/// What a restore reads the groups table with.
+struct Restoring {
+    table: KeyedTable,
+    /// Each accumulator's state columns.
+    widths: Vec<usize>,
+    /// Group columns.
+    keys: usize,
+}
+
 pub struct UpdatingAggregate {
     /// The group columns' names in the input (none for a global aggregate).
     group_columns: Vec<String>,
@@ -428,6 +469,69 @@ impl UpdatingAggregate {
 
     /// The groups table: the group columns, the row count and last access, then each
     /// accumulator's state columns; with the number of state columns of each accumulator.
+    /// Appends a restored base batch's groups (keys each once, not looked up) and merges
+    /// their state; the first one reserves room for `unreserved` groups.
+    fn restore_base(
+        &mut self,
+        restoring: &Restoring,
+        batch: &RecordBatch,
+        unreserved: &mut Option<usize>,
+    ) -> Result<()> {
+        let Restoring { table, widths, keys } = restoring;
+        let key_columns = self.key_columns(Some(table.read(batch, &table.fields()[..*keys])?), batch.num_rows())?;
+        let groups = self.groups()?;
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        if let Some(most) = unreserved.take() {
+            let rows = groups.keys.encode(&key_columns)?;
+            groups.keys.reserve(most, rows.size() / rows.num_rows());
+            groups.reserve(most);
+        }
+        let ids = groups.keys.append_unindexed(&key_columns)?;
+        groups.resize();
+        groups.merge_restored(table, *keys, widths, batch, &ids.collect::<Vec<_>>())
+    }
+
+    /// Removes the groups of a restored batch of removed keys.
+    fn restore_deletes(&mut self, restoring: &Restoring, batch: &RecordBatch) -> Result<()> {
+        let Restoring { table, keys, .. } = restoring;
+        let key_columns = self.key_columns(Some(table.read(batch, &table.fields()[..*keys])?), batch.num_rows())?;
+        let groups = self.groups()?;
+        let rows = groups.keys.encode(&key_columns)?;
+        for row in 0..rows.num_rows() {
+            if let Some(id) = groups.keys.find(&rows, row) {
+                groups.forget(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies restored batches of changed groups, in order: each row replaces what the state
+    /// holds of its group, or adds it.
+    fn restore_upserts(&mut self, restoring: &Restoring, batches: Vec<RecordBatch>) -> Result<()> {
+        let Restoring { table, widths, keys } = restoring;
+        let mut rows = Vec::with_capacity(batches.len());
+        for batch in &batches {
+            let key_columns = self.key_columns(Some(table.read(batch, &table.fields()[..*keys])?), batch.num_rows())?;
+            rows.push(self.groups()?.keys.encode(&key_columns)?);
+        }
+        let groups = self.groups()?;
+        let ids = groups.keys.intern_all(&rows)?;
+        groups.resize();
+        for (batch, ids) in batches.iter().zip(ids) {
+            let mut plain = Vec::with_capacity(ids.len());
+            for (id, new) in ids {
+                if !new {
+                    groups.clear(id);
+                }
+                plain.push(id);
+            }
+            groups.merge_restored(table, *keys, widths, batch, &plain)?;
+        }
+        Ok(())
+    }
+
     fn groups_table(&mut self) -> Result<(KeyedTable, Vec<usize>)> {
         let mut fields = Vec::new();
         for (i, name) in self.group_columns.iter().enumerate() {
@@ -529,10 +633,17 @@ impl Operator for UpdatingAggregate {
         false
     }
 
-    async fn open(&mut self, info: &crate::SubtaskInfo, restored: RestoredState) -> Result<()> {
+    /// A keyed aggregate's groups: a large state, each key one row.
+    fn replayed_tables(&self) -> Vec<&'static str> {
+        match self.group_columns.is_empty() {
+            true => Vec::new(),
+            false => vec![GROUPS],
+        }
+    }
+
+    async fn open(&mut self, info: &crate::SubtaskInfo, mut restored: RestoredState) -> Result<()> {
         self.incremental = info.incremental;
         let (table, widths) = self.groups_table()?;
-        let fields = table.fields();
         let keys = self.group_columns.len();
         let batches = restored.table(GROUPS);
         if keys == 0 {
@@ -549,28 +660,56 @@ impl Operator for UpdatingAggregate {
             }
             return Ok(());
         }
-        // Keyed: each key once (the old subtasks' key ranges do not overlap), so the keys are
-        // appended, the groups' vectors sized once, and the keys indexed in one pass.
-        let mut appended = Vec::with_capacity(batches.len());
-        let mut unreserved = batches.iter().map(RecordBatch::num_rows).sum::<usize>();
-        for batch in batches {
-            let key_columns = self.key_columns(Some(table.read(batch, &fields[..keys])?), batch.num_rows())?;
-            let groups = self.groups()?;
-            if unreserved > 0 && batch.num_rows() > 0 {
-                let rows = groups.keys.encode(&key_columns)?;
-                groups.keys.reserve(unreserved, rows.size() / rows.num_rows());
-                unreserved = 0;
+        // Keyed: the bases first, each batch applied and let go as it is read. Each key is in
+        // one base once (the old subtasks' key ranges do not overlap), so their keys are
+        // appended, the groups' vectors sized once, and the keys indexed in one pass. Then each
+        // chain's changes in order, each row overwriting its group (or adding one) and each
+        // removed key removed, as the checkpoints made them.
+        let chains = restored.chains.remove(GROUPS).unwrap_or_default();
+        let merged = restored.tables.remove(GROUPS).unwrap_or_default();
+        let restoring = Restoring { table, widths, keys };
+        let files = chains.iter().flat_map(|chain| chain.files());
+        let most = files.filter(|file| file.role != FileRole::Deletes).map(|file| file.rows as usize).sum::<usize>()
+            + merged.iter().map(RecordBatch::num_rows).sum::<usize>();
+        let mut unreserved = Some(most);
+        let first = self.groups()?.keys.len();
+        for batch in merged {
+            self.restore_base(&restoring, &batch, &mut unreserved)?;
+        }
+        for chain in &chains {
+            for file in chain.files().iter().take_while(|file| file.role.is_full()) {
+                for batch in chain.read(file).await? {
+                    self.restore_base(&restoring, &batch?, &mut unreserved)?;
+                }
             }
-            appended.push(groups.keys.append_unindexed(&key_columns)?);
         }
         let groups = self.groups()?;
-        if let (Some(first), Some(last)) = (appended.first(), appended.last()) {
-            groups.keys.index(first.start..last.end)?;
+        groups.keys.index(first..groups.keys.len())?;
+        // Changed groups are applied many at a time (see `GroupKeys::intern_all`), up to a
+        // file that removes keys: a later row of a removed key makes a new group.
+        let mut upserts = Vec::new();
+        for chain in &chains {
+            for file in chain.files().iter().skip_while(|file| file.role.is_full()) {
+                if file.role.is_full() {
+                    return Err(Error::Graph("restored state: a chain holds a base after its changes".into()));
+                }
+                if file.role == FileRole::Deletes && file.rows > 0 {
+                    self.restore_upserts(&restoring, std::mem::take(&mut upserts))?;
+                }
+                for batch in chain.read(file).await? {
+                    let batch = batch?;
+                    if file.role == FileRole::Deletes {
+                        self.restore_deletes(&restoring, &batch)?;
+                        continue;
+                    }
+                    upserts.push(batch);
+                    if upserts.iter().map(RecordBatch::num_rows).sum::<usize>() >= UPSERTS_AT_ONCE {
+                        self.restore_upserts(&restoring, std::mem::take(&mut upserts))?;
+                    }
+                }
+            }
         }
-        groups.resize();
-        for (batch, ids) in batches.iter().zip(appended) {
-            groups.merge_restored(&table, keys, &widths, batch, &ids.collect::<Vec<_>>())?;
-        }
+        self.restore_upserts(&restoring, upserts)?;
         Ok(())
     }
 
@@ -753,8 +892,11 @@ mod tests {
         feed(&mut aggregate, input(&[("a", 1), ("b", 2)], None)).await;
         let tables = aggregate.snapshot(1).await.unwrap();
         let mut restored = sum_by_key(None);
-        let state =
-            RestoredState { checkpoint_id: Some(1), tables: tables.into_iter().map(|t| (t.name, t.batches)).collect() };
+        let state = RestoredState {
+            checkpoint_id: Some(1),
+            tables: tables.into_iter().map(|t| (t.name, t.batches)).collect(),
+            ..Default::default()
+        };
         let info = SubtaskInfo::new("aggregate", 0, 1);
         restored.open(&info, state).await.unwrap();
         assert_eq!(feed(&mut restored, input(&[("a", 10)], None)).await, ["-U a 1", "+U a 11"]);
@@ -779,8 +921,11 @@ mod tests {
         let tables = aggregate.snapshot(1).await.unwrap();
         assert_eq!(tables[0].batches.iter().map(RecordBatch::num_rows).sum::<usize>(), 1, "only 'keep' is left");
         let mut restored = sum_by_key(None);
-        let state =
-            RestoredState { checkpoint_id: Some(1), tables: tables.into_iter().map(|t| (t.name, t.batches)).collect() };
+        let state = RestoredState {
+            checkpoint_id: Some(1),
+            tables: tables.into_iter().map(|t| (t.name, t.batches)).collect(),
+            ..Default::default()
+        };
         restored.open(&SubtaskInfo::new("aggregate", 0, 1), state).await.unwrap();
         let after = input(&[("keep", 1), ("k0-5", 7)], None);
         assert_eq!(feed(&mut restored, after).await, ["-U keep 3", "+U keep 4", "+I k0-5 7"]);
@@ -832,13 +977,38 @@ mod tests {
         let (upserts, deleted) = changes(aggregate.snapshot_changes(3).await.unwrap(), &mut chain);
         assert_eq!((upserts, deleted), (3, 2), "k4000, k50, k160 changed; k150 and k160 removed");
 
-        let merged = merge(chain, &key).unwrap();
+        let merged = merge(chain.clone(), &key).unwrap();
         let full = aggregate.snapshot(4).await.unwrap().remove(0);
         assert_eq!(row_lines(&merged), row_lines(&full.batches));
         assert_eq!(row_lines(&merged).len(), 2000 - 1 + 2 + 1);
+        // A restore replays the chain instead (base, then each change overwriting its groups):
+        // the same groups, and from there the same output.
+        assert_eq!(aggregate.replayed_tables(), [GROUPS]);
+        let dir = tempfile::tempdir().unwrap();
+        let store = weir_state::StateStore::local(dir.path()).unwrap();
+        let mut files = Vec::new();
+        for (checkpoint, link) in chain.into_iter().enumerate() {
+            let schema = link.batches[0].schema();
+            let target = weir_state::FileTarget {
+                checkpoint_id: checkpoint as u64 + 1,
+                operator: "aggregate",
+                subtask: 0,
+                table: GROUPS,
+                role: link.role,
+                key: &key,
+            };
+            files.push(store.write_change(target, schema, link.batches).await.unwrap());
+        }
+        let chain = crate::RestoredChain::new(store, files, 0, 1);
+        let mut replayed = sum_by_key(None);
+        let state = RestoredState { chains: [(GROUPS.to_string(), vec![chain])].into(), ..Default::default() };
+        replayed.open(&info, state).await.unwrap();
+        assert_eq!(row_lines(&replayed.snapshot(4).await.unwrap().remove(0).batches), row_lines(&full.batches));
         // After a full snapshot, nothing is left to write as a change.
         let (upserts, deleted) = changes(aggregate.snapshot_changes(5).await.unwrap(), &mut Vec::new());
         assert_eq!((upserts, deleted), (0, 0));
+        let after = || input(&[("k10", 1), ("k4000", 1), ("k150", 4), ("k3000", 2)], None);
+        assert_eq!(feed(&mut replayed, after()).await, feed(&mut aggregate, after()).await);
     }
 
     #[tokio::test]

@@ -353,8 +353,11 @@ mod tests {
         feed(&mut op, &[(1, Some("a")), (2, Some("b")), (3, Some("c")), (3, None)]).await;
         let tables = op.snapshot(1).await.unwrap();
         assert_eq!(tables[0].batches[0].num_rows(), 2, "a deleted key is not kept");
-        let state =
-            RestoredState { checkpoint_id: Some(1), tables: tables.into_iter().map(|t| (t.name, t.batches)).collect() };
+        let state = RestoredState {
+            checkpoint_id: Some(1),
+            tables: tables.into_iter().map(|t| (t.name, t.batches)).collect(),
+            ..Default::default()
+        };
         let mut restored = normalize();
         restored.open(&SubtaskInfo::new("normalize", 0, 1), state).await.unwrap();
         assert_eq!(

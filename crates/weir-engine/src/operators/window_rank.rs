@@ -380,8 +380,11 @@ mod tests {
 
         // Restarted from the full snapshot as if it were the chains: ids kept, none reused.
         let (mut restarted, _) = window_rank();
-        let restored =
-            RestoredState { checkpoint_id: Some(4), tables: [(ROWS.to_string(), full[0].batches.clone())].into() };
+        let restored = RestoredState {
+            checkpoint_id: Some(4),
+            tables: [(ROWS.to_string(), full[0].batches.clone())].into(),
+            ..Default::default()
+        };
         restarted.open(&info, restored).await.unwrap();
         let mut chains = Chains::new(full);
         restarted.process_batch(0, batch(&input, &[(30, 6, 2)]), &mut out).await.unwrap();
