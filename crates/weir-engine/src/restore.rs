@@ -93,9 +93,8 @@ impl<'a> Restorer<'a> {
     /// Reads the operator tables of the checkpoint that `wanted` keeps (a chain of an old
     /// subtask's files of one table) at once (each file decoded, each chain merged, off the
     /// async workers), so a restore of many subtasks takes about as long as its largest table
-    /// rather than the sum of all. Returns the bytes of the files read.
-    /// The chains `replayed` names are left to the operators that replay them (see
-    /// [`Self::operator_state`]).
+    /// rather than the sum of all. The chains `replayed` names are left to the operators that
+    /// replay them (see [`Self::operator_state`]). Returns the bytes of the files read.
     pub async fn prefetch(
         &mut self,
         wanted: impl Fn(&[StateFile]) -> bool,

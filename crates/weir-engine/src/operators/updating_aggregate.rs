@@ -112,6 +112,10 @@ struct Groups {
 struct ChangeRecord {
     /// By group id.
     changed: Vec<bool>,
+    /// The ids `changed` marks, each once: a snapshot of 1% of 31 M groups reads and clears
+    /// those, where scanning and replacing the marks took tens of milliseconds a subtask at every
+    /// checkpoint (and fresh pages for the new marks).
+    changed_ids: Vec<usize>,
     /// Removed groups whose ids (and keys) are still in the key store.
     removed: Vec<usize>,
     /// Keys of removed groups whose ids a compaction reclaimed since.
@@ -127,6 +131,24 @@ struct Touched {
     old: Option<usize>,
     /// Its place among the groups that exist after it, if it does.
     new: Option<usize>,
+}
+
+impl ChangeRecord {
+    fn mark(&mut self, id: usize) {
+        if !self.changed[id] {
+            self.changed[id] = true;
+            self.changed_ids.push(id);
+        }
+    }
+
+    /// The ids marked changed (unmarked now).
+    fn take_changed(&mut self) -> Vec<usize> {
+        let ids = std::mem::take(&mut self.changed_ids);
+        for &id in &ids {
+            self.changed[id] = false;
+        }
+        ids
+    }
 }
 
 impl Groups {
@@ -203,6 +225,7 @@ impl Groups {
                 changes.removed.clear();
             }
             retain_vec(&mut changes.changed, &keep);
+            changes.changed_ids = changes.changed.iter().enumerate().filter(|(_, c)| **c).map(|(id, _)| id).collect();
         }
         self.keys.compact(&keep);
         for accumulator in &mut self.accumulators {
@@ -316,7 +339,7 @@ impl Groups {
         for (id, key_row) in touched {
             self.last_access_ms[id] = now;
             if let Some(changes) = &mut self.changes {
-                changes.changed[id] = true;
+                changes.mark(id);
             }
             let old = (id < before).then(|| {
                 olds += 1;
@@ -737,7 +760,8 @@ impl Operator for UpdatingAggregate {
         let groups = self.groups()?;
         let live = groups.live_ids();
         if let Some(changes) = &mut groups.changes {
-            *changes = ChangeRecord { changed: vec![false; groups.keys.len()], ..ChangeRecord::default() };
+            changes.take_changed();
+            (changes.removed, changes.removed_keys) = Default::default();
         }
         let (schema, batch) = self.group_rows(&live)?;
         Ok(vec![StateTable { name: GROUPS.into(), schema, batches: vec![batch], delta: None }])
@@ -746,11 +770,13 @@ impl Operator for UpdatingAggregate {
     /// The groups changed since the last snapshot (their rows) and removed (their keys).
     async fn snapshot_changes(&mut self, _checkpoint_id: u64) -> Result<Option<Vec<StateTable>>> {
         let groups = self.groups()?;
-        let Some(changes) = groups.changes.take() else { return Ok(None) };
-        let changed: Vec<usize> = (0..groups.keys.len()).filter(|&id| groups.live[id] && changes.changed[id]).collect();
-        let mut removed_keys = changes.removed_keys;
-        removed_keys.push(groups.keys.columns(&changes.removed)?);
-        groups.changes = Some(ChangeRecord { changed: vec![false; groups.keys.len()], ..ChangeRecord::default() });
+        let Some(changes) = &mut groups.changes else { return Ok(None) };
+        let mut changed = changes.take_changed();
+        changed.retain(|&id| groups.live[id]);
+        changed.sort_unstable();
+        let removed = std::mem::take(&mut changes.removed);
+        let mut removed_keys = std::mem::take(&mut changes.removed_keys);
+        removed_keys.push(groups.keys.columns(&removed)?);
         let (schema, batch) = self.group_rows(&changed)?;
         let keys = self.group_columns.len();
         let key_columns = (0..removed_keys[0].len())
