@@ -490,8 +490,12 @@ impl UpdatingAggregate {
         self.key_columns(Some(columns), batch.num_rows())
     }
 
-    /// The groups table: the group columns, the row count and last access, then each
-    /// accumulator's state columns; with the number of state columns of each accumulator.
+    /// The group columns of a restored batch, as the keys are typed.
+    fn restored_keys(&self, restoring: &Restoring, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        let Restoring { table, keys, .. } = restoring;
+        self.key_columns(Some(table.read(batch, &table.fields()[..*keys])?), batch.num_rows())
+    }
+
     /// Appends a restored base batch's groups (keys each once, not looked up) and merges
     /// their state; the first one reserves room for `unreserved` groups.
     fn restore_base(
@@ -501,7 +505,7 @@ impl UpdatingAggregate {
         unreserved: &mut Option<usize>,
     ) -> Result<()> {
         let Restoring { table, widths, keys } = restoring;
-        let key_columns = self.key_columns(Some(table.read(batch, &table.fields()[..*keys])?), batch.num_rows())?;
+        let key_columns = self.restored_keys(restoring, batch)?;
         let groups = self.groups()?;
         if batch.num_rows() == 0 {
             return Ok(());
@@ -518,8 +522,7 @@ impl UpdatingAggregate {
 
     /// Removes the groups of a restored batch of removed keys.
     fn restore_deletes(&mut self, restoring: &Restoring, batch: &RecordBatch) -> Result<()> {
-        let Restoring { table, keys, .. } = restoring;
-        let key_columns = self.key_columns(Some(table.read(batch, &table.fields()[..*keys])?), batch.num_rows())?;
+        let key_columns = self.restored_keys(restoring, batch)?;
         let groups = self.groups()?;
         let rows = groups.keys.encode(&key_columns)?;
         for row in 0..rows.num_rows() {
@@ -536,7 +539,7 @@ impl UpdatingAggregate {
         let Restoring { table, widths, keys } = restoring;
         let mut rows = Vec::with_capacity(batches.len());
         for batch in &batches {
-            let key_columns = self.key_columns(Some(table.read(batch, &table.fields()[..*keys])?), batch.num_rows())?;
+            let key_columns = self.restored_keys(restoring, batch)?;
             rows.push(self.groups()?.keys.encode(&key_columns)?);
         }
         let groups = self.groups()?;
@@ -555,6 +558,8 @@ impl UpdatingAggregate {
         Ok(())
     }
 
+    /// The groups table: the group columns, the row count and last access, then each
+    /// accumulator's state columns; with the number of state columns of each accumulator.
     fn groups_table(&mut self) -> Result<(KeyedTable, Vec<usize>)> {
         let mut fields = Vec::new();
         for (i, name) in self.group_columns.iter().enumerate() {
