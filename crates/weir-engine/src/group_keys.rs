@@ -72,7 +72,6 @@ fn hash(key: &[u8]) -> u64 {
 
 pub struct GroupKeys {
     converter: RowConverter,
-    types: Vec<DataType>,
     /// Every id's key, removed ones included until the next compaction.
     keys: KeyBytes,
     /// Each key's hash, by id (to find a removed key's entry, and to rebuild the table).
@@ -96,7 +95,7 @@ impl GroupKeys {
     pub fn new(types: &[DataType]) -> Result<Self> {
         let converter = RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())?;
         let keys = KeyBytes::new(&converter, types, 0, 0);
-        Ok(Self { converter, types: types.to_vec(), keys, hashes: Vec::new(), table: HashTable::new() })
+        Ok(Self { converter, keys, hashes: Vec::new(), table: HashTable::new() })
     }
 
     /// The number of ids handed out (live or removed).
@@ -107,9 +106,7 @@ impl GroupKeys {
     /// Makes room for `keys` more keys of about `key_bytes` each (a restore knows how many it
     /// brings back: growing by doubling would copy them and rehash the table as it goes).
     pub fn reserve(&mut self, keys: usize, key_bytes: usize) {
-        if self.hashes.is_empty() {
-            self.keys = KeyBytes::new(&self.converter, &self.types, keys, key_bytes);
-        }
+        self.keys.reserve(&self.converter, keys, key_bytes);
         self.hashes.reserve(keys);
         let hashes = &self.hashes;
         self.table.reserve(keys, |&id| hashes[id as usize]);

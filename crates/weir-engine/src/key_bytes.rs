@@ -29,6 +29,16 @@ impl KeyBytes {
         }
     }
 
+    /// Makes room for `keys` more keys of about `key_bytes` each (kept as `Rows`, only while
+    /// none is held: Arrow's rows cannot grow their offsets and bytes by a count apart).
+    pub fn reserve(&mut self, converter: &RowConverter, keys: usize, key_bytes: usize) {
+        match self {
+            KeyBytes::Rows(rows) if rows.num_rows() == 0 => *rows = converter.empty_rows(keys, keys * key_bytes),
+            KeyBytes::Rows(_) => {}
+            KeyBytes::Fixed { width, bytes } => bytes.reserve(keys * *width),
+        }
+    }
+
     /// Key `id`'s bytes.
     #[inline]
     pub fn row(&self, id: usize) -> &[u8] {
