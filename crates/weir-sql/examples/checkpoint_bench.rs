@@ -15,9 +15,17 @@
 //!    every checkpoint's duration, state and bytes written; then what a restore reads (the
 //!    latest checkpoint's files), and how long the pipeline started again takes
 //!    to restore and complete its first checkpoint.
+//! 3. Throughput on a large state whose changes are 1% of its keys per checkpoint:
+//!    `SELECT k, count(*), max(v) FROM t GROUP BY k` over `fill events` rows of distinct keys
+//!    (datagen, as fast as possible), together with rows at full speed whose keys are drawn from
+//!    the first 1% of them. Once filled, and the given seconds more (so that the chains have
+//!    taken in the fill's changes: compactions of a whole gigabyte run for a minute after it):
+//!    the hot rows per second for the given seconds without checkpoints, with full ones and
+//!    with incremental ones every second, and the checkpoints' durations and bytes.
 //!
 //! With `CHECKPOINT_BENCH_DIR` set (and one variant named) only part 2 runs, its checkpoints
 //! kept there; a run that finds a checkpoint in it only measures the restore again, no fill.
+//! `CHECKPOINT_BENCH_PARTS` (say `3`) runs only the parts it names.
 //!
 //! Prints numbers, asserts nothing; a setup that fails stops it with a message.
 
@@ -46,10 +54,16 @@ async fn main() {
     // Runs only the variants whose name holds this ("incremental", "full", "no checkpoints").
     let only = args.next().unwrap_or_default();
     let kept = std::env::var_os("CHECKPOINT_BENCH_DIR").map(PathBuf::from);
-    if kept.is_none() {
+    let parts = std::env::var("CHECKPOINT_BENCH_PARTS").unwrap_or_else(|_| "123".into());
+    if kept.is_none() && parts.contains('1') {
         throughput(seconds, &only).await;
     }
-    large_state(seconds, fill, &only, kept.as_deref()).await;
+    if kept.is_some() || parts.contains('2') {
+        large_state(seconds, fill, &only, kept.as_deref()).await;
+    }
+    if kept.is_none() && parts.contains('3') {
+        hot_keys(seconds, fill, &only).await;
+    }
 }
 
 async fn throughput(seconds: u64, only: &str) {
@@ -159,6 +173,67 @@ async fn large_state(seconds: u64, fill: u64, only: &str, kept: Option<&Path>) {
             );
         }
         restore(&sql, dir).await;
+    }
+}
+
+async fn hot_keys(seconds: u64, fill: u64, only: &str) {
+    let hot = (fill / 100).max(1);
+    println!("3. SELECT k, count(*), max(v) FROM t GROUP BY k: {fill} keys, then rows of {hot} of them at full speed");
+    for (name, checkpoints) in [
+        ("no checkpoints", "SET checkpoint.interval = 'off';"),
+        ("full", "SET checkpoint.interval = '1 s'; SET checkpoint.incremental = 'false';"),
+        ("incremental", "SET checkpoint.interval = '1 s'; SET checkpoint.incremental = 'true';"),
+    ] {
+        if !name.contains(only) {
+            continue;
+        }
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let fast = "'rows-per-second' = '1000000000', splits = '2', 'fields.v.min' = '0', 'fields.v.max' = '1000000'";
+        let sql = format!(
+            "CREATE TABLE fill (k BIGINT, v BIGINT) WITH (connector = 'datagen', {fast},
+                 'fields.k.kind' = 'sequence', 'fields.k.start' = '0', 'fields.k.end' = '{}');
+             CREATE TABLE hot (k BIGINT, v BIGINT) WITH (connector = 'datagen', {fast},
+                 'fields.k.min' = '0', 'fields.k.max' = '{}');
+             CREATE VIEW t AS SELECT * FROM fill UNION ALL SELECT * FROM hot;
+             SET parallelism = 2; {checkpoints}
+             SELECT k, count(*) AS n, max(v) AS top FROM t GROUP BY k;",
+            fill - 1,
+            hot - 1
+        );
+        let handle = start(&sql, dir.path()).await;
+        let started = Instant::now();
+        while source_records(&handle, "fill") < fill {
+            if handle.is_finished() {
+                println!("   the pipeline ended while filling: {:?}", handle.status().errors);
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let filled_after = started.elapsed().as_secs_f64();
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+        let filled = completed(&handle).len();
+        let (before, cpu_before) = (source_records(&handle, "hot"), cpu_seconds());
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+        let (rows, cpu) = (source_records(&handle, "hot") - before, cpu_seconds() - cpu_before);
+        let checkpoints = completed(&handle);
+        handle.kill().await;
+        print!(
+            "   {name:<16} filled in {filled_after:>5.1} s; {seconds} s later {:>10.0} rows/s ({cpu:.1} cpu-s)",
+            rows as f64 / seconds as f64
+        );
+        let after: Vec<&CheckpointReport> = checkpoints.iter().skip(filled + 1).collect();
+        if let Some(last) = after.last() {
+            let mean = after.iter().map(|c| c.duration_ms).sum::<u64>() / after.len() as u64;
+            let longest = after.iter().map(|c| c.duration_ms).max().unwrap_or(0);
+            let written: u64 = after.iter().map(|c| c.written_bytes).sum::<u64>() / after.len() as u64;
+            print!(
+                "; {} checkpoints, mean {mean} ms, longest {longest} ms, mean written {}, state {}",
+                after.len(),
+                mb(written),
+                mb(last.state_bytes)
+            );
+        }
+        println!();
     }
 }
 

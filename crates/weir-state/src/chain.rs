@@ -35,10 +35,44 @@ pub fn merge(links: Vec<Link>, key: &[String]) -> Result<Vec<RecordBatch>> {
     if links.iter().all(|link| link.role.is_full()) && links.len() <= 1 {
         return Ok(links.into_iter().flat_map(|link| link.batches).collect());
     }
+    // A file of removed keys hides older rows of them and has none of its own.
+    Ok(latest(links, key, false)?.into_iter().filter(|(role, _)| *role != FileRole::Deletes).map(|(_, b)| b).collect())
+}
+
+/// A run of a chain's change files (oldest first, no base) as one change: the rows of each key
+/// whose latest file upserts it, and the keys whose latest file removes them. Put in the run's
+/// place, the two stand for the same rows over any base. For a chain whose changes repeat the
+/// same keys: they shrink to one change per key, without rewriting the base.
+pub fn merge_changes(links: Vec<Link>, key: &[String]) -> Result<MergedChanges> {
+    if let Some(link) = links.iter().find(|link| link.role.is_full()) {
+        return Err(Error::Chain(format!("a run of changes holds a {:?} file", link.role)));
+    }
+    let mut merged = MergedChanges::default();
+    for (role, batch) in latest(links, key, true)? {
+        match role {
+            FileRole::Deletes => merged.deletes.push(batch),
+            _ => merged.upserts.push(batch),
+        }
+    }
+    Ok(merged)
+}
+
+/// What [`merge_changes`] leaves of a run of changes.
+#[derive(Debug, Default)]
+pub struct MergedChanges {
+    pub upserts: Vec<RecordBatch>,
+    /// The removed keys, as the run's files of deletes hold them.
+    pub deletes: Vec<RecordBatch>,
+}
+
+/// Each key's rows of the latest file that holds it, oldest file first, with the role of the
+/// file they come from. The oldest file's removed keys are only looked at with `removed_too`
+/// (a base has none, and under a base they hide nothing).
+fn latest(links: Vec<Link>, key: &[String], removed_too: bool) -> Result<Vec<(FileRole, RecordBatch)>> {
     // Newest first, each batch of the newer files with its keys encoded once; the table of
     // keys seen refers to them by (part, row), so a key costs no allocation of its own. The
-    // base (the oldest file) is only looked up, and only its rows whose hash a newer key has
-    // are encoded: a large base under small deltas costs little more than reading it.
+    // oldest file is only looked up, and only its rows whose hash a newer key has are encoded:
+    // a large base under small deltas costs little more than reading it.
     let files = links.len();
     let mut parts: Vec<Part> = Vec::new();
     let mut converter: Option<RowConverter> = None;
@@ -65,7 +99,7 @@ pub fn merge(links: Vec<Link>, key: &[String]) -> Result<Vec<RecordBatch>> {
     let mut seen: HashTable<(u32, u32)> = HashTable::with_capacity(newer_rows);
     let mut keeps = Vec::with_capacity(parts.len());
     for (index, part) in parts.iter().enumerate() {
-        if part.keys.is_none() && part.role == FileRole::Deletes {
+        if part.keys.is_none() && part.role == FileRole::Deletes && !removed_too {
             keeps.push(Keep::Nothing);
             continue;
         }
@@ -94,19 +128,18 @@ pub fn merge(links: Vec<Link>, key: &[String]) -> Result<Vec<RecordBatch>> {
                 None => Keep::All,
             },
         };
-        // A file of removed keys hides older rows of them and has none of its own.
-        keeps.push(if part.role == FileRole::Deletes { Keep::Nothing } else { keep });
+        keeps.push(keep);
     }
     drop(seen);
     let mut kept = Vec::new();
     for (part, keep) in parts.into_iter().zip(keeps) {
         match keep {
             Keep::Nothing => {}
-            Keep::All => kept.push(part.batch),
+            Keep::All => kept.push((part.role, part.batch)),
             Keep::Rows(rows) => {
                 let latest = keep_rows(part.batch, &rows)?;
                 if latest.num_rows() > 0 {
-                    kept.push(latest);
+                    kept.push((part.role, latest));
                 }
             }
         }
@@ -261,6 +294,46 @@ mod tests {
         let merged = merge(chain, &["k".to_string()]).unwrap();
         let expected = [("a", 10), ("c", 52), ("c", 53), ("d", 6), ("d", 6)].map(|(k, v)| (k.to_string(), v));
         assert_eq!(pairs(&merged), expected);
+    }
+
+    /// Merged, a run of changes keeps each key's latest rows or its removal, and put in the
+    /// run's place over a base it stands for the rows the whole chain does.
+    #[test]
+    fn a_run_of_changes_merged_stands_for_the_run_over_a_base() {
+        let base = || link(FileRole::Full, rows(&[("a", 1), ("b", 2), ("b", 3), ("c", 4), ("e", 5)]));
+        let run = || {
+            vec![
+                link(FileRole::Deletes, keys(&["a", "b"])),
+                link(FileRole::Upserts, rows(&[("c", 40), ("d", 50), ("d", 51)])),
+                // Removed and put back, then removed again; changed twice.
+                link(FileRole::Deletes, keys(&["b", "d"])),
+                link(FileRole::Upserts, rows(&[("a", 10), ("c", 41), ("c", 42)])),
+                link(FileRole::Deletes, keys(&["a"])),
+                link(FileRole::Upserts, rows(&[("e", 60)])),
+            ]
+        };
+        let key = ["k".to_string()];
+        let merged = merge_changes(run(), &key).unwrap();
+        let names = |batches: &[RecordBatch]| {
+            let mut names: Vec<String> = batches
+                .iter()
+                .flat_map(|b| b.column(0).as_any().downcast_ref::<StringArray>().unwrap().iter().flatten())
+                .map(str::to_string)
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(names(&merged.deletes), ["a", "b", "d"]);
+        assert_eq!(pairs(&merged.upserts), [("c", 41), ("c", 42), ("e", 60)].map(|(k, v)| (k.to_string(), v)));
+        let whole = merge([vec![base()], run()].concat(), &key).unwrap();
+        let compacted = vec![
+            base(),
+            Link { role: FileRole::Deletes, batches: merged.deletes },
+            Link { role: FileRole::Upserts, batches: merged.upserts },
+        ];
+        assert_eq!(pairs(&merge(compacted, &key).unwrap()), pairs(&whole));
+        assert_eq!(pairs(&whole), [("c", 41), ("c", 42), ("e", 60)].map(|(k, v)| (k.to_string(), v)));
+        assert!(merge_changes(vec![base()], &key).is_err(), "a base is not a change");
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub enum Error {
     KeyHashing(String),
     #[error("an incremental table's chain has no files")]
     EmptyChain,
+    #[error("an incremental table's chain: {0}")]
+    Chain(String),
     #[error("state directory {path}: {source}")]
     Directory {
         path: String,

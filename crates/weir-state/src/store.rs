@@ -4,11 +4,14 @@
 //! <root>/checkpoints/<checkpoint id, 20 digits>/<operator>/<subtask>/<table>.parquet
 //!                                                                    <table>.deletes.parquet
 //!                                                                    <table>.base.parquet
+//!                                                                    <table>.changes.parquet
+//!                                                                    <table>.changes.deletes.parquet
 //! <root>/manifests/<checkpoint id, 20 digits>.json
 //! ```
 //! Zero-padded ids make listings sort by checkpoint. A table's `.parquet` is its full snapshot
 //! or its upserts, `.deletes.parquet` its removed keys, and `.base.parquet` a compaction of its
-//! chain up to that checkpoint, written after the checkpoint's own files.
+//! chain up to that checkpoint, written after the checkpoint's own files; `.changes.parquet`
+//! and `.changes.deletes.parquet` are a compaction of the changes after the chain's base.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -104,6 +107,28 @@ impl StateStore {
         self.write(FileTarget::base(last, checkpoint_id), BASE_SUFFIX, schema, merged).await
     }
 
+    /// Merges a run of a chain's changes (`files`, oldest first, no base) into at most two
+    /// files in the directory of checkpoint `checkpoint_id`, the run's newest: the keys it
+    /// leaves removed, then the rows it leaves (each written only when it has any). Put in the
+    /// run's place, they stand for the same rows over the chain's base. Unnamed by any manifest
+    /// until a later checkpoint adopts them; retention spares them meanwhile.
+    pub async fn compact_changes(&self, files: &[StateFile], checkpoint_id: u64) -> Result<Vec<StateFile>> {
+        let Some(last) = files.last() else { return Err(Error::EmptyChain) };
+        let links = self.read_links(files).await?;
+        let key = last.key.clone();
+        let merged = tokio::task::spawn_blocking(move || chain::merge_changes(links, &key)).await??;
+        let mut written = Vec::new();
+        for (role, suffix, batches) in [
+            (FileRole::Deletes, CHANGES_DELETES_SUFFIX, merged.deletes),
+            (FileRole::Upserts, CHANGES_SUFFIX, merged.upserts),
+        ] {
+            let Some(schema) = batches.first().map(RecordBatch::schema) else { continue };
+            let target = FileTarget { role, ..FileTarget::base(last, checkpoint_id) };
+            written.push(self.write(target, suffix, schema, batches).await?);
+        }
+        Ok(written)
+    }
+
     /// Copies checkpoint `checkpoint_id` into `target` as a self-contained checkpoint of the
     /// same id: each table's chain merged into one full file, in-flight data copied, and a
     /// manifest naming only those. For moving a pipeline's state elsewhere: the copy needs none
@@ -174,13 +199,18 @@ impl StateStore {
 
     /// The rows one table's chain (oldest first) stands for, latest wins.
     pub async fn read_chain(&self, files: &[StateFile]) -> Result<Vec<RecordBatch>> {
-        // The files are read and decoded at once (each decodes off the async workers).
+        let links = self.read_links(files).await?;
+        let key = files.iter().find(|f| !f.key.is_empty()).map_or(&[][..], |f| f.key.as_slice()).to_vec();
+        tokio::task::spawn_blocking(move || chain::merge(links, &key)).await?
+    }
+
+    /// The files of a chain (or a run of one), read and decoded at once (each decodes off the
+    /// async workers).
+    async fn read_links(&self, files: &[StateFile]) -> Result<Vec<Link>> {
         let reads = files
             .iter()
             .map(|file| async move { Ok::<_, Error>(Link { role: file.role, batches: self.read_file(file).await? }) });
-        let links: Vec<Link> = futures::future::try_join_all(reads).await?;
-        let key = files.iter().find(|f| !f.key.is_empty()).map_or(&[][..], |f| f.key.as_slice()).to_vec();
-        tokio::task::spawn_blocking(move || chain::merge(links, &key)).await?
+        futures::future::try_join_all(reads).await
     }
 
     /// The batches of one state file, each decoded as it is taken (the file's bytes are read
@@ -313,9 +343,9 @@ impl StateStore {
     /// Keeps the newest `keep` completed checkpoints (at least one) and deletes the other
     /// manifests, then every state file that no retained manifest names, except the files of
     /// checkpoints newer than the newest manifest (they may still be in progress) and the
-    /// compacted bases a later checkpoint may still adopt: one whose table's chain in the newest
-    /// manifest still holds a file of its checkpoint or older. A file shared by several
-    /// checkpoints' chains stays while any retained one names it. Manifests go first: a crash
+    /// compacted files (bases, merged changes) a later checkpoint may still adopt: one whose
+    /// table's chain in the newest manifest still holds a file of its checkpoint or older. A
+    /// file shared by several checkpoints' chains stays while any retained one names it. Manifests go first: a crash
     /// half-way leaves unreferenced files, never a manifest without its files.
     pub async fn retain_last(&self, keep: usize) -> Result<RetentionReport> {
         let completed = self.completed_checkpoints().await?;
@@ -340,7 +370,8 @@ impl StateStore {
             named.extend(manifest.files.into_iter().map(|f| f.path));
         }
         let adoptable = |relative: &str, checkpoint: u64| {
-            let Some(rest) = relative.strip_suffix(BASE_SUFFIX) else { return false };
+            let compacted = [CHANGES_DELETES_SUFFIX, CHANGES_SUFFIX, BASE_SUFFIX];
+            let Some(rest) = compacted.iter().find_map(|suffix| relative.strip_suffix(suffix)) else { return false };
             let mut parts = rest.rsplitn(3, '/');
             let (Some(table), Some(subtask), Some(prefix)) = (parts.next(), parts.next(), parts.next()) else {
                 return false;
@@ -390,6 +421,8 @@ fn checkpoint_dir(checkpoint_id: u64) -> String {
 const FULL_SUFFIX: &str = ".parquet";
 const DELETES_SUFFIX: &str = ".deletes.parquet";
 const BASE_SUFFIX: &str = ".base.parquet";
+const CHANGES_SUFFIX: &str = ".changes.parquet";
+const CHANGES_DELETES_SUFFIX: &str = ".changes.deletes.parquet";
 
 /// The checkpoint whose directory holds the state file at `relative`.
 pub(crate) fn checkpoint_of_path(relative: &str) -> Option<u64> {
@@ -699,6 +732,15 @@ mod tests {
         let compacted = store.compact(&chain, 4).await.unwrap();
         assert!(compacted.path.ends_with("counts.base.parquet"), "{}", compacted.path);
         assert_eq!(keys_of(&store.read_file(&compacted).await.unwrap()), expected);
+        // So does a compaction of the changes alone: the keys they leave removed, then the rows
+        // they leave, which over the base hold the same rows.
+        let changes = store.compact_changes(&chain[1..], 4).await.unwrap();
+        assert_eq!(changes.iter().map(|f| f.role).collect::<Vec<_>>(), [FileRole::Deletes, FileRole::Upserts]);
+        assert!(changes[0].path.ends_with("4/count/0/counts.changes.deletes.parquet"), "{}", changes[0].path);
+        assert!(changes[1].path.ends_with("counts.changes.parquet"), "{}", changes[1].path);
+        assert_eq!((changes[0].rows, changes[1].rows), (3, 3));
+        let over_base: Vec<StateFile> = [base.clone()].into_iter().chain(changes.clone()).collect();
+        assert_eq!(keys_of(&store.read_chain(&over_base).await.unwrap()), expected);
         assert_eq!(store.retain_last(2).await.unwrap().deleted_files, 0);
         // Adopted by checkpoint 5 (its chain: the base and 5's own upserts), the old chain goes
         // once no retained manifest names it.
@@ -716,6 +758,7 @@ mod tests {
         commit(&store, 6, vec![rebased]).await;
         store.retain_last(1).await.unwrap();
         assert!(!dir.path().join(&compacted.path).exists());
+        assert!(changes.iter().all(|f| !dir.path().join(&f.path).exists()));
     }
 
     #[tokio::test]

@@ -150,7 +150,7 @@ async fn only_the_last_k_checkpoints_are_kept() {
     assert_eq!(kept, completed[completed.len() - 2..].to_vec());
     // Incremental checkpoints: a kept checkpoint's chains reach back into older checkpoints'
     // directories, and exactly the files the kept manifests name are left (besides compacted
-    // bases a later checkpoint may still adopt).
+    // files a later checkpoint may still adopt).
     let mut named = std::collections::BTreeSet::new();
     let mut shared = 0;
     for &id in &kept {
@@ -161,9 +161,14 @@ async fn only_the_last_k_checkpoints_are_kept() {
     assert!(shared > 0, "no kept checkpoint shares a file with an older one");
     let mut left = Vec::new();
     list_files(&dir.path().join("checkpoints"), "checkpoints", &mut left);
-    let unnamed: Vec<&String> = left.iter().filter(|f| !named.contains(*f) && !f.ends_with(".base.parquet")).collect();
+    let unnamed: Vec<&String> = left.iter().filter(|f| !named.contains(*f) && !compacted(f)).collect();
     assert!(unnamed.is_empty(), "files no kept checkpoint names: {unnamed:?}");
     assert!(named.iter().all(|f| left.contains(f)), "a named file is gone: {named:?} {left:?}");
+}
+
+/// Whether a state file is a compaction's: a chain's new base, or its changes merged.
+fn compacted(path: &str) -> bool {
+    [".base.parquet", ".changes.parquet", ".changes.deletes.parquet"].iter().any(|suffix| path.ends_with(suffix))
 }
 
 /// The counts a checkpoint's chains of the counter hold, by key (every file read and merged
@@ -185,7 +190,8 @@ async fn counts_at(store: &StateStore, checkpoint: u64) -> std::collections::BTr
     counts
 }
 
-/// Incremental checkpoints over a long run: chains are compacted many times and retention
+/// Incremental checkpoints over a long run: chains are compacted many times (their changes
+/// merged: the counter changes the same keys again and again) and retention
 /// deletes what the expired checkpoints alone named, yet every retained checkpoint reads back
 /// whole (its counts never behind an older one's), and a restore from the oldest retained one
 /// goes on exactly from the counts it holds.
@@ -209,7 +215,7 @@ async fn every_retained_checkpoint_restores_after_many_compactions() {
     let mut previous: Option<std::collections::BTreeMap<String, i64>> = None;
     for &id in &kept {
         let manifest = store.manifest(id).await.unwrap();
-        bases.extend(manifest.files.iter().filter(|f| f.path.ends_with(".base.parquet")).map(|f| f.path.clone()));
+        bases.extend(manifest.files.iter().filter(|f| compacted(&f.path)).map(|f| f.path.clone()));
         let counts = counts_at(&store, id).await;
         if let Some(previous) = &previous {
             assert!(
@@ -219,11 +225,11 @@ async fn every_retained_checkpoint_restores_after_many_compactions() {
         }
         previous = Some(counts);
     }
-    assert!(!bases.is_empty(), "no retained checkpoint stands on a compacted base");
+    assert!(!bases.is_empty(), "no retained checkpoint stands on a compaction");
     let mut left = Vec::new();
     list_files(&dir.path().join("checkpoints"), "checkpoints", &mut left);
-    let compacted_left = left.iter().filter(|f| f.ends_with(".base.parquet")).count();
-    assert!(compacted_left < 20, "{compacted_left} compacted bases left: old ones are not deleted");
+    let compacted_left = left.iter().filter(|f| compacted(f)).count();
+    assert!(compacted_left < 20, "{compacted_left} compacted files left: old ones are not deleted");
 
     // Restored from the oldest retained checkpoint, the run commits each key's counts after
     // the one that checkpoint holds, and nothing else.

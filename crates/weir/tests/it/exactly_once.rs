@@ -536,8 +536,8 @@ fn crashed_at_each_dangerous_step(pipeline: Pipeline) {
         assert_exactly_once(pipeline, &outputs, &runs.log());
     }
     if pipeline == Pipeline::WindowUpsert {
-        // Incremental state: a compacted base written, not adopted by any checkpoint yet; the
-        // restart restores the chain it would have replaced.
+        // Incremental state: a compaction written (its merged changes, or a new base), not
+        // adopted by any checkpoint yet; the restart restores the chain it would have replaced.
         let outputs = outputs(pipeline);
         let runs = Runs::new(&pipeline.sql(&outputs, "exactly_once"));
         runs.crash_with(false, "weir::mid_compaction=1*off->return");
