@@ -45,6 +45,13 @@ static ALLOCATOR: weir_engine::allocator::Allocator = weir_engine::allocator::Al
 const AGGREGATE: &str = "SELECT bid.bidder, bid.auction, count(*) AS bids, max(bid.price) AS top FROM nx \
      WHERE event_type = 2 GROUP BY bid.bidder, bid.auction";
 
+/// Each part's runs: a name (what the variant filter matches) and the settings it adds.
+const VARIANTS: [(&str, &str); 3] = [
+    ("no checkpoints", "SET checkpoint.interval = 'off';"),
+    ("full", "SET checkpoint.interval = '1 s'; SET checkpoint.incremental = 'false';"),
+    ("incremental", "SET checkpoint.interval = '1 s'; SET checkpoint.incremental = 'true';"),
+];
+
 #[tokio::main]
 async fn main() {
     weir_engine::allocator::set_up();
@@ -68,13 +75,9 @@ async fn main() {
 
 async fn throughput(seconds: u64, only: &str) {
     println!("1. {AGGREGATE}");
-    println!("   Nexmark at full speed, parallelism 2, {seconds} s each:");
+    println!("   Nexmark at full speed, parallelism 2, {seconds} s each, checkpoints every second:");
     let table = "CREATE TABLE nx WITH (connector = 'nexmark', as_fast_as_possible = 'true', splits = '2');";
-    for (name, options) in [
-        ("no checkpoints", "SET checkpoint.interval = 'off';"),
-        ("full, every 1 s", "SET checkpoint.interval = '1 s'; SET checkpoint.incremental = 'false';"),
-        ("incremental, every 1 s", "SET checkpoint.interval = '1 s'; SET checkpoint.incremental = 'true';"),
-    ] {
+    for (name, options) in VARIANTS {
         if !name.contains(only) {
             continue;
         }
@@ -86,18 +89,7 @@ async fn throughput(seconds: u64, only: &str) {
         let checkpoints = completed(&handle);
         handle.kill().await;
         let rate = events as f64 / seconds as f64;
-        print!("   {name:<24} {rate:>10.0} events/s");
-        if let Some(last) = checkpoints.last() {
-            let mean = checkpoints.iter().map(|c| c.duration_ms).sum::<u64>() / checkpoints.len() as u64;
-            let written: u64 = checkpoints.iter().map(|c| c.written_bytes).sum::<u64>() / checkpoints.len() as u64;
-            print!(
-                "   {} checkpoints, mean {mean} ms, mean written {}, last state {}",
-                checkpoints.len(),
-                mb(written),
-                mb(last.state_bytes)
-            );
-        }
-        println!();
+        println!("   {name:<16} {rate:>10.0} events/s{}", summary(&checkpoints.iter().collect::<Vec<_>>()));
     }
 }
 
@@ -106,11 +98,7 @@ async fn large_state(seconds: u64, fill: u64, only: &str, kept: Option<&Path>) {
     // About 0.7 groups per bid: the trickle's rate follows the fill's size.
     let keys = fill * 92 / 100 * 7 / 10;
     let rate = (keys / 100).max(1);
-    for (name, checkpoints) in [
-        ("no checkpoints", "SET checkpoint.interval = 'off';"),
-        ("full", "SET checkpoint.interval = '1 s'; SET checkpoint.incremental = 'false';"),
-        ("incremental", "SET checkpoint.interval = '1 s'; SET checkpoint.incremental = 'true';"),
-    ] {
+    for (name, checkpoints) in VARIANTS {
         if !name.contains(only) {
             continue;
         }
@@ -179,11 +167,7 @@ async fn large_state(seconds: u64, fill: u64, only: &str, kept: Option<&Path>) {
 async fn hot_keys(seconds: u64, fill: u64, only: &str) {
     let hot = (fill / 100).max(1);
     println!("3. SELECT k, count(*), max(v) FROM t GROUP BY k: {fill} keys, then rows of {hot} of them at full speed");
-    for (name, checkpoints) in [
-        ("no checkpoints", "SET checkpoint.interval = 'off';"),
-        ("full", "SET checkpoint.interval = '1 s'; SET checkpoint.incremental = 'false';"),
-        ("incremental", "SET checkpoint.interval = '1 s'; SET checkpoint.incremental = 'true';"),
-    ] {
+    for (name, checkpoints) in VARIANTS {
         if !name.contains(only) {
             continue;
         }
@@ -217,23 +201,12 @@ async fn hot_keys(seconds: u64, fill: u64, only: &str) {
         let (rows, cpu) = (source_records(&handle, "hot") - before, cpu_seconds() - cpu_before);
         let checkpoints = completed(&handle);
         handle.kill().await;
-        print!(
-            "   {name:<16} filled in {filled_after:>5.1} s; {seconds} s later {:>10.0} rows/s ({cpu:.1} cpu-s)",
-            rows as f64 / seconds as f64
-        );
         let after: Vec<&CheckpointReport> = checkpoints.iter().skip(filled + 1).collect();
-        if let Some(last) = after.last() {
-            let mean = after.iter().map(|c| c.duration_ms).sum::<u64>() / after.len() as u64;
-            let longest = after.iter().map(|c| c.duration_ms).max().unwrap_or(0);
-            let written: u64 = after.iter().map(|c| c.written_bytes).sum::<u64>() / after.len() as u64;
-            print!(
-                "; {} checkpoints, mean {mean} ms, longest {longest} ms, mean written {}, state {}",
-                after.len(),
-                mb(written),
-                mb(last.state_bytes)
-            );
-        }
-        println!();
+        println!(
+            "   {name:<16} filled in {filled_after:>5.1} s; {seconds} s later {:>10.0} rows/s ({cpu:.1} cpu-s){}",
+            rows as f64 / seconds as f64,
+            summary(&after)
+        );
     }
 }
 
@@ -275,6 +248,20 @@ async fn restore(sql: &str, dir: &Path) {
         restart.elapsed().as_secs_f64()
     );
     handle.kill().await;
+}
+
+/// How many `checkpoints` completed, how long they took and what they wrote (empty for none).
+fn summary(checkpoints: &[&CheckpointReport]) -> String {
+    let Some(last) = checkpoints.last() else { return String::new() };
+    let mean = checkpoints.iter().map(|c| c.duration_ms).sum::<u64>() / checkpoints.len() as u64;
+    let longest = checkpoints.iter().map(|c| c.duration_ms).max().unwrap_or(0);
+    let written = checkpoints.iter().map(|c| c.written_bytes).sum::<u64>() / checkpoints.len() as u64;
+    format!(
+        "; {} checkpoints, mean {mean} ms, longest {longest} ms, mean written {}, last state {}",
+        checkpoints.len(),
+        mb(written),
+        mb(last.state_bytes)
+    )
 }
 
 /// Plans `sql` (its last statement a query) and starts its pipeline with checkpoints in `dir`.
