@@ -119,12 +119,8 @@ async fn large_state(seconds: u64, fill: u64, only: &str, kept: Option<&Path>) {
         }
         let handle = start(&sql, dir).await;
         let started = Instant::now();
-        while source_records(&handle, "fill") < fill {
-            if handle.is_finished() {
-                println!("   the pipeline ended while filling: {:?}", handle.status().errors);
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        if !wait_for_fill(&handle, fill).await {
+            return;
         }
         let filled_after = started.elapsed().as_secs_f64();
         // The trickle fell behind while the fill took both cores: measure once it has caught up
@@ -186,12 +182,8 @@ async fn hot_keys(seconds: u64, fill: u64, only: &str) {
         );
         let handle = start(&sql, dir.path()).await;
         let started = Instant::now();
-        while source_records(&handle, "fill") < fill {
-            if handle.is_finished() {
-                println!("   the pipeline ended while filling: {:?}", handle.status().errors);
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        if !wait_for_fill(&handle, fill).await {
+            return;
         }
         let filled_after = started.elapsed().as_secs_f64();
         tokio::time::sleep(Duration::from_secs(seconds)).await;
@@ -280,6 +272,19 @@ async fn start(sql: &str, dir: &Path) -> PipelineHandle {
         .expect("a pipeline");
     let store = StateStore::local(dir).expect("a checkpoint directory");
     weir_engine::start(pipeline.graph, pipeline.config, store).expect("the pipeline starts")
+}
+
+/// Waits until the source `fill` has emitted `fill` records; false (said) if the pipeline ended
+/// first.
+async fn wait_for_fill(handle: &PipelineHandle, fill: u64) -> bool {
+    while source_records(handle, "fill") < fill {
+        if handle.is_finished() {
+            println!("   the pipeline ended while filling: {:?}", handle.status().errors);
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    true
 }
 
 /// Records the source of table `table` has emitted so far.
